@@ -1,0 +1,32 @@
+# Two commands on a fresh machine: `make demo` (the main job) and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# torch is pinned to the CPU build that ships on this machine's disk (a plain
+# `torch` can pull a multi-GB CUDA build).
+TORCH := torch==2.13.0
+
+export OMP_NUM_THREADS ?= 1
+export MKL_NUM_THREADS ?= 1
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet $(TORCH)
+	$(BIN)/pip install --quiet -e ".[all]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/labfbo demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/labfbo bench latency
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

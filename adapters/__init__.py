@@ -1,0 +1,1 @@
+"""Instrument adapters bundled with labfbo (registered under ``labfbo.adapters``)."""

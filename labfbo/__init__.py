@@ -1,0 +1,25 @@
+"""labfbo: federated ask/tell Bayesian optimization for lab automation.
+
+No raw measurement leaves its site: a :class:`Coordinator` exchanges only model
+information between the sites' :class:`Optimizer` objects.
+"""
+
+from labfbo.exceptions import (ConfigurationError, FederationError, JournalError, LabFBOError,
+                               ProtocolError, RoundError, SearchSpaceError, TrialError,
+                               ValidationError)
+from labfbo.space import Categorical, Integer, Real, SearchSpace
+from labfbo.trial import Observation, Trial
+from labfbo.optimizer import Optimizer
+from labfbo.coordinator import Coordinator
+from labfbo.benchmarks.problem import FederatedProblem
+from labfbo.simulation import SimulationResult, simulate
+from labfbo.protocols import available_protocols
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Categorical", "ConfigurationError", "Coordinator", "FederatedProblem", "FederationError",
+    "Integer", "JournalError", "LabFBOError", "Observation", "Optimizer", "ProtocolError", "Real",
+    "RoundError", "SearchSpace", "SearchSpaceError", "SimulationResult", "Trial", "TrialError",
+    "ValidationError", "available_protocols", "simulate",
+]

@@ -1,0 +1,197 @@
+r"""Building and optimizing acquisition functions (BoTorch), shared by every protocol.
+
+All acquisitions *maximize* a model of the objective in the maximization orientation.
+
+* ``ucb``: :math:`\mu(x) + \sqrt{\beta}\,\sigma(x)` (analytic for one point without
+  pending trials, ``qUpperConfidenceBound`` otherwise). Default :math:`\beta = 4`
+  (:math:`\kappa = 2`).
+* ``ei``: ``LogExpectedImprovement`` / ``qLogExpectedImprovement`` with
+  :math:`f^* = \max_j \mu(x_j)` over observed points (the noise-robust incumbent).
+* ``nei``: ``qLogNoisyExpectedImprovement`` with the observed points as baseline.
+* ``ts``: Thompson sampling — joint posterior draws on a scrambled Sobol candidate set
+  (``MaxPosteriorSampling``); a batch uses one draw per point.
+
+Pending trials enter as ``X_pending`` (the q-acquisitions integrate over them), so a
+batch never re-proposes a point that is in flight. Optimization uses ``optimize_acqf``
+(continuous spaces) or ``optimize_acqf_mixed_alternating`` (integer / categorical
+columns), with 10 restarts and 512 raw samples by default, seeded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import torch
+from botorch.acquisition import (
+    AcquisitionFunction,
+    LogExpectedImprovement,
+    UpperConfidenceBound,
+    qLogExpectedImprovement,
+    qLogNoisyExpectedImprovement,
+    qUpperConfidenceBound,
+)
+from botorch.generation.sampling import MaxPosteriorSampling
+from botorch.models.model import Model
+from botorch.optim import optimize_acqf
+from botorch.optim.initializers import initialize_q_batch
+from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
+from botorch.sampling import SobolQMCNormalSampler
+from pydantic import BaseModel, ConfigDict, Field
+from scipy.stats import qmc
+
+from labfbo.models.gp import DTYPE, as_tensor, seeded_torch
+from labfbo.space import SearchSpace
+
+if TYPE_CHECKING:
+    from labfbo.priors import LocationPrior
+
+AcquisitionName = Literal["ucb", "ei", "nei", "ts"]
+
+
+class AcquisitionOptions(BaseModel):
+    """Options every model-based protocol understands."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    acquisition: AcquisitionName = "ucb"
+    beta: float = Field(4.0, gt=0, description="UCB exploration weight (kappa^2)")
+    num_restarts: int = Field(10, ge=1)
+    raw_samples: int = Field(512, ge=1)
+    mc_samples: int = Field(256, ge=16, description="QMC samples of q-acquisitions")
+    ts_candidates: int = Field(2048, ge=16, description="Sobol candidates for Thompson sampling")
+
+
+@dataclass(frozen=True)
+class AcquisitionData:
+    """What an acquisition needs from the site: observed inputs and pending points."""
+
+    X: np.ndarray        # (n, d) observed, unit cube
+    y: np.ndarray        # (n,) maximization orientation
+    pending: np.ndarray  # (p, d) in flight
+
+
+def build_acquisition(model: Model, data: AcquisitionData, opts: AcquisitionOptions,
+                      q: int, seed: int) -> AcquisitionFunction:
+    """The acquisition function named by ``opts.acquisition`` on ``model``."""
+    pending = as_tensor(data.pending) if len(data.pending) else None
+    analytic = q == 1 and pending is None
+    sampler = SobolQMCNormalSampler(torch.Size([opts.mc_samples]), seed=seed % (2**31))
+    name = opts.acquisition
+    if name == "ucb":
+        if analytic:
+            return UpperConfidenceBound(model, beta=opts.beta)
+        return qUpperConfidenceBound(model, beta=opts.beta, sampler=sampler, X_pending=pending)
+    if name == "ei":
+        with torch.no_grad():
+            best_f = model.posterior(as_tensor(data.X)).mean.max()
+        if analytic:
+            return LogExpectedImprovement(model, best_f=best_f)
+        return qLogExpectedImprovement(model, best_f=best_f, sampler=sampler, X_pending=pending)
+    if name == "nei":
+        return qLogNoisyExpectedImprovement(model, X_baseline=as_tensor(data.X), sampler=sampler,
+                                            X_pending=pending, prune_baseline=True)
+    raise ValueError(f"acquisition {name!r} is not optimized by gradient (use thompson_sample)")
+
+
+def _initial_conditions(acqf: AcquisitionFunction, space: SearchSpace, q: int, seed: int,
+                        opts: AcquisitionOptions, extra_raw: np.ndarray) -> torch.Tensor:
+    """Restart points chosen (Boltzmann, as BoTorch does) among Sobol q-batches plus
+    q-batches of ``extra_raw`` points (e.g. prior samples, which a narrow prior needs)."""
+    gen = np.random.default_rng(seed)
+    sobol = sobol_candidates(space, opts.raw_samples * q, seed).reshape(opts.raw_samples, q, space.dim)
+    extra = extra_raw[gen.integers(0, len(extra_raw), size=(len(extra_raw), q))]
+    X = as_tensor(np.concatenate([sobol, extra]))
+    with torch.no_grad():
+        vals = torch.cat([acqf(chunk) for chunk in X.split(256)])
+    ic, _ = initialize_q_batch(X, vals, n=opts.num_restarts)
+    return ic
+
+
+def optimize_acquisition(acqf: AcquisitionFunction, space: SearchSpace, q: int, seed: int,
+                         opts: AcquisitionOptions, extra_raw: np.ndarray | None = None) -> np.ndarray:
+    """Maximize ``acqf`` over the unit cube of ``space``; returns ``(q, d)`` feasible points.
+
+    ``extra_raw`` (``(m, d)`` unit-cube points) are added to the raw samples that choose
+    the restarts (continuous spaces).
+    """
+    d = space.dim
+    bounds = torch.stack([torch.zeros(d, dtype=DTYPE), torch.ones(d, dtype=DTYPE)])
+    with seeded_torch(seed):
+        if space.is_continuous and extra_raw is not None and len(extra_raw):
+            ic = _initial_conditions(acqf, space, q, seed, opts, extra_raw)
+            X, _ = optimize_acqf(acqf, bounds=bounds, q=q, num_restarts=opts.num_restarts,
+                                 batch_initial_conditions=ic)
+        elif space.is_continuous:
+            X, _ = optimize_acqf(acqf, bounds=bounds, q=q, num_restarts=opts.num_restarts,
+                                 raw_samples=opts.raw_samples, options={"seed": seed % (2**31)})
+        else:
+            X, _ = optimize_acqf_mixed_alternating(
+                acqf, bounds=bounds, discrete_dims=space.discrete_dims() or None,
+                cat_dims=space.cat_dims() or None, q=q, num_restarts=opts.num_restarts,
+                raw_samples=opts.raw_samples)
+    return space.snap(X.detach().numpy().reshape(q, d))
+
+
+def sobol_candidates(space: SearchSpace, n: int, seed: int) -> np.ndarray:
+    """``n`` scrambled Sobol points in the unit cube, snapped to feasible values."""
+    m = int(np.ceil(np.log2(max(n, 2))))
+    pts = qmc.Sobol(space.dim, scramble=True, seed=np.random.default_rng(seed)).random_base2(m)[:n]
+    return space.snap(pts)
+
+
+def thompson_sample(model: Model, space: SearchSpace, q: int, seed: int,
+                    opts: AcquisitionOptions, exclude: np.ndarray | None = None) -> np.ndarray:
+    """``q`` Thompson draws: argmax of posterior sample paths on a Sobol candidate set."""
+    cands = sobol_candidates(space, opts.ts_candidates, seed)
+    if exclude is not None and len(exclude):
+        far = np.min(np.abs(cands[:, None, :] - exclude[None]).max(-1), axis=1) > 1e-9
+        cands = cands[far] if far.any() else cands
+    with seeded_torch(seed), torch.no_grad():
+        mps = MaxPosteriorSampling(model=model, replacement=False)
+        X = mps(as_tensor(cands), num_samples=q)
+    return space.snap(X.numpy().reshape(q, space.dim))
+
+
+class PriorWeighted(AcquisitionFunction):
+    r"""``log alpha+(X) + gamma * sum_q log pi(x_q)``: an acquisition times a prior power.
+
+    ``log_base``: the base acquisition is already a log-acquisition (LogEI family);
+    otherwise (UCB) it is made positive as ``softplus((alpha - ref) / scale)`` first
+    (see :mod:`labfbo.priors`).
+    """
+
+    def __init__(self, base: AcquisitionFunction, prior: "LocationPrior", gamma: float,
+                 log_base: bool, ref: float = 0.0, scale: float = 1.0) -> None:
+        super().__init__(model=base.model)
+        self.base, self.prior, self.gamma = base, prior, gamma
+        self.log_base, self.ref, self.scale = log_base, ref, scale
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        a = self.base(X)
+        if not self.log_base:
+            z = (a - self.ref) / self.scale
+            a = torch.where(z < -30.0, z, torch.log(torch.nn.functional.softplus(z.clamp_min(-30.0))))
+        return a + self.gamma * self.prior.log_density(X).sum(-1)
+
+
+def propose_with_model(model: Model, space: SearchSpace, data: AcquisitionData, q: int,
+                       seed: int, opts: AcquisitionOptions,
+                       prior: "tuple[LocationPrior, float] | None" = None) -> np.ndarray:
+    """Propose ``q`` points from ``model`` with the configured acquisition.
+
+    ``prior=(location_prior, gamma)`` multiplies the acquisition by the prior to the
+    power ``gamma`` (skipped when ``gamma == 0``).
+    """
+    if opts.acquisition == "ts":
+        return thompson_sample(model, space, q, seed, opts, exclude=data.pending)
+    acqf = build_acquisition(model, data, opts, q, seed)
+    if prior is not None and prior[1] > 0:
+        with torch.no_grad():
+            ref = float(model.posterior(as_tensor(data.X)).mean.max())
+        scale = float(np.std(data.y)) if len(data.y) > 1 and np.std(data.y) > 0 else 1.0
+        acqf = PriorWeighted(acqf, prior[0], prior[1], log_base=opts.acquisition != "ucb",
+                             ref=ref, scale=scale)
+        extra = prior[0].sample(max(opts.raw_samples // 2, opts.num_restarts), seed)
+        return optimize_acquisition(acqf, space, q, seed, opts, extra_raw=extra)
+    return optimize_acquisition(acqf, space, q, seed, opts)

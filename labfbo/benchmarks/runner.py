@@ -1,0 +1,89 @@
+"""Cached, resumable, parallel benchmark runs.
+
+A *job* is one ``simulate`` call, identified by a path under the suite's output folder
+(``<out>/<problem>/<method>/seed<k>.json``). A job whose JSON exists is not run again, so
+an interrupted suite resumes where it stopped; jobs run in worker processes with one
+torch thread each (``--workers``).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from labfbo.simulation import SimulationResult
+
+
+@dataclass(frozen=True)
+class Job:
+    """One simulation: problem name and keywords, protocol options, where to cache it."""
+
+    path: str
+    label: str
+    problem: str
+    problem_kwargs: dict[str, Any]
+    protocol: str
+    seed: int
+    n_init: int
+    budget: int
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _init_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def run_job(job: Job) -> str:
+    """Run one job (in a worker) and write its JSON; returns the path."""
+    from labfbo.benchmarks.problems import get_problem
+    from labfbo.simulation import simulate
+
+    problem = get_problem(job.problem, seed=job.seed, **job.problem_kwargs)
+    res = simulate(problem, protocol=job.protocol, n_init=job.n_init, budget=job.budget, seed=job.seed,
+                   **job.options)
+    res.options["label"] = job.label
+    path = Path(job.path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(res.to_json())
+    os.replace(tmp, path)
+    return job.path
+
+
+def run_jobs(jobs: Sequence[Job], workers: int = 1,
+             progress: Callable[[int, int], None] | None = None) -> list[SimulationResult]:
+    """Run the jobs that are not cached yet; return every job's result (in order)."""
+    todo = [j for j in jobs if not Path(j.path).exists()]
+    done = len(jobs) - len(todo)
+    if progress:
+        progress(done, len(jobs))
+    if todo:
+        if workers <= 1:
+            _init_worker()
+            for j in todo:
+                run_job(j)
+                done += 1
+                if progress:
+                    progress(done, len(jobs))
+        else:
+            import multiprocessing as mp
+
+            with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                     initializer=_init_worker) as pool:
+                for fut in as_completed([pool.submit(run_job, j) for j in todo]):
+                    fut.result()
+                    done += 1
+                    if progress:
+                        progress(done, len(jobs))
+    return [load_result(j) for j in jobs]
+
+
+def load_result(job: Job) -> SimulationResult:
+    res = SimulationResult.from_json(Path(job.path).read_text())
+    res.options["label"] = job.label
+    return res

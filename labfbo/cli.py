@@ -1,0 +1,113 @@
+"""The ``labfbo`` command line: ``demo`` and ``bench``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+
+def _one_thread() -> None:
+    """One torch thread per process: oversubscribed threads make GP fits ~10x slower."""
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("LABFBO_THREADS", "1")))
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from labfbo.demo import DemoConfig, run_demo
+
+    cfg = DemoConfig(problem=args.problem, n_sites=args.sites, n_init=args.n_init, budget=args.budget,
+                     seeds=args.seeds, protocols=args.protocols, out=args.out)
+    run_demo(cfg)
+    return 0
+
+
+def _cmd_bench_latency(args: argparse.Namespace) -> int:
+    from labfbo.benchmarks.latency import format_rows, run
+
+    rows = run(args.problems, args.n_obs, args.repeats)
+    print(f"labfbo bench latency --problems {' '.join(args.problems)} --n-obs "
+          f"{' '.join(map(str, args.n_obs))} --repeats {args.repeats}\n")
+    print(format_rows(rows))
+    worst = max(r.ratio for r in rows)
+    print(f"\nworst median ratio labfbo/BoTorch: {worst:.2f}x (goal <= 1.0x, defect > 1.5x)")
+    return 0
+
+
+def _cmd_bench_pmcbo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tqdm.auto import tqdm
+
+    from labfbo.benchmarks import pmcbo
+    from labfbo.benchmarks.runner import run_jobs
+
+    if args.quick:
+        functions, acqs, seeds = ("branin",), ("ucb",), list(range(3))
+    else:
+        functions, acqs, seeds = tuple(args.functions), tuple(args.acquisitions), list(range(args.seeds))
+    out = Path(args.out)
+    jobs = pmcbo.jobs(str(out), functions, acqs, seeds, budget=args.budget, n_init=args.n_init)
+    cmd = "labfbo bench pmcbo " + " ".join(sys.argv[3:] if len(sys.argv) > 3 else [])
+    print(f"{cmd}\n{len(jobs)} runs ({sum(not Path(j.path).exists() for j in jobs)} to do), "
+          f"cache: {out}")
+    bar = tqdm(total=len(jobs), desc="pmcbo", unit="run")
+
+    def progress(done: int, total: int) -> None:
+        bar.n = done
+        bar.refresh()
+
+    results = run_jobs(jobs, workers=args.workers, progress=progress)
+    bar.close()
+    table = pmcbo.table(results, functions)
+    plots = pmcbo.plot(results, out, functions)
+    (out / "summary.md").write_text(f"# PMCBO suite\n\n`{cmd}`\n\n{table}\n")
+    print(table)
+    print("\nplots: " + ", ".join(map(str, plots)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="labfbo", description="Federated Bayesian optimization for labs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="simulated multi-site campaign (Wing Weight, 5 sites)")
+    demo.add_argument("--problem", default="wing_weight")
+    demo.add_argument("--sites", type=int, default=5)
+    demo.add_argument("--n-init", type=int, default=10)
+    demo.add_argument("--budget", type=int, default=30)
+    demo.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    demo.add_argument("--protocols", nargs="+", default=None)
+    demo.add_argument("--out", default="runs")
+    demo.set_defaults(func=_cmd_demo)
+
+    bench = sub.add_parser("bench", help="benchmark suites")
+    bsub = bench.add_subparsers(dest="suite", required=True)
+    lat = bsub.add_parser("latency", help="ask() latency of `independent` vs a plain BoTorch loop")
+    lat.add_argument("--problems", nargs="+", default=["branin", "hartmann6"])
+    lat.add_argument("--n-obs", type=int, nargs="+", default=[10, 30, 60])
+    lat.add_argument("--repeats", type=int, default=7)
+    lat.set_defaults(func=_cmd_bench_latency)
+    pm = bsub.add_parser("pmcbo", help="PMCBO Tables 4-5: priors and consensus (cached, resumable)")
+    pm.add_argument("--quick", action="store_true", help="3 seeds, UCB variants on Branin only")
+    pm.add_argument("--functions", nargs="+", default=["branin", "hartmann3", "hartmann6"])
+    pm.add_argument("--acquisitions", nargs="+", default=["ei", "ucb"], choices=["ei", "ucb"])
+    pm.add_argument("--seeds", type=int, default=10)
+    pm.add_argument("--budget", type=int, default=60)
+    pm.add_argument("--n-init", type=int, default=5)
+    pm.add_argument("--workers", type=int, default=2)
+    pm.add_argument("--out", default="runs/bench/pmcbo")
+    pm.set_defaults(func=_cmd_bench_pmcbo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _one_thread()
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""The consortium's coordinator: membership, the collaborative design, and rounds.
+
+The coordinator owns the protocol's :class:`~labfbo.protocols.base.Aggregator` and runs
+BO rounds through a *gather* function supplied by the transport::
+
+    gather(requests: {site: Message}, quorum: int, deadline: float | None)
+        -> {site: Message | Exception}
+
+**Round semantics.** Synchronous by default: every exchange waits for every site, and a
+round closes when all have answered. With ``quorum=q`` (and optionally ``deadline=s``
+seconds) an exchange closes once ``q`` sites have answered and the deadline has passed;
+stragglers and failed sites are left out of that exchange (aggregations see only the
+sites that contributed) and rejoin the next. Fewer than ``q`` answers is a
+:class:`~labfbo.exceptions.RoundError`.
+
+**Collaborative design.** When a site joins, the coordinator sends its cells of one
+scrambled Latin hypercube of ``n_sites * n_init`` points (seeded by the study seed), so
+the sites' initial designs together stratify the space and every protocol gets the same
+initial designs for the same seed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+from scipy.stats import qmc
+
+from labfbo.exceptions import ConfigurationError, FederationError, RoundError
+from labfbo.messages import Abstain, Array, JoinReply, JoinRequest, Message, NoGuidance
+from labfbo.protocols import Exchange, Finish, get_protocol, parse_options
+from labfbo.seeding import rng
+from labfbo.space import SearchSpace
+
+Gather = Callable[[Mapping[str, Message], int, "float | None"], "dict[str, Message | BaseException]"]
+
+MAX_EXCHANGES_PER_ROUND = 100_000
+
+
+def collaborative_design(space: SearchSpace, n_sites: int, n_init: int, seed: int) -> np.ndarray:
+    """``(n_sites, n_init, d)``: one scrambled LHS of ``n_sites * n_init`` points, dealt to sites.
+
+    Site ``i`` receives rows ``perm[i*n_init:(i+1)*n_init]`` of a seeded random
+    permutation, so each site's cells are spread over the whole space.
+    """
+    if n_init <= 0:
+        return np.zeros((n_sites, 0, space.dim))
+    gen = rng(seed, 0, 0, f"collaborative-lhs/{n_sites}/{n_init}")
+    pts = qmc.LatinHypercube(space.dim, scramble=True, seed=gen).random(n_sites * n_init)
+    pts = space.snap(pts[gen.permutation(n_sites * n_init)])
+    return pts.reshape(n_sites, n_init, space.dim)
+
+
+class Coordinator:
+    """Runs a study for a fixed set of sites under one protocol.
+
+    Args:
+        protocol: a registered protocol name.
+        sites: the site names (their order fixes site indices), or a number of sites
+            (indices then follow join order).
+        space: the federation's search space; by default the first site to join fixes it.
+        seed: the study seed (collaborative design, aggregator randomness).
+        horizon: planned number of BO rounds (for schedules).
+        quorum, deadline: relaxed round closing (see the module docstring).
+        transport: ``"local"`` (in-process). MPI and HTTP come with their own modules.
+        **protocol_options: the protocol's coordinator-side options.
+    """
+
+    def __init__(self, protocol: str = "independent", sites: int | Sequence[str] = 1, *,
+                 space: SearchSpace | None = None, seed: int = 0, horizon: int | None = None,
+                 quorum: int | None = None, deadline: float | None = None,
+                 transport: str = "local", study: str = "labfbo-study", **protocol_options: Any):
+        self.protocol_cls = get_protocol(protocol)
+        self.protocol = protocol
+        self.options = parse_options(self.protocol_cls, protocol_options)
+        if isinstance(sites, int):
+            if sites < 1:
+                raise ConfigurationError("a study needs at least one site")
+            self.expected: list[str] | None = None
+            self.n_sites = sites
+        else:
+            names = [str(s) for s in sites]
+            if not names or len(set(names)) != len(names):
+                raise ConfigurationError("sites must be a non-empty list of unique names")
+            self.expected = names
+            self.n_sites = len(names)
+        self.quorum = self.n_sites if quorum is None else int(quorum)
+        if not 1 <= self.quorum <= self.n_sites:
+            raise ConfigurationError(f"quorum must be in [1, {self.n_sites}], got {quorum}")
+        if deadline is not None and deadline < 0:
+            raise ConfigurationError("deadline must be >= 0 seconds")
+        if transport != "local":
+            raise ConfigurationError(
+                f"transport {transport!r} is not available in this build; use 'local'")
+        self.deadline = deadline
+        self.seed = int(seed)
+        self.horizon = horizon
+        self.study = study
+        self.space = space
+        if space is not None:
+            self.protocol_cls.check_space(space)
+        self.members: dict[str, int] = {}
+        self.rounds: dict[int, dict[str, Message]] = {}
+        self.contributors: dict[int, list[list[str]]] = {}
+        self._aggregator = None
+        self._transport: Any = None
+
+    # -- membership -------------------------------------------------------------------
+    def join(self, request: JoinRequest) -> JoinReply:
+        """Admit a site (or re-admit it after a restart) and send its design cells."""
+        space = SearchSpace.model_validate(request.space)
+        if request.protocol != self.protocol:
+            raise FederationError(f"site {request.site!r} runs protocol {request.protocol!r}, "
+                                  f"the study runs {self.protocol!r}")
+        if self.space is None:
+            self.protocol_cls.check_space(space)
+            self.space = space
+        if request.space_hash != self.space.fingerprint():
+            raise FederationError(f"site {request.site!r} has a different search space than the "
+                                  f"study (hash {request.space_hash} != {self.space.fingerprint()})")
+        if request.site not in self.members:
+            if self.expected is not None:
+                if request.site not in self.expected:
+                    raise FederationError(f"unknown site {request.site!r}; expected {self.expected}")
+                self.members[request.site] = self.expected.index(request.site)
+            else:
+                if len(self.members) >= self.n_sites:
+                    raise FederationError(f"the study is full ({self.n_sites} sites)")
+                self.members[request.site] = len(self.members)
+        index = self.members[request.site]
+        design = collaborative_design(self.space, self.n_sites, request.n_init, self.seed)[index]
+        return JoinReply(site_index=index, n_sites=self.n_sites, design=Array.of(design),
+                         horizon=self.horizon, study=self.study)
+
+    @property
+    def site_names(self) -> list[str]:
+        return sorted(self.members, key=self.members.__getitem__)
+
+    def connect(self, site: str) -> Any:
+        """An in-process link for ``site`` (the local transport)."""
+        from labfbo.transport.local import LocalTransport
+
+        if self._transport is None:
+            self._transport = LocalTransport(self)
+        return self._transport.link(site)
+
+    # -- rounds -----------------------------------------------------------------------
+    def _stamp(self, msg: Message, t: int) -> Message:
+        return msg.model_copy(update={"round": t, "study": self.study})
+
+    def aggregator(self) -> Any:
+        if self._aggregator is None:
+            if self.protocol_cls.aggregator is None:
+                raise FederationError(f"protocol {self.protocol!r} has no coordinator rounds")
+            missing = self.n_sites - len(self.members)
+            if missing:
+                raise RoundError(f"waiting for {missing} more site(s) to join before round 0")
+            self._aggregator = self.protocol_cls.aggregator(
+                self.options, self.site_names, self.seed, self.horizon, self.space)
+        return self._aggregator
+
+    def run_round(self, t: int, gather: Gather) -> dict[str, Message]:
+        """Run BO round ``t`` (and any earlier round not yet run); return its replies."""
+        if t in self.rounds:
+            return self.rounds[t]
+        first = max(self.rounds, default=-1) + 1
+        for r in range(first, t + 1):
+            self._run_one(r, gather)
+        return self.rounds[t]
+
+    def _run_one(self, t: int, gather: Gather) -> None:
+        agg = self.aggregator()
+        step = agg.open_round(t)
+        contributions: list[list[str]] = []
+        for _ in range(MAX_EXCHANGES_PER_ROUND):
+            if isinstance(step, Finish):
+                break
+            if not isinstance(step, Exchange) or not step.requests:
+                raise RoundError(f"round {t}: the aggregator returned an empty step")
+            requests = {s: self._stamp(m, t) for s, m in step.requests.items()}
+            answers = gather(requests, min(self.quorum, len(requests)), self.deadline)
+            answered = {s: m for s, m in answers.items() if isinstance(m, Message)}
+            if len(answered) < min(self.quorum, len(requests)):
+                failed = {s: repr(e) for s, e in answers.items() if not isinstance(e, Message)}
+                raise RoundError(f"round {t}: {len(answered)} of {len(requests)} sites answered, "
+                                 f"quorum is {self.quorum}; failures: {failed}")
+            contrib = {s: m for s, m in answered.items() if not isinstance(m, Abstain)}
+            contributions.append(sorted(contrib))
+            step = agg.on_responses(t, contrib)
+        else:
+            raise RoundError(f"round {t} exceeded {MAX_EXCHANGES_PER_ROUND} exchanges")
+        replies = {s: self._stamp(step.replies.get(s, NoGuidance()), t) for s in self.site_names}
+        self.rounds[t] = replies
+        self.contributors[t] = contributions

@@ -1,0 +1,155 @@
+"""Every model that crosses a site boundary. This module *is* the privacy boundary.
+
+A message is a pydantic model with a ``kind`` tag and a schema ``version``; arrays travel
+as :class:`Array` (dtype, shape, base64 of little-endian bytes — never pickle). Anything
+a site sends is one of the classes registered here (protocol modules register their own
+with :func:`register`), so ``opt.sent_messages()`` lists exactly what left the site, and
+:func:`parse` refuses anything unknown.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, ClassVar, Literal, TypeVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from labfbo.exceptions import ProtocolError
+
+SCHEMA_VERSION = 1
+_ALLOWED_DTYPES = ("float64", "float32", "int64", "int32", "bool", "uint8", "uint64")
+
+
+class Array(BaseModel):
+    """A numeric array in a message: explicit dtype and shape, base64 payload."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    dtype: str
+    shape: tuple[int, ...]
+    data: str
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v: str) -> str:
+        if v not in _ALLOWED_DTYPES:
+            raise ValueError(f"dtype {v!r} not allowed in messages")
+        return v
+
+    @classmethod
+    def of(cls, a: Any, dtype: str = "float64") -> "Array":
+        # (np.ascontiguousarray would turn a 0-d array into shape (1,))
+        arr = np.array(np.asarray(a, dtype=np.dtype(dtype).newbyteorder("<")), order="C", copy=True)
+        return cls(dtype=dtype, shape=tuple(int(s) for s in arr.shape),
+                   data=base64.b64encode(arr.tobytes()).decode("ascii"))
+
+    def numpy(self) -> np.ndarray:
+        raw = base64.b64decode(self.data.encode("ascii"))
+        arr = np.frombuffer(raw, dtype=np.dtype(self.dtype).newbyteorder("<"))
+        if arr.size != int(np.prod(self.shape, dtype=np.int64)):
+            raise ProtocolError(f"array payload has {arr.size} items, shape says {self.shape}")
+        return arr.reshape(self.shape).astype(self.dtype)  # native byte order, writable copy
+
+    @property
+    def n_scalars(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+class Message(BaseModel):
+    """Base of every cross-site message."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: str
+    version: int = SCHEMA_VERSION
+    round: int = -1
+    study: str = ""
+
+    _registry: ClassVar[dict[str, type["Message"]]] = {}
+
+    def nbytes(self) -> int:
+        """Size of the message on the wire (its JSON encoding, UTF-8)."""
+        return len(self.model_dump_json().encode())
+
+
+M = TypeVar("M", bound=type[Message])
+
+
+def register(cls: M) -> M:
+    """Class decorator: make a message kind parseable (kinds must be unique)."""
+    kind = cls.model_fields["kind"].default
+    if not isinstance(kind, str) or not kind:
+        raise TypeError(f"{cls.__name__} needs a Literal default for `kind`")
+    existing = Message._registry.get(kind)
+    if existing is not None and existing is not cls:
+        raise TypeError(f"message kind {kind!r} already registered by {existing.__name__}")
+    Message._registry[kind] = cls
+    return cls
+
+
+def parse(data: str | bytes | dict[str, Any]) -> Message:
+    """Decode a JSON message (or its dict) into its registered class."""
+    if isinstance(data, (str, bytes)):
+        import json
+
+        try:
+            data = json.loads(data)
+        except ValueError as exc:
+            raise ProtocolError(f"not a labfbo message (invalid JSON: {exc})") from None
+    if not isinstance(data, dict) or "kind" not in data:
+        raise ProtocolError("not a labfbo message (no 'kind')")
+    cls = Message._registry.get(data["kind"])
+    if cls is None:
+        raise ProtocolError(f"unknown message kind {data['kind']!r}")
+    try:
+        version = int(data.get("version", SCHEMA_VERSION))
+    except (TypeError, ValueError):
+        raise ProtocolError(f"message version must be an integer, got {data.get('version')!r}") from None
+    if version > SCHEMA_VERSION:
+        raise ProtocolError(f"message version {version} is newer than this labfbo ({SCHEMA_VERSION})")
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise ProtocolError(f"malformed {data['kind']!r} message: {exc}") from None
+
+
+# -- messages every protocol shares --------------------------------------------------
+@register
+class JoinRequest(Message):
+    """A site asks to join a study: the coordinator checks space and protocol."""
+
+    kind: Literal["join"] = "join"
+    site: str
+    protocol: str
+    space_hash: str
+    space: dict[str, Any]
+    n_init: int = Field(ge=0, default=0)
+    n_historical: int = Field(ge=0, default=0)
+
+
+@register
+class JoinReply(Message):
+    """The coordinator's answer: the site's index, the federation size and its design cells.
+
+    ``design`` holds the site's rows of the collaborative Latin hypercube (unit cube).
+    """
+
+    kind: Literal["join_reply"] = "join_reply"
+    site_index: int
+    n_sites: int
+    design: Array
+    horizon: int | None = None
+
+
+@register
+class Abstain(Message):
+    """A site has nothing to contribute to this exchange (e.g. no data yet)."""
+
+    kind: Literal["abstain"] = "abstain"
+    reason: str = ""
+
+
+@register
+class NoGuidance(Message):
+    """The coordinator has nothing for the site this round (protocol `independent`)."""
+
+    kind: Literal["no_guidance"] = "no_guidance"

@@ -1,0 +1,1 @@
+"""Surrogate models (BoTorch / GPyTorch, float64)."""

@@ -1,0 +1,406 @@
+"""`Optimizer`: the ask/tell facade of one site over its journal and its protocol.
+
+Every public call validates first, then appends one journal record, then applies it to
+the in-memory state — the same code path replay uses — so an exception changes nothing
+and a restarted optimizer is the one that crashed. Random streams are keyed by
+``(seed, site index, BO round, purpose)`` and the BO round is a replayed counter, so a
+resumed optimizer proposes what the uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Literal, Sequence
+
+import numpy as np
+
+from labfbo.exceptions import ConfigurationError, JournalError, LabFBOError, TrialError, ValidationError
+from labfbo.journal import FileJournal, MemoryJournal, write_snapshot
+from labfbo.messages import Array, JoinReply, JoinRequest, Message, parse
+from labfbo.protocols import SiteContext, SiteData, get_protocol, parse_options
+from labfbo.seeding import rng
+from labfbo.site import SiteLedger, history_rows, write_csv
+from labfbo.space import SearchSpace
+from labfbo.trial import Observation, Trial, TrialRecord, parse_value
+
+_HEADER_KEYS = ("space_hash", "objective", "protocol", "seed", "site", "n_init")
+
+
+class Optimizer:
+    """Ask/tell Bayesian optimization for one site, alone or in a federation.
+
+    Args:
+        space: the search space.
+        objective: ``"minimize"`` or ``"maximize"``.
+        protocol: ``"independent"`` (default, no coordinator) or a federated protocol.
+        coordinator: a :class:`labfbo.Coordinator` (in-process) for federated protocols.
+        site: this site's name in the federation.
+        seed: the study seed.
+        storage: path of an append-only journal; an existing one is resumed.
+        n_init: initial-design size (historical observations count towards it);
+            default ``max(5, 2 d)``.
+        horizon: planned number of BO rounds (schedules use it).
+        **protocol_options: the protocol's options, e.g. ``acquisition="ei"``.
+    """
+
+    def __init__(self, space: SearchSpace, objective: Literal["minimize", "maximize"] = "minimize",
+                 protocol: str = "independent", coordinator: Any = None, site: str | None = None,
+                 seed: int = 0, storage: str | None = None, n_init: int | None = None,
+                 horizon: int | None = None, **protocol_options: Any) -> None:
+        if not isinstance(space, SearchSpace):
+            raise ConfigurationError("space must be a labfbo.SearchSpace")
+        if objective not in ("minimize", "maximize"):
+            raise ConfigurationError(f"objective must be 'minimize' or 'maximize', got {objective!r}")
+        if not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ConfigurationError(f"seed must be a non-negative integer, got {seed!r}")
+        if n_init is not None and n_init < 0:
+            raise ConfigurationError("n_init must be >= 0")
+        self.space = space
+        self.objective = objective
+        self.protocol_name = protocol
+        self.protocol = get_protocol(protocol)
+        self.protocol.check_space(space)
+        self.options = parse_options(self.protocol, protocol_options)
+        self.seed = int(seed)
+        self.site = site or "site-0"
+        self.n_init = max(5, 2 * space.dim) if n_init is None else int(n_init)
+        self.horizon = horizon
+        self._sign = 1.0 if objective == "maximize" else -1.0  # model targets are maximized
+        self._trials: dict[int, TrialRecord] = {}
+        self._historical: list[Observation] = []
+        self._hist_x: list[np.ndarray] = []
+        self._next_id = 0
+        self._design_used = 0
+        self._round = 0
+        self.ledger = SiteLedger()
+        self._link = self._connect(coordinator)
+        existed = storage is not None and os.path.exists(storage)
+        self._journal = MemoryJournal() if storage is None else FileJournal(storage)
+        records = list(self._journal.records())
+        self._header = {"op": "header", "space_hash": space.fingerprint(), "space": space.model_dump(mode="json"),
+                        "objective": objective, "protocol": protocol, "seed": self.seed, "site": self.site,
+                        "n_init": self.n_init, "options": self.options.model_dump(mode="json")}
+        try:
+            if records:
+                self._check_header(records[0])
+            else:
+                self._journal.append(self._header)
+            self._join_reply: JoinReply | None = None
+            self._replay(records[1:])
+            self._join()
+        except BaseException:
+            # refused (e.g. by the coordinator): leave the storage as it was
+            self._journal.close()
+            if storage is not None and not records:
+                if existed:
+                    os.truncate(storage, 0)
+                else:
+                    os.unlink(storage)
+            raise
+
+    # -- construction helpers ------------------------------------------------------------
+    def _connect(self, coordinator: Any) -> Any:
+        if not self.protocol.federated:
+            return coordinator.connect(self.site) if hasattr(coordinator, "connect") else None
+        if coordinator is None:
+            raise ConfigurationError(
+                f"protocol {self.protocol_name!r} is federated and needs a coordinator "
+                "(coordinator=labfbo.Coordinator(...)); use protocol='independent' to run alone")
+        if isinstance(coordinator, str):
+            raise ConfigurationError(
+                f"coordinator {coordinator!r}: only in-process Coordinator objects are supported "
+                "by this build (MPI and HTTP transports are separate modules)")
+        if not hasattr(coordinator, "connect"):
+            raise ConfigurationError("coordinator must be a labfbo.Coordinator")
+        return coordinator.connect(self.site)
+
+    def _check_header(self, header: dict[str, Any]) -> None:
+        if header.get("op") != "header":
+            raise JournalError("journal does not start with a header record")
+        for key in _HEADER_KEYS:
+            if header.get(key) != self._header[key]:
+                raise JournalError(f"journal belongs to another study: {key} is {header.get(key)!r}, "
+                                   f"this optimizer has {self._header[key]!r}")
+
+    def _join(self) -> None:
+        ctx_index, n_sites = 0, 1
+        if self._link is not None:
+            req = JoinRequest(site=self.site, protocol=self.protocol_name, study="",
+                              space_hash=self.space.fingerprint(), space=self.space.model_dump(mode="json"),
+                              n_init=self.n_init, n_historical=len(self._historical))
+            self.ledger.record_sent(req)
+            reply = self._link.join(req, self._handle)
+            if self._join_reply is None:
+                self._commit({"op": "join", "reply": reply.model_dump(mode="json")})
+            elif reply.site_index != self._join_reply.site_index:
+                raise JournalError(f"the coordinator now gives {self.site!r} index {reply.site_index}, "
+                                   f"the journal has {self._join_reply.site_index}")
+        if self._join_reply is not None:
+            ctx_index, n_sites = self._join_reply.site_index, self._join_reply.n_sites
+            self.horizon = self.horizon if self.horizon is not None else self._join_reply.horizon
+        self.context = SiteContext(site=self.site, site_index=ctx_index, n_sites=n_sites, seed=self.seed,
+                                   horizon=self.horizon, objective=self.objective)
+        self._logic = self.protocol.site_logic(self.space, self.options, self.context)
+
+    # -- journal ---------------------------------------------------------------------------
+    def _commit(self, record: dict[str, Any]) -> None:
+        self._journal.append(record)
+        self._apply(record)
+
+    def _replay(self, records: Sequence[dict[str, Any]]) -> None:
+        for rec in records:
+            self._apply(rec)
+
+    def _apply(self, rec: dict[str, Any]) -> None:
+        op = rec["op"]
+        if op == "hist":
+            for params, value, sem in zip(rec["params"], rec["values"], rec["sems"]):
+                self._historical.append(Observation(params=params, value=value, sem=sem))
+                self._hist_x.append(self.space.encode([self._clean(params, strict=False)])[0])
+        elif op in ("ask", "enqueue"):
+            for t in rec["trials"]:
+                self._trials[t["id"]] = TrialRecord(id=t["id"], params=t["params"], x=np.asarray(t["x"]),
+                                                    source=t["source"], round=t["round"],
+                                                    metadata=t.get("metadata", {}))
+                self._next_id = max(self._next_id, t["id"] + 1)
+                self._design_used += t["source"] == "design"
+            self._round += bool(rec.get("model_round", False))
+        elif op == "tell":
+            tr = self._trials[rec["id"]]
+            tr.state, tr.value, tr.sem = "complete", rec["value"], rec.get("sem")
+        elif op == "fail":
+            tr = self._trials[rec["id"]]
+            tr.state, tr.reason = "failed", rec["reason"]
+        elif op == "join":
+            self._join_reply = JoinReply.model_validate(rec["reply"])
+        elif op != "header":
+            raise JournalError(f"unknown journal record {op!r}")
+
+    # -- validation helpers ----------------------------------------------------------------
+    def _clean(self, params: Any, strict: bool) -> dict[str, Any]:
+        return self.space.validate_params(params, strict=strict)[0]
+
+    def _record(self, trial_or_id: Trial | int, *, pending: bool = True) -> TrialRecord:
+        tid = trial_or_id.id if isinstance(trial_or_id, Trial) else trial_or_id
+        if isinstance(tid, (bool, np.bool_)) or not isinstance(tid, (int, np.integer)):
+            raise TrialError(f"a trial id is an int or a Trial, got {type(trial_or_id).__name__}")
+        rec = self._trials.get(int(tid))
+        if rec is None:
+            raise TrialError(f"unknown trial id {tid}")
+        if pending and rec.state != "pending":
+            raise TrialError(f"trial {tid} is already {rec.state}")
+        return rec
+
+    # -- the public API --------------------------------------------------------------------
+    def add_observations(self, params_list: Sequence[dict[str, Any]], values: Sequence[Any]) -> None:
+        """Add historical data (the site's past experiments, S_i^(0)).
+
+        Numeric values outside the bounds are kept as given (warning) and clipped for the
+        model; any other problem raises and nothing is added.
+        """
+        if isinstance(params_list, dict) or len(params_list) != len(values):
+            raise ValidationError("add_observations needs a list of params dicts and a list of "
+                                  "values of the same length")
+        clean, sems, vals, oob_rows = [], [], [], []
+        for i, (params, value) in enumerate(zip(params_list, values)):
+            try:
+                c, oob = self.space.validate_params(params, strict=False)
+                v, s = parse_value(value)
+            except LabFBOError as exc:
+                raise type(exc)(f"observation {i}: {exc}") from None
+            if oob:
+                oob_rows.append(f"{i} ({', '.join(oob)})")
+            clean.append({k: params[k] if k in oob else c[k] for k in self.space.names})
+            vals.append(v)
+            sems.append(s)
+        if oob_rows:
+            warnings.warn(f"{len(oob_rows)} historical observation(s) outside the bounds: rows "
+                          f"{'; '.join(oob_rows)} — kept as given, clipped for the model", stacklevel=2)
+        if clean:
+            self._commit({"op": "hist", "params": clean, "values": vals, "sems": sems})
+
+    def enqueue(self, params: dict[str, Any]) -> Trial:
+        """Register an experiment the scientist chose; returns it as a pending Trial."""
+        clean = self._clean(params, strict=True)
+        x = self.space.encode([clean])[0]
+        rec = {"id": self._next_id, "params": clean, "x": x.tolist(), "source": "enqueued", "round": self._round}
+        self._commit({"op": "enqueue", "trials": [rec]})
+        return self._trials[rec["id"]].trial()
+
+    def ask(self, n: int | None = None, *, timeout: float | None = None) -> Trial | list[Trial]:
+        """Propose the next experiment (``n=None``) or a list of ``n`` (pending-aware)."""
+        k = 1 if n is None else n
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValidationError(f"n must be a positive integer, got {n!r}")
+        rows: list[tuple[np.ndarray, str]] = []
+        design = self._design_rows()
+        while len(rows) < k and self._design_used + len(rows) < len(design) and self._needs_design(len(rows)):
+            rows.append((design[self._design_used + len(rows)], "design"))
+        model_round = len(rows) < k
+        if model_round:
+            extra = np.array([r[0] for r in rows]).reshape(-1, self.space.dim)
+            X, source = self._propose(k - len(rows), extra, timeout)
+            rows += [(x, source) for x in X]
+        trials = []
+        for j, (x, source) in enumerate(rows):
+            params = self.space.decode(x[None])[0]
+            trials.append({"id": self._next_id + j, "params": params, "x": self.space.encode([params])[0].tolist(),
+                           "source": source, "round": self._round})
+        self._commit({"op": "ask", "trials": trials, "model_round": model_round})
+        out = [self._trials[t["id"]].trial() for t in trials]
+        return out[0] if n is None else out
+
+    def tell(self, trial_or_id: Trial | int, value: Any) -> None:
+        """Report a measurement: a float, or ``(mean, sem)``."""
+        rec = self._record(trial_or_id)
+        mean, sem = parse_value(value)
+        self._commit({"op": "tell", "id": rec.id, "value": mean, "sem": sem})
+
+    def tell_failed(self, trial_or_id: Trial | int, reason: str = "") -> None:
+        """Mark a trial as failed (it is never proposed as pending again)."""
+        rec = self._record(trial_or_id)
+        if not isinstance(reason, str):
+            raise ValidationError("reason must be a string")
+        self._commit({"op": "fail", "id": rec.id, "reason": reason})
+
+    @property
+    def observations(self) -> tuple[Observation, ...]:
+        """Completed records (historical and told), in order; failed and pending excluded."""
+        told = [Observation(params=dict(t.params), value=t.value, sem=t.sem, trial_id=t.id, source=t.source)
+                for t in self._trials.values() if t.state == "complete"]
+        hist = [o.model_copy(update={"params": dict(o.params)}) for o in self._historical]  # no aliasing
+        return tuple(hist) + tuple(told)
+
+    @property
+    def best(self) -> Observation | None:
+        """The best completed observation (``None`` before any)."""
+        obs = self.observations
+        if not obs:
+            return None
+        return max(obs, key=lambda o: self._sign * o.value)
+
+    @property
+    def pending(self) -> list[Trial]:
+        return [t.trial() for t in self._trials.values() if t.state == "pending"]
+
+    @property
+    def trials(self) -> list[Trial]:
+        return [t.trial() for t in self._trials.values()]
+
+    def predict(self, params_list: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and standard deviation of the objective (user units)."""
+        X = self.space.encode([self._clean(p, strict=False) for p in params_list])
+        data = self.site_data()
+        if data.n == 0:
+            raise LabFBOError("predict needs at least one completed observation")
+        mean, std = self._logic.predict(data, X)
+        return self._sign * mean, std
+
+    def sent_messages(self) -> list[Message]:
+        """Exactly what this site has sent across its boundary, in order."""
+        return list(self.ledger.sent)
+
+    def to_dataframe(self) -> Any:
+        """The history as a pandas DataFrame (needs ``labfbo[dataframe]``)."""
+        import pandas as pd
+
+        return pd.DataFrame(history_rows(self))
+
+    def to_csv(self, path: str) -> None:
+        """Export the history (historical, told, failed and pending trials) as CSV."""
+        write_csv(path, history_rows(self))
+
+    def save(self, path: str) -> None:
+        """Write a snapshot (a complete journal) that :meth:`load` restores."""
+        write_snapshot(path, list(self._journal.records()))
+
+    @classmethod
+    def load(cls, path: str, coordinator: Any = None, storage: str | None = None, **options: Any) -> "Optimizer":
+        """Restore an optimizer from :meth:`save` (``storage`` journals what follows)."""
+        records = list(FileJournal(path).records())
+        if not records or records[0].get("op") != "header":
+            raise JournalError(f"{path} is not a labfbo snapshot")
+        head = records[0]
+        saved = {k: v for k, v in head.get("options", {}).items() if v is not None}
+        opt = cls(SearchSpace.model_validate(head["space"]), objective=head["objective"], protocol=head["protocol"],
+                  site=head["site"], seed=head["seed"], n_init=head["n_init"], storage=storage,
+                  coordinator=coordinator, **{**saved, **options})
+        if len(list(opt._journal.records())) > 1:
+            raise JournalError("load() into a storage that already has history")
+        for rec in records[1:]:
+            if rec["op"] != "join":
+                opt._commit({k: v for k, v in rec.items() if k != "v"})
+        return opt
+
+    def close(self) -> None:
+        self._journal.close()
+
+    # -- internals -------------------------------------------------------------------------
+    def site_data(self, extra_pending: np.ndarray | None = None) -> SiteData:
+        """The site's local data in model coordinates."""
+        done = [t for t in self._trials.values() if t.state == "complete"]
+        X = np.array(self._hist_x + [t.x for t in done]).reshape(-1, self.space.dim)
+        values = [o.value for o in self._historical] + [t.value for t in done]
+        sems = [o.sem for o in self._historical] + [t.sem for t in done]
+        y = self._sign * np.asarray(values, dtype=np.float64)
+        yvar = None if not sems or any(s is None for s in sems) else np.square(np.asarray(sems, dtype=np.float64))
+        pend = [t.x for t in self._trials.values() if t.state == "pending"]
+        P = np.array(pend).reshape(-1, self.space.dim)
+        if extra_pending is not None and len(extra_pending):
+            P = np.vstack([P, extra_pending])
+        return SiteData(space=self.space, X=X, y=y, yvar=yvar, pending=P)
+
+    def _design_rows(self) -> np.ndarray:
+        if self._join_reply is not None:
+            return self._join_reply.design.numpy().reshape(-1, self.space.dim)
+        from scipy.stats import qmc
+
+        if self.n_init == 0:
+            return np.zeros((0, self.space.dim))
+        gen = rng(self.seed, 0, 0, "design")
+        return self.space.snap(qmc.LatinHypercube(self.space.dim, scramble=True, seed=gen).random(self.n_init))
+
+    def _needs_design(self, in_batch: int) -> bool:
+        enqueued = sum(t.source == "enqueued" for t in self._trials.values())
+        return len(self._historical) + self._design_used + enqueued + in_batch < self.n_init
+
+    def _propose(self, m: int, extra: np.ndarray, timeout: float | None) -> tuple[np.ndarray, str]:
+        data = self.site_data(extra_pending=extra)
+        if data.n == 0:
+            gen = rng(self.seed, self.context.site_index, self._round, "random")
+            return self.space.snap(gen.random((m, self.space.dim))), "random"
+        guidance = None
+        self._logic.expect(m)
+        if self.protocol.federated:
+            guidance = parse(self._link.guidance(self._round, timeout))
+            self.ledger.record_received(guidance)
+        X = np.asarray(self._logic.propose(data, guidance, m, self._round), dtype=np.float64)
+        if X.shape != (m, self.space.dim):
+            raise LabFBOError(f"protocol {self.protocol_name!r} proposed shape {X.shape}, expected {(m, self.space.dim)}")
+        return self._dedupe(self.space.snap(X), data.pending), "model"
+
+    def _dedupe(self, X: np.ndarray, pending: np.ndarray) -> np.ndarray:
+        """Replace proposals that repeat a pending point (or each other) by random points."""
+        gen = rng(self.seed, self.context.site_index, self._round, "dedupe")
+        taken = [p for p in pending]
+        for i in range(len(X)):
+            for _ in range(100):
+                if not any(np.max(np.abs(X[i] - p)) < 1e-9 for p in taken):
+                    break
+                X[i] = self.space.snap(gen.random((1, self.space.dim)))[0]
+            taken.append(X[i])
+        return X
+
+    def _handle(self, request_json: str) -> str:
+        """Answer a coordinator request from local data (called by the transport)."""
+        request = parse(request_json)
+        self.ledger.record_received(request)
+        answer = self._logic.answer(request, self.site_data(), request.round)
+        answer = answer.model_copy(update={"round": request.round, "study": request.study})
+        self.ledger.record_sent(answer)
+        return answer.model_dump_json()
+
+    def __repr__(self) -> str:
+        return (f"Optimizer(site={self.site!r}, protocol={self.protocol_name!r}, objective={self.objective!r}, "
+                f"observations={len(self.observations)}, pending={len(self.pending)})")

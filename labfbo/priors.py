@@ -1,0 +1,198 @@
+r"""Expert priors on the location of the optimum, and how acquisitions use them.
+
+A prior is a dict from parameter name to a density in **user units**; parameters without
+an entry are uniform. Densities are truncated to the parameter's bounds and the joint
+prior is their product. Models work in the unit cube, so the density used there is
+
+.. math:: \pi_u(u) = \prod_j \pi_j(v_j(u_j)) \left|\frac{dv_j}{du_j}\right|,
+
+a proper density on :math:`[0,1]^d` (log-scale parameters include their Jacobian).
+
+**Uniform floor (labfbo default).** User priors are sometimes wrong. We use
+:math:`\tilde\pi = (1-\epsilon)\,\pi_u + \epsilon` with ``prior_floor`` :math:`\epsilon`
+(default 0.1), which bounds how strongly any region can be suppressed.
+
+**Falsification (labfbo default).** When at least ``prior_check`` (default 3) observations
+lie in the prior's high-density region :math:`R = \{x: \pi_u(x) \ge e^{-2} \max \pi_u\}` and
+the best of them is worse than the median of all the site's observations, the data
+contradict the prior and its exponent is set to 0 (plain acquisition) for as long as that
+holds. ``prior_floor=0, prior_check=0`` gives the paper's exact setting.
+
+**Weighting** (``prior_mode``):
+
+* ``"decay"`` (PMCBO, Eq. 7): :math:`\alpha(x)\,\tilde\pi(x)^{\gamma_t}`,
+  :math:`\gamma_t = 1/(1+e^{\omega t})`, ``omega`` default 0.01.
+* ``"pibo"`` (πBO): :math:`\alpha(x)\,\tilde\pi(x)^{\beta/n}` with ``prior_beta`` (default
+  10) and :math:`n` the number of observations.
+
+We maximize :math:`\log \alpha^+(x) + \gamma \log\tilde\pi(x)`, which has the same argmax.
+EI variants are already log-acquisitions (LogEI, qLogEI, qLogNEI). UCB can be negative,
+so it is made positive by :math:`\alpha^+ = \operatorname{softplus}((\mathrm{UCB}(x) -
+\mu^*)/s_y)` with :math:`\mu^*` the largest posterior mean at an observed point and
+:math:`s_y` the standard deviation of the observations: a smooth, positive, monotone
+transform of UCB that is ~linear above the incumbent and decays exponentially below it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, Mapping, Union
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from scipy.special import ndtr
+from scipy.stats import truncnorm
+
+from labfbo.exceptions import ConfigurationError
+from labfbo.space import Categorical, Integer, Real, SearchSpace
+
+
+class Normal(BaseModel):
+    """A normal density ``N(mean, std**2)`` in user units, truncated to the bounds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    type: Literal["normal"] = "normal"
+    mean: float
+    std: float = Field(gt=0)
+
+    def __init__(self, mean: float | None = None, std: float | None = None, **kw: Any) -> None:
+        if mean is not None:
+            kw.update(mean=mean, std=std)
+        super().__init__(**kw)
+
+    def log_pdf(self, v: torch.Tensor, low: float, high: float) -> torch.Tensor:
+        mass = float(ndtr((high - self.mean) / self.std) - ndtr((low - self.mean) / self.std))
+        z = (v - self.mean) / self.std
+        return -0.5 * z**2 - math.log(self.std * math.sqrt(2 * math.pi)) - math.log(max(mass, 1e-300))
+
+
+class Uniform(BaseModel):
+    """A uniform density on ``[low, high]`` (default: the parameter's bounds)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    type: Literal["uniform"] = "uniform"
+    low: float | None = None
+    high: float | None = None
+
+    def __init__(self, low: float | None = None, high: float | None = None, **kw: Any) -> None:
+        if low is not None or high is not None:
+            kw.update(low=low, high=high)
+        super().__init__(**kw)
+
+    @model_validator(mode="after")
+    def _check(self) -> "Uniform":
+        if self.low is not None and self.high is not None and not self.low < self.high:
+            raise ValueError("Uniform needs low < high")
+        return self
+
+    def log_pdf(self, v: torch.Tensor, low: float, high: float) -> torch.Tensor:
+        lo = max(low, self.low if self.low is not None else low)
+        hi = min(high, self.high if self.high is not None else high)
+        if not lo < hi:
+            raise ConfigurationError(f"Uniform({self.low}, {self.high}) does not overlap [{low}, {high}]")
+        inside = (v >= lo - 1e-12) & (v <= hi + 1e-12)
+        return torch.where(inside, torch.full_like(v, -math.log(hi - lo)), torch.full_like(v, -745.0))
+
+
+Density = Annotated[Union[Normal, Uniform], Field(discriminator="type")]
+
+
+class PriorOptions(BaseModel):
+    """The prior keywords every model-based protocol accepts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    prior: dict[str, Density] | None = None
+    prior_mode: Literal["decay", "pibo"] = "decay"
+    omega: float = Field(0.01, gt=0, description="PMCBO decay rate of the prior exponent")
+    prior_beta: float = Field(10.0, gt=0, description="piBO prior strength")
+    prior_floor: float = Field(0.1, ge=0, lt=1, description="uniform mixture weight epsilon")
+    prior_check: int = Field(3, ge=0, description="observations in the prior region before it can be falsified (0: never)")
+
+
+class LocationPrior:
+    """The joint prior of a search space in unit-cube coordinates."""
+
+    def __init__(self, space: SearchSpace, densities: Mapping[str, Any], floor: float = 0.1) -> None:
+        unknown = sorted(set(densities) - set(space.names))
+        if unknown:
+            raise ConfigurationError(f"prior names unknown parameter(s) {unknown}; the space has {space.names}")
+        self.space = space
+        self.floor = floor
+        self.terms: list[tuple[int, Real | Integer, Any]] = []
+        for j, p in enumerate(space.params):
+            dens = densities.get(p.name)
+            if dens is None:
+                continue
+            if isinstance(p, Categorical):
+                raise ConfigurationError(f"prior on categorical parameter {p.name!r} is not supported")
+            if not isinstance(dens, (Normal, Uniform)):
+                raise ConfigurationError(f"prior for {p.name!r} must be labfbo.priors.Normal or Uniform")
+            self.terms.append((j, p, dens))
+        self._log_max = self._max_log_density()
+
+    def log_density(self, X: torch.Tensor) -> torch.Tensor:
+        r""":math:`\log \tilde\pi(u)` for unit-cube ``X (..., d)`` (floor included)."""
+        log_pi = torch.zeros(X.shape[:-1], dtype=X.dtype)
+        for j, p, dens in self.terms:
+            u = X[..., j].clamp(0.0, 1.0)
+            if isinstance(p, Real) and p.log:
+                lo, hi = math.log(p.low), math.log(p.high)
+                v = torch.exp(lo + u * (hi - lo))
+                jac = torch.log(v) + math.log(hi - lo)  # dv/du = v (log hi - log lo)
+            else:
+                v = p.low + u * (p.high - p.low)
+                jac = torch.full_like(u, math.log(p.high - p.low))
+            log_pi = log_pi + dens.log_pdf(v, float(p.low), float(p.high)) + jac
+        if self.floor <= 0:
+            return log_pi
+        return torch.logaddexp(math.log1p(-self.floor) + log_pi, torch.full_like(log_pi, math.log(self.floor)))
+
+    def _max_log_density(self) -> float:
+        grid = torch.rand(4096, self.space.dim, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        for j, p, dens in self.terms:
+            if isinstance(dens, Normal) and not (isinstance(p, Real) and p.log):
+                grid[:64, j] = min(max(p.to_unit(dens.mean), 0.0), 1.0)
+        return float(self.log_density(grid).max())
+
+    def sample(self, n: int, seed: int) -> np.ndarray:
+        """``n`` unit-cube draws from the prior without its floor (uniform elsewhere)."""
+        gen = np.random.default_rng(seed)
+        U = gen.random((n, self.space.dim))
+        for j, p, dens in self.terms:
+            lo, hi = float(p.low), float(p.high)
+            if isinstance(dens, Normal):
+                a, b = (lo - dens.mean) / dens.std, (hi - dens.mean) / dens.std
+                v = truncnorm.rvs(a, b, loc=dens.mean, scale=dens.std, size=n, random_state=gen)
+            else:
+                v = gen.uniform(max(lo, dens.low if dens.low is not None else lo),
+                                min(hi, dens.high if dens.high is not None else hi), size=n)
+            U[:, j] = [p.to_unit(float(x)) for x in v]
+        return self.space.snap(U)
+
+    def in_region(self, X: np.ndarray) -> np.ndarray:
+        """Which unit-cube points lie in the high-density region (within e^-2 of the peak)."""
+        if len(X) == 0:
+            return np.zeros(0, dtype=bool)
+        lp = self.log_density(torch.as_tensor(X, dtype=torch.float64)).numpy()
+        return lp >= self._log_max - 2.0
+
+
+def prior_exponent(opts: PriorOptions, prior: LocationPrior, t: int, X: np.ndarray, y: np.ndarray) -> float:
+    """The exponent of the prior at BO round ``t`` given the site's data (0 = ignore it)."""
+    if opts.prior_mode == "decay":
+        gamma = 1.0 / (1.0 + math.exp(opts.omega * t))
+    else:
+        gamma = opts.prior_beta / max(len(y), 1)
+    if opts.prior_check and len(y):
+        inside = prior.in_region(X)
+        if inside.sum() >= opts.prior_check and y[inside].max() < np.median(y):
+            return 0.0
+    return gamma
+
+
+def site_prior(space: SearchSpace, opts: PriorOptions) -> LocationPrior | None:
+    """The site's prior, or None when no prior is configured."""
+    if not opts.prior:
+        return None
+    return LocationPrior(space, opts.prior, floor=opts.prior_floor)

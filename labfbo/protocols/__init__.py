@@ -1,0 +1,55 @@
+"""The protocol registry. Adding a protocol = one module + one line in ``_BUILTIN``."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic import ValidationError as PydanticValidationError
+
+from labfbo.exceptions import ConfigurationError
+from labfbo.protocols.base import (Aggregator, Exchange, Finish, Protocol, SiteContext,
+                                   SiteData, SiteLogic, Step)
+
+_BUILTIN: dict[str, str] = {
+    "independent": "labfbo.protocols.independent:IndependentProtocol",
+    "consensus": "labfbo.protocols.consensus:ConsensusProtocol",
+}
+_REGISTRY: dict[str, type[Protocol]] = {}
+
+
+def register_protocol(cls: type[Protocol]) -> type[Protocol]:
+    """Register a protocol class under ``cls.name`` (usable as a decorator)."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def available_protocols() -> list[str]:
+    return sorted(set(_BUILTIN) | set(_REGISTRY))
+
+
+def get_protocol(name: str) -> type[Protocol]:
+    """The protocol class registered under ``name``."""
+    if name not in _REGISTRY:
+        target = _BUILTIN.get(name)
+        if target is None:
+            raise ConfigurationError(
+                f"unknown protocol {name!r}; available: {', '.join(available_protocols())}")
+        module, attr = target.split(":")
+        _REGISTRY[name] = getattr(importlib.import_module(module), attr)
+    return _REGISTRY[name]
+
+
+def parse_options(protocol: type[Protocol], options: dict[str, Any]) -> BaseModel:
+    """Validate protocol keywords; unknown or invalid ones raise a ConfigurationError."""
+    try:
+        return protocol.Options(**options)
+    except PydanticValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in exc.errors())
+        raise ConfigurationError(f"invalid options for protocol {protocol.name!r}: {problems}") from None
+
+
+__all__ = ["Aggregator", "Exchange", "Finish", "Protocol", "SiteContext", "SiteData", "SiteLogic",
+           "Step", "available_protocols", "get_protocol", "parse_options", "register_protocol"]

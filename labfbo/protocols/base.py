@@ -1,0 +1,150 @@
+"""What a protocol is: site-side logic plus coordinator-side aggregation over messages.
+
+A BO round ``t`` of a federated protocol runs like this (the transport only moves the
+messages; it knows nothing of what is in them)::
+
+    step = aggregator.open_round(t)                 # Exchange(requests) or Finish(replies)
+    while isinstance(step, Exchange):               # zero, one or many exchanges per round
+        responses = {s: site_logic[s].answer(req, data_s, t) for s, req in step.requests}
+        step = aggregator.on_responses(t, responses)  # only sites that answered are in it
+    guidance = step.replies[s]                      # the site's reply for round t
+    X_next = site_logic[s].propose(data_s, guidance, n, t)
+
+``answer`` reads only the site's own data; ``on_responses`` reads only messages. A site
+that has nothing to contribute answers :class:`~labfbo.messages.Abstain`; aggregators must
+use the number of sites that actually contributed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal, Mapping, Sequence
+
+import numpy as np
+from pydantic import BaseModel
+
+from labfbo.exceptions import ProtocolError
+from labfbo.messages import Message
+from labfbo.seeding import int_seed
+from labfbo.space import SearchSpace
+
+
+@dataclass(frozen=True)
+class SiteData:
+    """A site's local data in model coordinates (never leaves the site).
+
+    ``X`` are unit-cube inputs of the completed observations, ``y`` their values in the
+    *maximization* orientation, ``yvar`` the known noise variances (``None`` unless every
+    observation has a standard error), ``pending`` the unit-cube points in flight.
+    """
+
+    space: SearchSpace
+    X: np.ndarray
+    y: np.ndarray
+    yvar: np.ndarray | None
+    pending: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.X.shape[0])
+
+    def key(self) -> bytes:
+        """Identifies the observations (for caching fitted models)."""
+        parts = [self.X.tobytes(), self.y.tobytes(), b"" if self.yvar is None else self.yvar.tobytes()]
+        return b"|".join(parts)
+
+
+@dataclass(frozen=True)
+class SiteContext:
+    """Who the site is in its federation and how its random streams are seeded."""
+
+    site: str
+    site_index: int = 0
+    n_sites: int = 1
+    seed: int = 0
+    horizon: int | None = None
+    objective: Literal["minimize", "maximize"] = "minimize"
+
+    def seed_for(self, round: int, purpose: str) -> int:
+        return int_seed(self.seed, self.site_index, round, purpose)
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """The coordinator asks sites for something: one request per site."""
+
+    requests: Mapping[str, Message]
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The round is over: the guidance each site receives (sites may be missing)."""
+
+    replies: Mapping[str, Message] = field(default_factory=dict)
+
+
+Step = Exchange | Finish
+
+
+class SiteLogic(ABC):
+    """The site side of a protocol: answers requests from local data, proposes points."""
+
+    def __init__(self, space: SearchSpace, options: BaseModel, context: SiteContext) -> None:
+        self.space = space
+        self.options = options
+        self.context = context
+
+    def expect(self, n: int) -> None:
+        """The site is about to ask for ``n`` points (called before its round's guidance)."""
+
+    def answer(self, request: Message, data: SiteData, round: int) -> Message:
+        """Answer one coordinator request from local data only."""
+        raise ProtocolError(f"{type(self).__name__} does not handle {request.kind!r} requests")
+
+    @abstractmethod
+    def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
+        """Return ``(n, d)`` unit-cube points to evaluate next (``data.n >= 1``)."""
+
+    def predict(self, data: SiteData, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and std (maximization orientation) at unit-cube ``X``."""
+        raise ProtocolError(f"{type(self).__name__} has no predictive model")
+
+
+class Aggregator(ABC):
+    """The coordinator side of a protocol: a deterministic state machine over messages."""
+
+    def __init__(self, options: BaseModel, sites: Sequence[str], seed: int,
+                 horizon: int | None, space: SearchSpace | None) -> None:
+        self.options = options
+        self.sites = list(sites)
+        self.seed = seed
+        self.horizon = horizon
+        self.space = space
+
+    @abstractmethod
+    def open_round(self, t: int) -> Step:
+        """First step of round ``t``."""
+
+    def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
+        """Next step given the responses of the sites that answered the last exchange."""
+        raise ProtocolError(f"{type(self).__name__} sent no requests in round {t}")
+
+
+class Protocol:
+    """A registry entry: names the protocol, its options, its two sides."""
+
+    name: ClassVar[str]
+    federated: ClassVar[bool] = True
+    supported_types: ClassVar[frozenset[str]] = frozenset({"real", "integer", "categorical"})
+    Options: ClassVar[type[BaseModel]]
+    site_logic: ClassVar[type[SiteLogic]]
+    aggregator: ClassVar[type[Aggregator] | None] = None  # None: no coordinator rounds
+
+    @classmethod
+    def check_space(cls, space: SearchSpace) -> None:
+        bad = sorted(space.kinds() - cls.supported_types)
+        if bad:
+            raise ProtocolError(
+                f"protocol {cls.name!r} does not support {', '.join(bad)} parameters "
+                f"(it supports: {', '.join(sorted(cls.supported_types))})")

@@ -1,0 +1,83 @@
+"""Protocol ``independent``: plain single-site BO. Sends nothing, needs no coordinator.
+
+The site fits its local GP (:mod:`labfbo.models.gp`) and maximizes the configured
+acquisition (:mod:`labfbo.acquisition`). Other protocols reuse :class:`LocalGPSite` for
+their local model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from botorch.models.model import Model
+from pydantic import model_validator
+
+from labfbo.acquisition import AcquisitionData, AcquisitionOptions, propose_with_model
+from labfbo.messages import Message
+from labfbo.models.gp import fit_local_gp, predict
+from labfbo.priors import LocationPrior, PriorOptions, prior_exponent, site_prior
+from labfbo.protocols.base import Protocol, SiteData, SiteLogic
+
+
+class ModelOptions(AcquisitionOptions, PriorOptions):
+    """Acquisition and expert-prior options shared by local-GP protocols."""
+
+    @model_validator(mode="after")
+    def _prior_needs_deterministic_acquisition(self) -> "ModelOptions":
+        if self.prior and self.acquisition == "ts":
+            raise ValueError("an expert prior weights ucb, ei or nei; not Thompson sampling")
+        return self
+
+
+class IndependentOptions(ModelOptions):
+    """``independent``: the shared acquisition and prior options."""
+
+
+class LocalGPSite(SiteLogic):
+    """A site with a local GP, refit only when its observations change."""
+
+    _cache_key: bytes | None = None
+    _cache_model: Model | None = None
+    _prior: LocationPrior | None = None
+    _prior_built = False
+
+    def location_prior(self) -> LocationPrior | None:
+        if not self._prior_built:
+            self._prior = site_prior(self.space, self.options)
+            self._prior_built = True
+        return self._prior
+
+    def local_model(self, data: SiteData) -> Model:
+        key = data.key()
+        if self._cache_key != key or self._cache_model is None:
+            self._cache_model = fit_local_gp(
+                data.X, data.y, data.yvar, cat_dims=list(self.space.cat_dims()),
+                seed=self.context.seed_for(data.n, "gp-fit"))
+            self._cache_key = key
+        return self._cache_model
+
+    def predict(self, data: SiteData, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return predict(self.local_model(data), X)
+
+    def propose_local(self, data: SiteData, n: int, round: int) -> np.ndarray:
+        """Maximize the acquisition of the local GP (pending-aware)."""
+        model = self.local_model(data)
+        acq_data = AcquisitionData(X=data.X, y=data.y, pending=data.pending)
+        prior = self.location_prior()
+        weight = None
+        if prior is not None:
+            weight = (prior, prior_exponent(self.options, prior, round, data.X, data.y))
+        return propose_with_model(model, self.space, acq_data, n,
+                                  self.context.seed_for(round, "acquisition"), self.options, prior=weight)
+
+
+class IndependentSite(LocalGPSite):
+    def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
+        return self.propose_local(data, n, round)
+
+
+class IndependentProtocol(Protocol):
+    name = "independent"
+    federated = False
+    Options = IndependentOptions
+    site_logic = IndependentSite
+    aggregator = None

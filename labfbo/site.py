@@ -1,0 +1,62 @@
+"""Site-side bookkeeping: what crossed the site's boundary, and history export."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from labfbo.messages import Message
+
+if TYPE_CHECKING:
+    from labfbo.optimizer import Optimizer
+
+
+class SiteLedger:
+    """Every message a site sent (in order) and the bytes up/down per BO round.
+
+    Setup messages (join) are listed under round ``-1``.
+    """
+
+    def __init__(self, log_path: str | None = None) -> None:
+        self.sent: list[Message] = []
+        self.bytes_up: dict[int, int] = defaultdict(int)
+        self.bytes_down: dict[int, int] = defaultdict(int)
+        self.log_path = log_path
+
+    def record_sent(self, msg: Message) -> None:
+        self.sent.append(msg)
+        self.bytes_up[msg.round] += msg.nbytes()
+        if self.log_path:
+            with open(self.log_path, "a") as fh:
+                fh.write(msg.model_dump_json() + "\n")
+
+    def record_received(self, msg: Message) -> None:
+        self.bytes_down[msg.round] += msg.nbytes()
+
+    def round_bytes(self, round: int) -> tuple[int, int]:
+        return self.bytes_up.get(round, 0), self.bytes_down.get(round, 0)
+
+
+def history_rows(opt: "Optimizer") -> list[dict[str, Any]]:
+    """One row per historical observation and per trial (any state), params flattened."""
+    rows: list[dict[str, Any]] = []
+    for o in opt._historical:
+        rows.append({"trial_id": None, "source": "historical", "state": "complete", **o.params,
+                     "value": o.value, "sem": o.sem, "reason": None})
+    for t in opt._trials.values():
+        rows.append({"trial_id": t.id, "source": t.source, "state": t.state, **t.params,
+                     "value": t.value, "sem": t.sem, "reason": t.reason})
+    return rows
+
+
+def write_csv(path: str, rows: list[dict[str, Any]]) -> None:
+    fields = ["trial_id", "source", "state"]
+    for r in rows:
+        fields += [k for k in r if k not in fields]
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in r.items()})

@@ -1,0 +1,1 @@
+"""Transports move messages between sites and the coordinator; they know no protocol."""

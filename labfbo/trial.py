@@ -1,0 +1,87 @@
+"""Trials, observations and measured values (the records an Optimizer keeps)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from labfbo.exceptions import ValidationError
+
+TrialState = Literal["pending", "complete", "failed"]
+Source = Literal["design", "model", "enqueued", "random", "historical"]
+
+
+class Trial(BaseModel):
+    """A proposed experiment: its id and its params in user units.
+
+    ``metadata`` says where it came from (``source``: design / model / enqueued /
+    random; ``round``: the BO round; ``fallback`` when guidance was unavailable).
+    """
+
+    model_config = ConfigDict(frozen=True)
+    id: int
+    params: dict[str, Any]
+    metadata: dict[str, Any] = {}
+
+
+class Observation(BaseModel):
+    """A completed measurement: raw params as given, value and optional standard error."""
+
+    model_config = ConfigDict(frozen=True)
+    params: dict[str, Any]
+    value: float
+    sem: float | None = None
+    trial_id: int | None = None
+    source: str = "historical"
+
+
+@dataclass
+class TrialRecord:
+    """Mutable bookkeeping of one trial inside the optimizer."""
+
+    id: int
+    params: dict[str, Any]
+    x: np.ndarray
+    source: str
+    round: int
+    state: TrialState = "pending"
+    value: float | None = None
+    sem: float | None = None
+    reason: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def trial(self) -> Trial:
+        return Trial(id=self.id, params=dict(self.params),
+                     metadata={"source": self.source, "round": self.round, **self.metadata})
+
+
+def _number(v: Any, what: str) -> float:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise ValidationError(f"{what} must be a real number, got {type(v).__name__} {v!r}")
+    f = float(v)
+    if not math.isfinite(f):
+        raise ValidationError(f"{what} must be finite, got {f}")
+    return f
+
+
+def parse_value(value: Any) -> tuple[float, float | None]:
+    """A measurement as ``float`` or ``(mean, sem)`` -> ``(mean, sem or None)``.
+
+    Raises :class:`ValidationError` on NaN/inf, non-numbers and negative ``sem``.
+    """
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValidationError(f"a measurement is a number or (mean, sem), got {value!r}")
+        mean = _number(value[0], "measured mean")
+        sem = _number(value[1], "standard error")
+        if sem < 0:
+            raise ValidationError(f"standard error must be >= 0, got {sem}")
+        return mean, sem
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.item()
+    return _number(value, "measured value"), None
