@@ -6,10 +6,11 @@ sites (checks that everyone has the same search space) and deals each site its p
 of one collaborative Latin-hypercube initial design; after that every site runs plain
 BO on its own data and nothing else crosses a site boundary.
 
-Federated protocols (gradient / distribution / consensus) are planned and are *not*
-in this build. They plug into exactly this code: the Coordinator and every Optimizer
-would get the same ``protocol=`` name, and the lock-step loop stays the same — each
-``ask()`` then triggers the coordinator's round through the transport.
+Federated protocols (gradient / distribution / consensus) are planned. They plug into
+exactly this code: the Coordinator and every Optimizer get the same ``protocol=`` name
+(and the same protocol options), and the lock-step loop stays as it is; a model-based
+``ask()`` then triggers the coordinator's round for that BO iteration through the
+transport, and ``sent_messages()`` lists the protocol's messages after the join.
 
 Environment:
     LABFBO_EXAMPLE_BUDGET  BO rounds after the initial design (default 15)

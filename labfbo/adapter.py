@@ -33,7 +33,7 @@ class InstrumentAdapter(ABC):
 
 
 def discover_adapters() -> dict[str, Any]:
-    """Adapter classes registered under the ``labfbo.adapters`` entry-point group."""
+    """Entry points (name -> ``EntryPoint``) registered under ``labfbo.adapters``."""
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 

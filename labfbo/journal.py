@@ -13,6 +13,7 @@ error, never silently skipped.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import warnings
@@ -53,6 +54,11 @@ class FileJournal(MemoryJournal):
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "ab")
+        try:  # one live optimizer per journal: a second writer would corrupt the history
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._fh.close()
+            raise JournalError(f"{self.path} is in use by another live Optimizer (close it first)") from None
         if self.path.stat().st_size and not self.path.read_bytes().endswith(b"\n"):
             self._fh.write(b"\n")  # a complete last record whose newline was lost
 

@@ -123,7 +123,6 @@ class JoinRequest(Message):
     space_hash: str
     space: dict[str, Any]
     n_init: int = Field(ge=0, default=0)
-    n_historical: int = Field(ge=0, default=0)
 
 
 @register

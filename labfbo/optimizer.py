@@ -19,10 +19,15 @@ from labfbo.exceptions import ConfigurationError, JournalError, LabFBOError, Tri
 from labfbo.journal import FileJournal, MemoryJournal, write_snapshot
 from labfbo.messages import Array, JoinReply, JoinRequest, Message, parse
 from labfbo.protocols import SiteContext, SiteData, get_protocol, parse_options
-from labfbo.seeding import rng
+from labfbo.seeding import rng, stable_hash
 from labfbo.site import SiteLedger, history_rows, write_csv
 from labfbo.space import SearchSpace
 from labfbo.trial import Observation, Trial, TrialRecord, parse_value
+
+def _plain(v: Any) -> Any:
+    """A numpy scalar as the Python number it holds (journals are JSON)."""
+    return v.item() if isinstance(v, np.generic) else v
+
 
 _HEADER_KEYS = ("space_hash", "objective", "protocol", "seed", "site", "n_init")
 
@@ -102,7 +107,13 @@ class Optimizer:
     # -- construction helpers ------------------------------------------------------------
     def _connect(self, coordinator: Any) -> Any:
         if not self.protocol.federated:
-            return coordinator.connect(self.site) if hasattr(coordinator, "connect") else None
+            if coordinator is None:
+                return None
+            if not hasattr(coordinator, "connect"):
+                raise ConfigurationError(
+                    f"coordinator {coordinator!r}: only in-process labfbo.Coordinator objects are "
+                    "supported by this build")
+            return coordinator.connect(self.site)
         if coordinator is None:
             raise ConfigurationError(
                 f"protocol {self.protocol_name!r} is federated and needs a coordinator "
@@ -124,13 +135,15 @@ class Optimizer:
                                    f"this optimizer has {self._header[key]!r}")
 
     def _join(self) -> None:
-        ctx_index, n_sites = 0, 1
+        # a site on its own seeds its streams by its name, so two labs with seed=0 differ
+        ctx_index, n_sites = stable_hash(self.site) % 2**31, 1
         if self._link is not None:
             req = JoinRequest(site=self.site, protocol=self.protocol_name, study="",
                               space_hash=self.space.fingerprint(), space=self.space.model_dump(mode="json"),
-                              n_init=self.n_init, n_historical=len(self._historical))
+                              n_init=self.n_init)
             self.ledger.record_sent(req)
             reply = self._link.join(req, self._handle)
+            self.ledger.record_received(reply)
             if self._join_reply is None:
                 self._commit({"op": "join", "reply": reply.model_dump(mode="json")})
             elif reply.site_index != self._join_reply.site_index:
@@ -211,7 +224,7 @@ class Optimizer:
                 raise type(exc)(f"observation {i}: {exc}") from None
             if oob:
                 oob_rows.append(f"{i} ({', '.join(oob)})")
-            clean.append({k: params[k] if k in oob else c[k] for k in self.space.names})
+            clean.append({k: _plain(params[k]) if k in oob else c[k] for k in self.space.names})
             vals.append(v)
             sems.append(s)
         if oob_rows:
@@ -326,7 +339,7 @@ class Optimizer:
         opt = cls(SearchSpace.model_validate(head["space"]), objective=head["objective"], protocol=head["protocol"],
                   site=head["site"], seed=head["seed"], n_init=head["n_init"], storage=storage,
                   coordinator=coordinator, **{**saved, **options})
-        if len(list(opt._journal.records())) > 1:
+        if any(r["op"] not in ("header", "join") for r in opt._journal.records()):
             raise JournalError("load() into a storage that already has history")
         for rec in records[1:]:
             if rec["op"] != "join":
@@ -334,7 +347,14 @@ class Optimizer:
         return opt
 
     def close(self) -> None:
+        """Close the journal (the optimizer can be resumed from it later)."""
         self._journal.close()
+
+    def __enter__(self) -> "Optimizer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # -- internals -------------------------------------------------------------------------
     def site_data(self, extra_pending: np.ndarray | None = None) -> SiteData:

@@ -108,7 +108,7 @@ def simulate(problem: FederatedProblem | str, protocol: str = "independent", n_s
     """Run ``budget`` BO iterations at every site after its initial design.
 
     ``options`` are forwarded to every site's Optimizer and to the coordinator (protocol
-    options such as ``acquisition``). ``n_sites`` and ``heterogeneity`` apply only when
+    options such as ``acquisition``); ``prior`` may be one dict or a list with one per site. ``n_sites`` and ``heterogeneity`` apply only when
     ``problem`` is a built-in name. ``progress`` shows a progress bar; ``on_round(t)`` is
     called after every BO iteration.
     """
@@ -119,11 +119,21 @@ def simulate(problem: FederatedProblem | str, protocol: str = "independent", n_s
     prob = _problem(problem, n_sites, seed, heterogeneity)
     names = list(prob.site_names or [])
     N, d = prob.n_sites, prob.space.dim
+    priors = options.get("prior")
+    if isinstance(priors, (list, tuple)) and len(priors) != N:
+        raise ConfigurationError(f"prior: got {len(priors)} priors for {N} sites (give one dict, or one per site)")
     coordinator = Coordinator(protocol, sites=names, space=prob.space, seed=seed, horizon=budget,
-                              **options)
+                              **{k: v for k, v in options.items() if k != "prior"})
+
+    def site_options(i: int) -> dict[str, Any]:
+        if isinstance(priors, (list, tuple)):
+            return {**options, "prior": priors[i]}
+        return options
+
     start = time.perf_counter()
     opts = [Optimizer(prob.space, objective=prob.objective, protocol=protocol, coordinator=coordinator,
-                      site=name, seed=seed, n_init=n_init, horizon=budget, **options) for name in names]
+                      site=name, seed=seed, n_init=n_init, horizon=budget, **site_options(i))
+            for i, name in enumerate(names)]
     n_init_eff = opts[0].n_init
     best = np.full(N, np.inf)  # best loss (sign * value) so far, noiseless
 

@@ -39,14 +39,22 @@ class SiteLedger:
         return self.bytes_up.get(round, 0), self.bytes_down.get(round, 0)
 
 
+_BOOK_KEEPING = ("trial_id", "source", "state", "value", "sem", "reason")
+
+
+def _param_columns(params: dict[str, Any]) -> dict[str, Any]:
+    """Params as columns; a name that clashes with a bookkeeping column gets ``params_``."""
+    return {(f"params_{k}" if k in _BOOK_KEEPING else k): v for k, v in params.items()}
+
+
 def history_rows(opt: "Optimizer") -> list[dict[str, Any]]:
     """One row per historical observation and per trial (any state), params flattened."""
     rows: list[dict[str, Any]] = []
     for o in opt._historical:
-        rows.append({"trial_id": None, "source": "historical", "state": "complete", **o.params,
+        rows.append({"trial_id": None, "source": "historical", "state": "complete", **_param_columns(o.params),
                      "value": o.value, "sem": o.sem, "reason": None})
     for t in opt._trials.values():
-        rows.append({"trial_id": t.id, "source": t.source, "state": t.state, **t.params,
+        rows.append({"trial_id": t.id, "source": t.source, "state": t.state, **_param_columns(t.params),
                      "value": t.value, "sem": t.sem, "reason": t.reason})
     return rows
 

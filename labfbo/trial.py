@@ -20,7 +20,7 @@ class Trial(BaseModel):
     """A proposed experiment: its id and its params in user units.
 
     ``metadata`` says where it came from (``source``: design / model / enqueued /
-    random; ``round``: the BO round; ``fallback`` when guidance was unavailable).
+    random; ``round``: the BO round).
     """
 
     model_config = ConfigDict(frozen=True)

@@ -37,13 +37,12 @@ class LocalGPSite(SiteLogic):
 
     _cache_key: bytes | None = None
     _cache_model: Model | None = None
-    _prior: LocationPrior | None = None
-    _prior_built = False
+
+    def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(space, options, context)
+        self._prior = site_prior(space, options) if isinstance(options, PriorOptions) else None
 
     def location_prior(self) -> LocationPrior | None:
-        if not self._prior_built:
-            self._prior = site_prior(self.space, self.options)
-            self._prior_built = True
         return self._prior
 
     def local_model(self, data: SiteData) -> Model:

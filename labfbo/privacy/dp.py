@@ -1,0 +1,290 @@
+"""Task-level differential privacy of a site's SVGD gradients (paper Section VI, Eqs. 12-13).
+
+Mechanism. Before a site's per-particle score gradients ``A_k`` (rows of a ``(K, P)``
+array, one row per hyper-posterior particle) leave the site, :func:`privatize` clips each
+row to l2 norm ``C`` (Eq. 12) and adds independent ``N(0, sigma^2 (2C)^2 I)`` noise to each
+clipped row (Eq. 13). The coordinator's aggregation and SVGD update only see the noised
+rows, so they are post-processing and leak nothing further.
+
+Accounting model (what :class:`PrivacyLedger` reports).
+
+* The guarantee is *task-level*: neighbouring inputs differ in one site's *whole* dataset.
+  Such a change may alter every per-particle gradient arbitrarily, but both versions are
+  clipped to norm ``<= C``, so each row has l2 sensitivity ``Delta = 2C``.
+* The K rows released in one SVGD step may all change at once, so together they are ONE
+  Gaussian mechanism on the stacked ``K*P`` vector with l2 sensitivity ``2C*sqrt(K)`` and
+  noise std ``sigma*2C`` per coordinate: an effective noise multiplier ``sigma/sqrt(K)``.
+* These steps compose (adaptively: later gradients depend on earlier releases) over every
+  SVGD step of every BO round. ``T`` compositions of a Gaussian with multiplier ``m`` are
+  exactly one Gaussian with multiplier ``m/sqrt(T)``; dp-accounting's PLD accountant uses
+  this and converts to a tight ``epsilon`` at ``delta`` (pessimistic discretization, so the
+  reported value is an upper bound to within the discretization, see below).
+* We describe it with dp-accounting's ``DpEvent`` API as
+  ``SelfComposedDpEvent(GaussianDpEvent(sigma/sqrt(K)), T)`` under the library's default
+  neighbouring relation, which treats ``GaussianDpEvent(m)`` as a unit-sensitivity
+  Gaussian with noise std ``m`` -- exactly our mechanism after dividing by ``2C*sqrt(K)``.
+* Each site keeps its own ledger; sites' datasets are disjoint, so a site's guarantee is
+  its own ledger's ``epsilon``. No subsampling amplification is claimed. Anything a site
+  sends besides privatized gradients (e.g. counts, an initial design) is *not* covered.
+  numpy's floating-point Gaussian sampler is not hardened against precision attacks.
+* ``noise_multiplier = 0`` is allowed (clipping only) but gives **no** privacy: ``epsilon``
+  is ``math.inf`` as soon as one step is recorded. Nothing recorded: ``epsilon = 0``.
+
+Discretization. :data:`PLD_DISCRETIZATION` = 1e-2 (dp-accounting's default is 1e-4).
+Against 1e-4 it changes the regression values by < 1e-4 (sigma=1,T=1: 4.37723 vs 4.37718),
+while 2,000 compositions take ~0.02-0.1 s for multipliers 8 and 2.83 (1e-3: ~0.2-0.9 s;
+1e-4: 1.6-9 s). Cost grows with ``sqrt(T)/m``: m=1, T=2000 (epsilon ~1190) takes ~0.4 s.
+Results are cached per ``(multiplier, T, delta, accountant)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from typing import Any, Literal, Mapping
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from labfbo.exceptions import ConfigurationError, ValidationError
+
+PLD_DISCRETIZATION = 1e-2
+"""``value_discretization_interval`` of the PLD accountant (see the module docstring)."""
+
+LEDGER_VERSION = 1
+
+
+class DP(BaseModel):
+    """Settings of the Gaussian mechanism of Eqs. 12-13.
+
+    ``clip`` is ``C``, the l2 bound of each per-particle gradient; ``noise_multiplier`` is
+    ``sigma`` (noise std ``sigma * 2C``; 0 means clipping only, i.e. ``epsilon = inf``);
+    ``delta`` is the delta at which epsilon is reported.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    clip: float = Field(1.0, description="C: l2 bound of each per-particle gradient")
+    noise_multiplier: float = Field(1.0, description="sigma: noise std is sigma * 2C")
+    delta: float = Field(1e-5, description="delta of the reported (epsilon, delta)")
+
+    def __init__(self, clip: float = 1.0, noise_multiplier: float = 1.0, delta: float = 1e-5,
+                 **kw: Any) -> None:
+        super().__init__(clip=clip, noise_multiplier=noise_multiplier, delta=delta, **kw)
+
+    @field_validator("clip")
+    @classmethod
+    def _clip(cls, v: float) -> float:
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"clip (C, the l2 bound of each per-particle gradient) must be a "
+                             f"finite number > 0, got {v}")
+        return v
+
+    @field_validator("noise_multiplier")
+    @classmethod
+    def _sigma(cls, v: float) -> float:
+        if not (math.isfinite(v) and v >= 0):
+            raise ValueError(f"noise_multiplier (sigma) must be a finite number >= 0 "
+                             f"(0 = no noise, no privacy), got {v}")
+        return v
+
+    @field_validator("delta")
+    @classmethod
+    def _delta(cls, v: float) -> float:
+        if not 0 < v < 1:
+            raise ValueError(f"delta must satisfy 0 < delta < 1, got {v}")
+        return v
+
+    @property
+    def sensitivity(self) -> float:
+        """``Delta = 2C``: l2 sensitivity of one clipped per-particle gradient."""
+        return 2.0 * self.clip
+
+    @property
+    def noise_std(self) -> float:
+        """``sigma * 2C``: std of the noise added to each coordinate."""
+        return self.noise_multiplier * self.sensitivity
+
+
+def _as_matrix(grads: Any) -> np.ndarray:
+    g = np.asarray(grads, dtype=float)
+    if g.ndim != 2:
+        raise ValidationError(f"grads must be a (K, P) array of per-particle gradients, "
+                              f"got shape {g.shape}")
+    if not np.all(np.isfinite(g)):
+        raise ValidationError("grads contain NaN or infinite values")
+    return g
+
+
+def clip_rows(grads: np.ndarray, clip: float) -> np.ndarray:
+    """Eq. 12: each row scaled by ``min(1, C / ||row||)``; a new float array, input untouched."""
+    g = _as_matrix(grads)
+    c = float(clip)
+    if not (math.isfinite(c) and c > 0):
+        raise ValidationError(f"clip must be a finite number > 0, got {clip}")
+    norms = np.linalg.norm(g, axis=1, keepdims=True)
+    scale = np.minimum(1.0, c / np.maximum(norms, np.finfo(float).tiny))
+    return g * scale
+
+
+def privatize(grads: np.ndarray, dp: DP, rng: np.random.Generator) -> np.ndarray:
+    """Eqs. 12-13: clip each row to ``dp.clip``, add ``N(0, (sigma * 2C)^2)`` to every entry.
+
+    With ``noise_multiplier == 0`` the result is exactly :func:`clip_rows` and ``rng`` is
+    not used.
+    """
+    if not isinstance(dp, DP):
+        raise ValidationError(f"dp must be a labfbo DP, got {type(dp).__name__}")
+    if not isinstance(rng, np.random.Generator):
+        raise ValidationError(f"rng must be a numpy Generator, got {type(rng).__name__}")
+    clipped = clip_rows(grads, dp.clip)
+    if dp.noise_multiplier == 0:
+        return clipped
+    return clipped + rng.normal(0.0, dp.noise_std, size=clipped.shape)
+
+
+def _accountant(accountant: str) -> Any:
+    try:
+        from dp_accounting.pld import PLDAccountant
+        from dp_accounting.rdp import RdpAccountant
+    except ImportError as e:  # optional dependency (extra "privacy")
+        raise ConfigurationError("privacy accounting needs dp-accounting: "
+                                 "pip install 'labfbo[privacy]'") from e
+    if accountant == "pld":
+        return PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
+    return RdpAccountant()
+
+
+@functools.lru_cache(maxsize=4096)
+def _epsilon(noise_multiplier: float, compositions: int, delta: float, accountant: str) -> float:
+    from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
+    acc = _accountant(accountant)
+    acc.compose(SelfComposedDpEvent(GaussianDpEvent(noise_multiplier), compositions))
+    return float(acc.get_epsilon(delta))
+
+
+def gaussian_epsilon(noise_multiplier: float, compositions: int, delta: float,
+                     accountant: Literal["pld", "rdp"] = "pld") -> float:
+    """Epsilon at ``delta`` of a unit-sensitivity Gaussian with this multiplier, composed
+    ``compositions`` times. ``accountant``: ``"pld"`` (tight, default) or ``"rdp"`` (looser).
+
+    ``compositions == 0`` gives 0; ``noise_multiplier == 0`` (and any composition) gives
+    ``math.inf``: an un-noised release has no finite guarantee.
+    """
+    if accountant not in ("pld", "rdp"):
+        raise ValidationError(f"accountant must be 'pld' or 'rdp', got {accountant!r}")
+    m = float(noise_multiplier)
+    if not (math.isfinite(m) and m >= 0):
+        raise ValidationError(f"noise_multiplier must be a finite number >= 0, got {noise_multiplier}")
+    if isinstance(compositions, bool) or int(compositions) != compositions or compositions < 0:
+        raise ValidationError(f"compositions must be an integer >= 0, got {compositions}")
+    if not 0 < float(delta) < 1:
+        raise ValidationError(f"delta must satisfy 0 < delta < 1, got {delta}")
+    if compositions == 0:
+        return 0.0
+    if m == 0:
+        return math.inf
+    return _epsilon(m, int(compositions), float(delta), accountant)
+
+
+class LedgerEntry(BaseModel):
+    """One BO round of one site: ``steps`` SVGD steps, each releasing K privatized rows."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    round: int = Field(ge=0)
+    steps: int = Field(ge=0)
+
+
+class PrivacyLedger:
+    """Per-site record of every DP release; reports (epsilon, delta) with dp-accounting's PLD
+    accountant under the task-level model of the module docstring.
+
+    ``record(round, steps)`` once per BO round (rounds non-decreasing; recording the same
+    round again adds its steps to that round's row). ``to_dict``/``to_json`` and
+    ``from_json`` let a journal persist and restore it.
+    """
+
+    def __init__(self, dp: DP, n_particles: int) -> None:
+        if not isinstance(dp, DP):
+            raise ValidationError(f"dp must be a labfbo DP, got {type(dp).__name__}")
+        if isinstance(n_particles, bool) or int(n_particles) != n_particles or n_particles < 1:
+            raise ValidationError(f"n_particles (K) must be an integer >= 1, got {n_particles}")
+        self.dp = dp
+        self.n_particles = int(n_particles)
+        self._entries: list[LedgerEntry] = []
+
+    @property
+    def effective_noise_multiplier(self) -> float:
+        """``sigma / sqrt(K)``: multiplier of one SVGD step's K releases as one mechanism."""
+        return self.dp.noise_multiplier / math.sqrt(self.n_particles)
+
+    @property
+    def total_steps(self) -> int:
+        """Number of composed mechanisms (SVGD steps) recorded so far."""
+        return sum(e.steps for e in self._entries)
+
+    @property
+    def entries(self) -> tuple[LedgerEntry, ...]:
+        return tuple(self._entries)
+
+    def record(self, round: int, steps: int = 1) -> None:
+        """Record ``steps`` SVGD steps of BO round ``round`` (K privatized rows per step)."""
+        for name, v in (("round", round), ("steps", steps)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ValidationError(f"{name} must be an integer >= 0, got {v!r}")
+        last = self._entries[-1] if self._entries else None
+        if last is not None and round < last.round:
+            raise ValidationError(f"round {round} recorded after round {last.round}; "
+                                  "rounds must be non-decreasing")
+        if last is not None and round == last.round:
+            self._entries[-1] = LedgerEntry(round=int(round), steps=last.steps + int(steps))
+        else:
+            self._entries.append(LedgerEntry(round=int(round), steps=int(steps)))
+
+    def _eps(self, steps: int) -> float:
+        return gaussian_epsilon(self.effective_noise_multiplier, steps, self.dp.delta)
+
+    def epsilon(self) -> float:
+        """Cumulative epsilon at ``dp.delta`` (0 if nothing recorded, inf if sigma = 0)."""
+        return self._eps(self.total_steps)
+
+    def report(self) -> list[dict[str, Any]]:
+        """One row per round: ``round``, ``steps``, cumulative ``releases`` (per-particle
+        gradients sent so far = K * cumulative steps), cumulative ``steps_total``, and
+        ``epsilon`` after that round (at ``delta``)."""
+        rows, total = [], 0
+        for e in self._entries:
+            total += e.steps
+            rows.append({"round": e.round, "steps": e.steps, "steps_total": total,
+                         "releases": total * self.n_particles, "epsilon": self._eps(total),
+                         "delta": self.dp.delta})
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (no epsilons: they are recomputed, deterministically, on load)."""
+        return {"v": LEDGER_VERSION, "dp": self.dp.model_dump(), "n_particles": self.n_particles,
+                "entries": [e.model_dump() for e in self._entries]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> "PrivacyLedger":
+        """Inverse of :meth:`to_json` / :meth:`to_dict`."""
+        try:
+            d = json.loads(data) if isinstance(data, (str, bytes)) else dict(data)
+            if d.get("v") != LEDGER_VERSION:
+                raise ValidationError(f"privacy ledger version {d.get('v')!r} is not {LEDGER_VERSION}")
+            ledger = cls(DP.model_validate(d["dp"]), d["n_particles"])
+            for e in d["entries"]:
+                entry = LedgerEntry.model_validate(e)
+                ledger.record(entry.round, entry.steps)
+        except ValidationError:
+            raise
+        except Exception as e:  # malformed JSON, missing keys, pydantic errors
+            raise ValidationError(f"not a privacy ledger: {e}") from e
+        return ledger
+
+    def __repr__(self) -> str:
+        return (f"PrivacyLedger(dp={self.dp!r}, n_particles={self.n_particles}, "
+                f"rounds={len(self._entries)}, steps={self.total_steps})")

@@ -1,0 +1,23 @@
+"""The package list in pyproject.toml covers every sub-package; entry points resolve."""
+
+from __future__ import annotations
+
+import tomllib
+from importlib.metadata import entry_points
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_subpackage_is_listed() -> None:
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "labfbo").rglob("__init__.py")}
+    assert found <= listed, f"add to pyproject.toml packages: {sorted(found - listed)}"
+    assert "labfbo_adapters" in listed
+
+
+def test_bundled_adapter_entry_point_loads() -> None:
+    eps = {ep.name: ep for ep in entry_points(group="labfbo.adapters")}
+    assert "simulated" in eps
+    cls = eps["simulated"].load()
+    assert cls.__module__ == "labfbo_adapters.simulated"
