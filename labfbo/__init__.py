@@ -14,12 +14,14 @@ from labfbo.coordinator import Coordinator
 from labfbo.benchmarks.problem import FederatedProblem
 from labfbo.simulation import SimulationResult, simulate
 from labfbo.protocols import available_protocols
+from labfbo.privacy import DP
+from labfbo import priors
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Categorical", "ConfigurationError", "Coordinator", "FederatedProblem", "FederationError",
+    "Categorical", "ConfigurationError", "Coordinator", "DP", "FederatedProblem", "FederationError",
     "Integer", "JournalError", "LabFBOError", "Observation", "Optimizer", "ProtocolError", "Real",
     "RoundError", "SearchSpace", "SearchSpaceError", "SimulationResult", "Trial", "TrialError",
-    "ValidationError", "available_protocols", "simulate",
+    "ValidationError", "available_protocols", "priors", "simulate",
 ]

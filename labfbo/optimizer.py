@@ -18,6 +18,7 @@ import numpy as np
 from labfbo.exceptions import ConfigurationError, JournalError, LabFBOError, TrialError, ValidationError
 from labfbo.journal import FileJournal, MemoryJournal, write_snapshot
 from labfbo.messages import Array, JoinReply, JoinRequest, Message, parse
+from labfbo.privacy import PrivacyLedger
 from labfbo.protocols import SiteContext, SiteData, get_protocol, parse_options
 from labfbo.seeding import rng, stable_hash
 from labfbo.site import SiteLedger, history_rows, write_csv
@@ -79,6 +80,8 @@ class Optimizer:
         self._design_used = 0
         self._round = 0
         self.ledger = SiteLedger()
+        dp = getattr(self.options, "privacy", None)
+        self._privacy = PrivacyLedger(dp, getattr(self.options, "n_particles", 1)) if dp is not None else None
         self._link = self._connect(coordinator)
         existed = storage is not None and os.path.exists(storage)
         self._journal = MemoryJournal() if storage is None else FileJournal(storage)
@@ -185,6 +188,9 @@ class Optimizer:
         elif op == "fail":
             tr = self._trials[rec["id"]]
             tr.state, tr.reason = "failed", rec["reason"]
+        elif op == "release":
+            if self._privacy is not None:
+                self._privacy.record(rec["round"], rec.get("steps", 1))
         elif op == "join":
             self._join_reply = JoinReply.model_validate(rec["reply"])
         elif op != "header":
@@ -314,6 +320,16 @@ class Optimizer:
         """Exactly what this site has sent across its boundary, in order."""
         return list(self.ledger.sent)
 
+    def epsilon(self) -> float | None:
+        """Cumulative epsilon of this site's DP releases at the configured delta (None without DP)."""
+        return None if self._privacy is None else self._privacy.epsilon()
+
+    def privacy_report(self) -> list[dict[str, Any]]:
+        """The privacy ledger: one row per round with the cumulative (epsilon, delta)."""
+        if self._privacy is None:
+            raise LabFBOError("this optimizer releases nothing under DP (no privacy= option)")
+        return self._privacy.report()
+
     def to_dataframe(self) -> Any:
         """The history as a pandas DataFrame (needs ``labfbo[dataframe]``)."""
         import pandas as pd
@@ -418,6 +434,8 @@ class Optimizer:
         self.ledger.record_received(request)
         answer = self._logic.answer(request, self.site_data(), request.round)
         answer = answer.model_copy(update={"round": request.round, "study": request.study})
+        if getattr(answer, "dp_noise_multiplier", None) is not None:
+            self._commit({"op": "release", "round": request.round, "steps": 1})  # accounted before it leaves
         self.ledger.record_sent(answer)
         return answer.model_dump_json()
 

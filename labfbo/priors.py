@@ -13,7 +13,8 @@ a proper density on :math:`[0,1]^d` (log-scale parameters include their Jacobian
 (default 0.1), which bounds how strongly any region can be suppressed.
 
 **Falsification (labfbo default).** When at least ``prior_check`` (default 3) observations
-lie in the prior's high-density region :math:`R = \{x: \pi_u(x) \ge e^{-2} \max \pi_u\}` and
+lie in the region where the prior boosts the acquisition, :math:`R = \{x: \tilde\pi(x) \ge
+2\epsilon\}`, and
 the best of them is worse than the median of all the site's observations, the data
 contradict the prior and its exponent is set to 0 (plain acquisition) for as long as that
 holds. ``prior_floor=0, prior_check=0`` gives the paper's exact setting.
@@ -171,11 +172,17 @@ class LocationPrior:
         return self.space.snap(U)
 
     def in_region(self, X: np.ndarray) -> np.ndarray:
-        """Which unit-cube points lie in the high-density region (within e^-2 of the peak)."""
+        r"""Which unit-cube points lie where the prior boosts the acquisition.
+
+        With a floor :math:`\epsilon`: :math:`\tilde\pi(x) \ge 2\epsilon` (the prior part
+        at least doubles the uniform floor); without one: within :math:`e^{-4.5}` of the peak
+        (three standard deviations of a normal prior).
+        """
         if len(X) == 0:
             return np.zeros(0, dtype=bool)
         lp = self.log_density(torch.as_tensor(X, dtype=torch.float64)).numpy()
-        return lp >= self._log_max - 2.0
+        threshold = math.log(2 * self.floor) if self.floor > 0 else self._log_max - 4.5
+        return lp >= threshold
 
 
 def prior_exponent(opts: PriorOptions, prior: LocationPrior, t: int, X: np.ndarray, y: np.ndarray) -> float:

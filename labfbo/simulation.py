@@ -187,10 +187,12 @@ def simulate(problem: FederatedProblem | str, protocol: str = "independent", n_s
     auc = normalized[:, :window].mean(axis=1) if budget else np.zeros(N)
     bytes_up = np.array([[o.ledger.round_bytes(t)[0] for t in range(budget)] for o in opts], dtype=np.float64)
     bytes_down = np.array([[o.ledger.round_bytes(t)[1] for t in range(budget)] for o in opts], dtype=np.float64)
+    eps = [o.epsilon() for o in opts]
+    epsilon = [float(e) for e in eps] if any(e is not None for e in eps) else []
     for o in opts:
         o.close()
     return SimulationResult(
         problem=prob.name, protocol=protocol, seed=seed, n_init=n_init_eff, budget=budget, site_names=names,
         best_values=best_values, simple_regret=simple, normalized_regret=normalized, auc=auc,
         proposals=proposals, bytes_up=bytes_up.reshape(N, budget), bytes_down=bytes_down.reshape(N, budget),
-        ask_seconds=ask_seconds, wall_time=wall, epsilon=[], options={k: repr(v) for k, v in options.items()})
+        ask_seconds=ask_seconds, wall_time=wall, epsilon=epsilon, options={k: repr(v) for k, v in options.items()})

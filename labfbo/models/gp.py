@@ -69,6 +69,6 @@ def predict(model: Model, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Posterior mean and standard deviation of the latent function at ``X (m, d)``."""
     with torch.no_grad():
         post = model.posterior(as_tensor(X))
-        mean = post.mean.squeeze(-1).numpy().copy()
-        std = post.variance.clamp_min(0.0).sqrt().squeeze(-1).numpy().copy()
+        mean = post.mean.reshape(-1).numpy().copy()
+        std = post.variance.clamp_min(0.0).sqrt().reshape(-1).numpy().copy()
     return mean, std

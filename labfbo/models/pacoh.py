@@ -1,76 +1,65 @@
 r"""PACOH meta-learned GP priors for PACD-BO (float64): particles, per-site scores, SVGD, mixture.
 
-**Prior family.** A particle :math:`\phi \in \mathbb{R}^P` parameterizes one GP prior
-:math:`P_\phi` (PACOH-GP, Rothfuss et al. 2021; PACD-BO Eq. 5) on the unit cube:
+**Prior family** (PACOH-GP, Rothfuss et al. 2021; PACD-BO Eq. 5). A particle
+:math:`\phi \in \mathbb{R}^P` is one GP prior on the unit cube. Inputs
+:math:`u = \sqrt{12}(x - \frac12)` (unit variance under a uniform design; a fixed map, the
+same at every site, where PACOH standardizes pooled inputs); kernel
+:math:`s^2 \exp(-\frac12\|(\varphi(u) - \varphi(u'))/\ell\|^2)` with :math:`\varphi` a tanh
+MLP ``hidden`` -> ``feature_dim``, one lengthscale per feature and a learned :math:`s^2`;
+mean a tanh MLP ``hidden`` -> 1 (``learn_mean``) or a learned constant; Gaussian noise
+:math:`\sigma^2 = 10^{-4} + e^{(\cdot)}` (BoTorch's minimum inferred noise; keeps the
+Cholesky factors well conditioned).
 
-* inputs: :math:`u = \sqrt{12}\,(x - 1/2)` (zero mean, unit variance under a uniform design;
-  a fixed map, so it is the same at every site — PACOH standardizes pooled inputs instead);
-* kernel :math:`k(x, x') = s^2 \exp(-\frac12 \|(\varphi(u) - \varphi(u'))/\ell\|^2)` with
-  :math:`\varphi` a tanh MLP ``hidden`` :math:`\to` ``feature_dim`` (linear output), one
-  learned lengthscale per feature, learned output scale :math:`s^2`;
-* mean: a tanh MLP ``hidden`` :math:`\to 1` (``learn_mean=True``) or a learned constant;
-* Gaussian likelihood, noise variance :math:`\sigma^2 = 10^{-4} + e^{\cdot}` (the floor is
-  BoTorch's minimum inferred noise level; it keeps every Cholesky factor well conditioned).
-
-**Flat vector.** :meth:`param_layout` lists the blocks in order (row-major ``W (in, out)``
-then ``b (out,)`` per layer; kernel MLP, mean MLP or constant, ``log_lengthscale``,
-``log_outputscale``, ``log_noise``). Each block is stored standardized: actual value =
-``offset + scale * phi``. The scales are the PACOH hyper-prior standard deviations (NN
-weights 0.5, NN biases 3.0, log-GP parameters 1), so the isotropic hyper-prior
-:math:`\mathcal{N}(0, \mathrm{prior\_std}^2 I)` on :math:`\phi` equals PACOH's
-heterogeneous Gaussian hyper-prior tempered by ``prior_factor = 1/prior_std^2``.
-Deviations, for BO: the mean MLP's output layer has scale 0.1 (prior means start within
-about ±0.5 standardized units instead of ±4) and ``log_noise`` is centred at
-:math:`\ln 10^{-2}` (PACOH's reference centres it at softplus(-1) ≈ 0.31 for noisy
-regression data; BO benchmarks are near noise-free); :math:`\ln s^2` is learned, centred at
-0 (PACOH fixes :math:`s^2 = 1`; PACD-BO Eq. 5 fixes 1/2).
+**Flat vector.** :func:`param_layout` lists the blocks in order (per layer ``W (in, out)``
+row-major then ``b``; kernel MLP, mean MLP or ``mean_const``, ``log_lengthscale``,
+``log_outputscale``, ``log_noise``), stored standardized: value = ``offset + scale * phi``.
+Scales are PACOH's hyper-prior stds (NN weights 0.5, biases 3.0; 1 for the log GP
+parameters, as PACOH's N(0,1) on its softplus-raw ones), so
+:math:`\mathcal{N}(0, \mathrm{prior\_std}^2 I)` on :math:`\phi` is (exactly, for the NN
+weights) PACOH's hyper-prior tempered by ``prior_factor = 1/prior_std^2``. Deviations for BO: the mean MLP's output
+layer has scale 0.1 (prior means start within ~±0.5 standardized units, not ±4);
+``log_noise`` is centred at :math:`\ln 10^{-2}` (PACOH: softplus(-1) ≈ 0.31, noisy
+regression data; pacoh-jax starts at noise std 0.01); :math:`\ln s^2` is learned, centred
+at 0 (PACOH fixes :math:`s^2 = 1`, PACD-BO Eq. 5 fixes 1/2).
 
 **Evidence.** :math:`\ln Z_\beta(S, P_\phi) = \ln \mathbb{E}_{f \sim P_\phi}
-\prod_j p(y_j \mid f(x_j))^{\beta/n}` (PACOH: :math:`-\beta` times the empirical
-negative-log-likelihood loss). With ``beta="n"`` (:math:`\beta = n`, PACOH's choice for GP
-base learners) it is exactly the GP marginal log-likelihood
-:math:`\ln \mathcal{N}(y \mid m, K + \sigma^2 I)`. For a number :math:`\beta`, with
-:math:`t = \beta/n`, the tempered Gaussian likelihood is again Gaussian and
+\prod_j p(y_j \mid f(x_j))^{\beta/n}` (:math:`-\beta` times the empirical NLL loss). With
+``beta="n"`` (:math:`\beta = n`, PACOH's choice for GPs) it is exactly the GP marginal
+log-likelihood :math:`\ln \mathcal{N}(y \mid m, K + \sigma^2 I)`. For a number
+:math:`\beta`, :math:`t = \beta/n`, the tempered likelihood is Gaussian again:
 :math:`\ln Z_\beta = \ln \mathcal{N}(y \mid m, K + \frac{\sigma^2}{t} I)
-+ n[\frac{1-t}{2}\ln(2\pi\sigma^2) - \frac12\ln t]`, exactly.
-``y`` is standardized by the site's **own** mean and standard deviation (unbiased; 1 when
-:math:`n < 2` or constant), so :math:`A_i` depends on site :math:`i`'s data only and the
-meta-score is exactly a sum of per-site terms (PACOH standardizes the pooled data, which
-a federation cannot do).
++ n[\frac{1-t}{2}\ln(2\pi\sigma^2) - \frac12\ln t]` (and the per-particle posterior is
+the matching Gibbs posterior, noise :math:`\sigma^2/t`). ``y`` is standardized by the
+site's **own** mean and unbiased std (1 if :math:`n < 2` or constant), so :math:`A_i`
+depends on site :math:`i`'s data only and the meta-score is exactly a sum over sites.
 
-**Hyper-posterior score** (PACD-BO Eq. 7):
-:math:`\nabla\ln\mathcal{Q}^* = -\phi/\mathrm{prior\_std}^2 + \frac{\lambda}{N\beta+\lambda}
-\sum_i A_i`. With ``beta="n"`` the :math:`\beta` of the prefactor is the harmonic mean of the
-sites' :math:`n_i` (as PACOH's reference code does), so :func:`meta_score` needs
-``n_points``. ``lam="n_sites"`` (:math:`\lambda = N`) makes the prefactor
-:math:`1/(\beta+1)`, i.e. the likelihood term stays :math:`O(N)` as sites collect data.
-PACOH's reference code weights each :math:`\ln Z_i` by :math:`\tilde m/(n_i(\tilde m + N))`
-(gpytorch's MLL is per data point; :math:`\tilde m` the harmonic mean) and the hyper-prior
-by ``prior_factor`` (default 0.01): for equal :math:`n_i` our defaults ``lam="n_sites"``,
-``prior_std=10`` are that objective with :math:`\tilde m + 1` for :math:`\tilde m + N`.
+**Meta-score** (PACD-BO Eq. 7): :math:`-\phi/\mathrm{prior\_std}^2 +
+\frac{\lambda}{N\beta+\lambda}\sum_i A_i`. With ``beta="n"`` the prefactor's :math:`\beta`
+is the harmonic mean :math:`\tilde m` of the sites' :math:`n_i` (as in PACOH's code), so
+:func:`meta_score` needs ``n_points``. ``lam="n_sites"`` (:math:`\lambda = N`) gives
+:math:`1/(\tilde m + 1)`: the likelihood term stays :math:`O(N)` as data accrue. PACOH's
+code weights :math:`\ln Z_i` by :math:`\tilde m/(n_i(\tilde m + N))` and the hyper-prior
+by ``prior_factor=0.01``; for equal :math:`n_i` our defaults are that objective with
+:math:`\tilde m + 1` for :math:`\tilde m + N`.
+
+**SVGD** (:mod:`labfbo.models.svgd`): plain :math:`\phi \leftarrow \phi + \eta\psi` (the
+paper's update; PACOH applies Adam, lr 1e-3, whose moments would be hidden state).
 
 **Defaults.** ``n_particles=10``, ``hidden=(32, 32)``, ``feature_dim=2``,
-``learn_mean=True``, ``bandwidth=None``: the PACOH-SVGD reference (num_particles,
-kernel/mean_nn_layers, VectorizedGP feature_dim, mean_module='NN', median heuristic).
-``prior_std=10``, ``beta="n"``, ``lam="n_sites"``: above. ``step_size=0.03``: tuned here
-on related sinusoids (N=5 sites, d in {1,2,6}, n in {5,20,100}): ln Z rises steadily; 0.1
-gains faster at first but is noisier, 0.3-1 is erratic (never NaN: the noise floor).
-``svgd_steps=20`` per BO round (labfbo).
+``learn_mean=True``, ``bandwidth=None`` (median heuristic): the PACOH-SVGD reference.
+``step_size=0.03``: tuned here on related sinusoids (N=5, d in {1,2,6}, n in {5,20,100}):
+ln Z rises steadily; 0.1 is faster at first but noisier; 0.3-1 erratic (never NaN).
+``svgd_steps=20`` per BO round.
 
-**SVGD** (:mod:`labfbo.models.svgd`): plain steps :math:`\phi \leftarrow \phi + \eta\psi`.
-PACOH's reference applies Adam (lr 1e-3) to :math:`-\psi`; Adam's moment estimates are
-hidden state, so we use the paper's plain update (pure in (particles, aggregated score)).
-
-**Mixture** (Eqs. 8-9): per-particle exact GP posteriors on the site's data, equally
-weighted; :class:`ParticleMixtureGP` moment-matches them to one Gaussian (latent
-function, no observation noise unless asked), in the units of ``y``.
+**Mixture** (Eqs. 8-9): :class:`ParticleMixtureGP` moment-matches the equally weighted
+per-particle GP posteriors (latent function; noise only if asked) in the units of ``y``.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Literal, Sequence, Union
+from typing import Annotated, Any, Literal, Sequence, Union
 
 import torch
 from botorch.models.model import Model
@@ -94,6 +83,8 @@ MEAN_OUT_SCALE = 0.1        # mean-MLP output layer (labfbo; see module docstrin
 LOG_NOISE_LOC = math.log(1e-2)
 NOISE_FLOOR = 1e-4          # BoTorch's MIN_INFERRED_NOISE_LEVEL
 _LOG_2PI = math.log(2.0 * math.pi)
+PosInt = Annotated[int, Field(ge=1)]
+PosFloat = Annotated[float, Field(gt=0)]
 
 
 class PacohConfig(BaseModel):
@@ -101,25 +92,17 @@ class PacohConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     n_particles: int = Field(10, ge=1, description="K; PACOH num_particles=10")
-    hidden: tuple[int, ...] = Field((32, 32), description="tanh layers of both MLPs; PACOH (32, 32)")
+    hidden: tuple[PosInt, ...] = Field((32, 32), description="tanh layers of both MLPs; PACOH (32, 32)")
     feature_dim: int = Field(2, ge=1, description="kernel feature map output; PACOH VectorizedGP default 2")
     learn_mean: bool = Field(True, description="MLP mean (PACOH mean_module='NN'); False: learned constant")
     prior_std: float = Field(10.0, gt=0, description="hyper-prior std of the standardized vector; "
                              "= 1/sqrt(PACOH prior_factor=0.01)")
-    beta: Union[Literal["n"], float] = Field("n", description="'n': beta_i = n_i, exact GP marginal "
-                                             "log-likelihood (PACOH for GPs); a number: tempered")
-    lam: Union[Literal["n_sites"], float] = Field("n_sites", description="meta-level lambda; 'n_sites': N")
+    beta: Union[Literal["n"], PosFloat] = Field("n", description="'n': beta_i = n_i, exact GP marginal "
+                                                "log-likelihood (PACOH for GPs); a number: tempered")
+    lam: Union[Literal["n_sites"], PosFloat] = Field("n_sites", description="meta-level lambda; 'n_sites': N")
     step_size: float = Field(0.03, gt=0, description="SVGD step eta (plain update); tuned here")
     bandwidth: float | None = Field(None, gt=0, description="RBF bandwidth h; None: median heuristic")
     svgd_steps: int = Field(20, ge=0, description="SVGD steps per BO round")
-
-    def model_post_init(self, __context: Any) -> None:
-        if any(h < 1 for h in self.hidden):
-            raise ValueError("hidden layer sizes must be positive")
-        for name in ("beta", "lam"):
-            v = getattr(self, name)
-            if not isinstance(v, str) and not v > 0:
-                raise ValueError(f"{name} must be positive, got {v}")
 
 
 # ----------------------------------------------------------------------------- layout
@@ -207,13 +190,13 @@ def _mlp_grad(th: dict[str, Tensor], prefix: str, acts: list[Tensor], g: Tensor,
             g = (g @ th[f"{prefix}.W{l}"].transpose(-1, -2)) * (1.0 - a * a)
 
 
-def _features(th: dict[str, Tensor], U: Tensor) -> Tensor:
-    return _mlp(th, "kernel", U) / torch.exp(th["log_lengthscale"]).unsqueeze(-2)
+def _features(th: dict[str, Tensor], U: Tensor, acts: list[Tensor] | None = None) -> Tensor:
+    return _mlp(th, "kernel", U, acts) / torch.exp(th["log_lengthscale"]).unsqueeze(-2)
 
 
-def _mean(th: dict[str, Tensor], U: Tensor) -> Tensor:
+def _mean(th: dict[str, Tensor], U: Tensor, acts: list[Tensor] | None = None) -> Tensor:
     if "mean.W0" in th:
-        return _mlp(th, "mean", U)[..., 0]
+        return _mlp(th, "mean", U, acts)[..., 0]
     return th["mean_const"].expand(-1, U.shape[0])
 
 
@@ -262,27 +245,34 @@ def _data(X: Any, y: Any) -> tuple[Tensor, Tensor]:
     return X, y
 
 
+def _fit(phi: Tensor, X: Any, y: Any, cfg: PacohConfig, acts: bool = False) -> dict[str, Any]:
+    """Forward pass on one site's standardized data: features, mean, Cholesky factor, alpha."""
+    X, y = _data(X, y)
+    n = y.shape[0]
+    th = _unpack(phi, cfg, X.shape[1])
+    U = _inputs(X)
+    f = {"th": th, "n": n, "t": 1.0 if cfg.beta == "n" else float(cfg.beta) / n,
+         "acts_k": [] if acts else None, "acts_m": [] if acts else None, "noise": _noise(th)}
+    f["F"], f["m"] = _features(th, U, f["acts_k"]), _mean(th, U, f["acts_m"])
+    f["Kf"] = _rbf(th, f["F"], f["F"])
+    f["L"] = _cholesky(f["Kf"] + torch.diag_embed((f["noise"] / f["t"]).unsqueeze(-1).expand(-1, n)))
+    f["r"] = _standardize(y)[0] - f["m"]
+    f["alpha"] = torch.cholesky_solve(f["r"].unsqueeze(-1), f["L"])[..., 0]          # (K, n)
+    return f
+
+
 def site_log_evidence(particles: Tensor, X: Any, y: Any, cfg: PacohConfig) -> Tensor:
     r""":math:`\ln Z_\beta(S, P_{\phi_k})` ``(K,)`` of one site's data (differentiable in
     ``particles``); ``X (n, d)`` unit cube, ``y (n,)`` raw, maximization orientation."""
-    X, y = _data(X, y)
-    n = y.shape[0]
     phi = particles.to(DTYPE)
-    if n == 0:
+    if _data(X, y)[1].shape[0] == 0:
         return phi.sum(-1) * 0.0
-    th = _unpack(phi, cfg, X.shape[1])
-    ys, _, _ = _standardize(y)
-    U = _inputs(X)
-    t = 1.0 if cfg.beta == "n" else float(cfg.beta) / n
-    noise = _noise(th)
-    Ky = _rbf(th, *(2 * [_features(th, U)])) + torch.diag_embed((noise / t)[:, None].expand(-1, n))
-    L = _cholesky(Ky)
-    r = (ys - _mean(th, U)).unsqueeze(-1)
-    alpha = torch.cholesky_solve(r, L)
-    lnz = (-0.5 * (r * alpha).sum((-2, -1)) - torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1)
-           - 0.5 * n * _LOG_2PI)
+    f = _fit(phi, X, y, cfg)
+    n, t = f["n"], f["t"]
+    lnz = (-0.5 * (f["r"] * f["alpha"]).sum(-1) - 0.5 * n * _LOG_2PI
+           - torch.log(f["L"].diagonal(dim1=-2, dim2=-1)).sum(-1))
     if t != 1.0:
-        lnz = lnz + n * (0.5 * (1.0 - t) * (_LOG_2PI + torch.log(noise)) - 0.5 * math.log(t))
+        lnz = lnz + n * (0.5 * (1.0 - t) * (_LOG_2PI + torch.log(f["noise"])) - 0.5 * math.log(t))
     return lnz
 
 
@@ -294,29 +284,15 @@ def site_score(particles: Tensor, X: Any, y: Any, cfg: PacohConfig) -> Tensor:
     :math:`\partial \ln Z/\partial K_y = W = \frac12(\alpha\alpha^\top - K_y^{-1})`,
     :math:`\partial \ln Z/\partial m = \alpha`, then back through the kernel and the MLPs.
     """
-    X, y = _data(X, y)
-    n, d = y.shape[0], X.shape[1]
     phi = particles.detach().to(DTYPE)
-    if n == 0:
+    X, y = _data(X, y)
+    if y.shape[0] == 0:
         return torch.zeros_like(phi)
-    ys, _, _ = _standardize(y)
-    t = 1.0 if cfg.beta == "n" else float(cfg.beta) / n
-    th = _unpack(phi, cfg, d)
-    U = _inputs(X)
-    acts_k: list[Tensor] = []
-    acts_m: list[Tensor] = []
-    ell = torch.exp(th["log_lengthscale"]).unsqueeze(-2)                          # (K, 1, f)
-    F = _mlp(th, "kernel", U, acts_k) / ell                                        # (K, n, f)
-    m = _mlp(th, "mean", U, acts_m)[..., 0] if cfg.learn_mean else th["mean_const"].expand(-1, n)
-    s2, noise = torch.exp(th["log_outputscale"][:, 0]), _noise(th)
-    Kf = s2[:, None, None] * torch.exp(-0.5 * _sqdist(F, F))
-    Ky = Kf.clone()
-    Ky.diagonal(dim1=-2, dim2=-1).add_((noise / t).unsqueeze(-1))
-    L = _cholesky(Ky)
-    alpha = torch.cholesky_solve((ys - m).unsqueeze(-1), L)[..., 0]                  # (K, n)
-    Kinv = torch.cholesky_inverse(L)
+    f = _fit(phi, X, y, cfg, acts=True)
+    th, n, t, F, alpha, noise = f["th"], f["n"], f["t"], f["F"], f["alpha"], f["noise"]
+    Kinv = torch.cholesky_inverse(f["L"])
     # W = d lnZ / d Ky = (alpha alpha^T - Ky^-1) / 2;  C = d lnZ / d D_ij = -W * Kf / 2
-    C = (Kinv - alpha.unsqueeze(-1) * alpha.unsqueeze(-2)) * (0.25 * Kf)
+    C = (Kinv - alpha.unsqueeze(-1) * alpha.unsqueeze(-2)) * (0.25 * f["Kf"])
     g_F = 4.0 * (C.sum(-1, keepdim=True) * F - C @ F)
     tr_W = 0.5 * ((alpha * alpha).sum(-1) - Kinv.diagonal(dim1=-2, dim2=-1).sum(-1))
     g: dict[str, Tensor] = {
@@ -324,14 +300,13 @@ def site_score(particles: Tensor, X: Any, y: Any, cfg: PacohConfig) -> Tensor:
         "log_outputscale": (-2.0 * C.sum((-2, -1)))[:, None],
         "log_noise": ((tr_W / t + 0.5 * n * (1.0 - t) / noise) * (noise - NOISE_FLOOR))[:, None],
     }
-    _mlp_grad(th, "kernel", acts_k, g_F / ell, g)
+    _mlp_grad(th, "kernel", f["acts_k"], g_F / torch.exp(th["log_lengthscale"]).unsqueeze(-2), g)
     if cfg.learn_mean:
-        _mlp_grad(th, "mean", acts_m, alpha.unsqueeze(-1), g)
+        _mlp_grad(th, "mean", f["acts_m"], alpha.unsqueeze(-1), g)
     else:
         g["mean_const"] = alpha.sum(-1, keepdim=True)
-    K = phi.shape[0]
-    flat = torch.cat([g[name].reshape(K, -1) for name, _, _, _ in param_layout(cfg, d)], dim=1)
-    return flat * _affine(cfg, d)[0]
+    layout = param_layout(cfg, X.shape[1])
+    return torch.cat([g[name].reshape(phi.shape[0], -1) for name, *_ in layout], 1) * _affine(cfg, X.shape[1])[0]
 
 
 def log_hyperprior(particles: Tensor, cfg: PacohConfig) -> Tensor:
@@ -355,8 +330,7 @@ def meta_weight(n_sites: int, cfg: PacohConfig, n_points: int | Sequence[int] | 
     if cfg.beta == "n":
         if n_points is None:
             raise ValueError("beta='n' needs n_points: the sites' observation counts")
-        counts = [float(c) for c in ([n_points] if isinstance(n_points, (int, float)) else n_points)]
-        pos = [c for c in counts if c > 0]
+        pos = [c for c in torch.as_tensor(n_points, dtype=DTYPE).reshape(-1).tolist() if c > 0]
         beta = len(pos) / sum(1.0 / c for c in pos) if pos else 0.0
     else:
         beta = float(cfg.beta)
@@ -382,30 +356,30 @@ class _ParticlePosteriors:
 
     def __init__(self, particles: Tensor, X: Any, y: Any, cfg: PacohConfig) -> None:
         X, y = _data(X, y)
+        phi = particles.detach().to(DTYPE)
         self.d, self.n = X.shape[1], X.shape[0]
-        self.th = {k: v.detach() for k, v in _unpack(particles.detach().to(DTYPE), cfg, self.d).items()}
-        ys, self.mu_y, self.sd_y = _standardize(y)
+        _, self.mu_y, self.sd_y = _standardize(y)
+        self.th = _unpack(phi, cfg, self.d)
         self.noise = _noise(self.th)
-        U = _inputs(X)
-        self.Ft = _features(self.th, U)                                 # (K, n, f)
         if self.n:
-            Ky = _rbf(self.th, self.Ft, self.Ft) + torch.diag_embed(self.noise[:, None].expand(-1, self.n))
-            self.L = _cholesky(Ky)                                      # (K, n, n)
-            self.alpha = torch.cholesky_solve((ys - _mean(self.th, U)).unsqueeze(-1), self.L)[..., 0]
+            f = _fit(phi, X, y, cfg)
+            self.Ft, self.L, self.alpha = f["F"], f["L"], f["alpha"]    # (K, n, f), (K, n, n), (K, n)
 
     def joint(self, Xq: Tensor) -> tuple[Tensor, Tensor]:
         """``Xq (B, q, d)`` -> means ``(K, B, q)``, covariances ``(K, B, q, q)`` (standardized)."""
         B, q, d = Xq.shape
-        K = self.Ft.shape[0]
+        K = self.noise.shape[0]
         U = _inputs(Xq.reshape(B * q, d))
-        Fq = _features(self.th, U).reshape(K, B, q, -1)
-        mean = _mean(self.th, U).reshape(K, B, q)
-        cov = _rbf(self.th, Fq, Fq)
+        Fq = _features(self.th, U)                                          # (K, B*q, f)
+        mean = _mean(self.th, U)
+        Fb = Fq.reshape(K, B, q, -1)
+        cov = _rbf(self.th, Fb, Fb)                                         # (K, B, q, q)
         if self.n:
-            Kxq = _rbf(self.th, self.Ft.unsqueeze(1), Fq)              # (K, B, n, q)
-            mean = mean + torch.einsum("kbnq,kn->kbq", Kxq, self.alpha)
-            V = torch.linalg.solve_triangular(self.L.unsqueeze(1), Kxq, upper=False)
-            cov = cov - V.transpose(-1, -2) @ V
+            Kxq = _rbf(self.th, self.Ft, Fq)                                # (K, n, B*q)
+            mean = mean + torch.einsum("knm,kn->km", Kxq, self.alpha)
+            V = torch.linalg.solve_triangular(self.L, Kxq, upper=False).reshape(K, self.n, B, q)
+            cov = cov - torch.einsum("knbi,knbj->kbij", V, V)
+        mean = mean.reshape(K, B, q)
         return mean, cov
 
 
@@ -436,7 +410,6 @@ class ParticleMixtureGP(Model):
         self.cfg = cfg
         self._post = _ParticlePosteriors(particles, X_train, y_train, cfg)
         X, y = _data(X_train, y_train)
-        self.register_buffer("particles", particles.detach().to(DTYPE).clone())
         self.register_buffer("train_X", X.clone())
         self.register_buffer("train_y", y.clone())
 

@@ -15,6 +15,8 @@ from labfbo.protocols.base import (Aggregator, Exchange, Finish, Protocol, SiteC
 _BUILTIN: dict[str, str] = {
     "independent": "labfbo.protocols.independent:IndependentProtocol",
     "consensus": "labfbo.protocols.consensus:ConsensusProtocol",
+    "gradient": "labfbo.protocols.gradient:GradientProtocol",
+    "centralized": "labfbo.protocols.centralized:CentralizedProtocol",
 }
 _REGISTRY: dict[str, type[Protocol]] = {}
 

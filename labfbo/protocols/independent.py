@@ -57,16 +57,22 @@ class LocalGPSite(SiteLogic):
     def predict(self, data: SiteData, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return predict(self.local_model(data), X)
 
+    def prior_weight(self, data: SiteData, round: int) -> tuple[LocationPrior, float] | None:
+        """``(prior, exponent)`` for this round, or None without a prior."""
+        prior = self.location_prior()
+        if prior is None:
+            return None
+        return prior, prior_exponent(self.options, prior, round, data.X, data.y)
+
+    def propose_with(self, model: Model, data: SiteData, n: int, round: int) -> np.ndarray:
+        """Maximize the (prior-weighted) acquisition of ``model`` (pending-aware)."""
+        acq_data = AcquisitionData(X=data.X, y=data.y, pending=data.pending)
+        return propose_with_model(model, self.space, acq_data, n, self.context.seed_for(round, "acquisition"),
+                                  self.options, prior=self.prior_weight(data, round))
+
     def propose_local(self, data: SiteData, n: int, round: int) -> np.ndarray:
         """Maximize the acquisition of the local GP (pending-aware)."""
-        model = self.local_model(data)
-        acq_data = AcquisitionData(X=data.X, y=data.y, pending=data.pending)
-        prior = self.location_prior()
-        weight = None
-        if prior is not None:
-            weight = (prior, prior_exponent(self.options, prior, round, data.X, data.y))
-        return propose_with_model(model, self.space, acq_data, n,
-                                  self.context.seed_for(round, "acquisition"), self.options, prior=weight)
+        return self.propose_with(self.local_model(data), data, n, round)
 
 
 class IndependentSite(LocalGPSite):

@@ -1,0 +1,80 @@
+r"""Protocol ``centralized``: PACOH-BO with every site's data in one place (a baseline).
+
+The paper's "ideal" reference. **Not private**: each round every site sends its raw
+observations (unit-cube inputs and values) to the coordinator, which then runs exactly
+the meta-learning of :mod:`labfbo.protocols.gradient` itself — the score still summed
+task by task (each site's data one task), in the same site order and with the same
+:func:`~labfbo.protocols.gradient.meta_step` — so ``centralized`` and ``gradient`` produce
+the same particles up to floating-point round-off. Sites propose exactly as under
+``gradient``. Use it to measure what federation costs, never with real partners.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Mapping
+
+import torch
+from pydantic import model_validator
+
+from labfbo.messages import Abstain, Array, Message, register
+from labfbo.models.pacoh import site_score
+from labfbo.protocols.base import Finish, Protocol, SiteData, Step
+from labfbo.protocols.gradient import GradientAggregator, GradientOptions, GradientSite, meta_step
+from labfbo.protocols.base import Exchange
+
+
+@register
+class DataRequest(Message):
+    """Coordinator -> site: send your observations (centralized baseline only)."""
+
+    kind: Literal["data_request"] = "data_request"
+
+
+@register
+class RawData(Message):
+    """Site -> coordinator: the site's raw observations (unit cube; maximization orientation)."""
+
+    kind: Literal["raw_data"] = "raw_data"
+    X: Array
+    y: Array
+
+
+class CentralizedOptions(GradientOptions):
+    @model_validator(mode="after")
+    def _no_dp(self) -> "CentralizedOptions":
+        if self.privacy is not None:
+            raise ValueError("the centralized baseline shares raw data; differential privacy does not apply")
+        return self
+
+
+class CentralizedSite(GradientSite):
+    def answer(self, request: Message, data: SiteData, round: int) -> Message:
+        if not isinstance(request, DataRequest):
+            return super().answer(request, data, round)
+        if data.n == 0:
+            return Abstain(reason="no observations yet")
+        return RawData(X=Array.of(data.X), y=Array.of(data.y))
+
+
+class CentralizedAggregator(GradientAggregator):
+    def open_round(self, t: int) -> Step:
+        return Exchange({s: DataRequest() for s in self.sites})
+
+    def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
+        tasks = [(responses[s].X.numpy(), responses[s].y.numpy())  # type: ignore[attr-defined]
+                 for s in self.sites if isinstance(responses.get(s), RawData)]
+        if tasks:
+            for _ in range(self.cfg.svgd_steps):
+                scores = [site_score(self.particles, X, y, self.cfg) for X, y in tasks]
+                self.particles = meta_step(self.particles, scores, [len(y) for _, y in tasks], self.cfg)
+        return self._finish()
+
+
+class CentralizedProtocol(Protocol):
+    name = "centralized"
+    federated = True
+    demo = False  # not a privacy-preserving protocol: not in `labfbo demo`
+    supported_types = frozenset({"real", "integer"})
+    Options = CentralizedOptions
+    site_logic = CentralizedSite
+    aggregator = CentralizedAggregator

@@ -1,0 +1,186 @@
+r"""Protocol ``gradient``: PACD-BO — distributed PACOH meta-learning of a GP prior.
+
+One BO round :math:`t` is ``svgd_steps`` exchanges. In each, the coordinator broadcasts
+the :math:`K` particles :math:`\{\phi_k\}`; every site answers with its per-particle
+scores :math:`A_{ik} = \nabla_{\phi_k} \ln Z_\beta(S_i, P_{\phi_k})` computed on its own
+data (Eq. 6; :func:`labfbo.models.pacoh.site_score`) and its number of observations
+:math:`n_i` (the meta-weight needs it); the coordinator sums them,
+:math:`G_k = \sum_i A_{ik}` over the sites that contributed, adds the hyper-prior score
+(Eq. 7) and makes an SVGD step (:func:`meta_step`). The final particles are the round's
+guidance: each site forms the particle-mixture predictive (Eqs. 8–9,
+:class:`~labfbo.models.pacoh.ParticleMixtureGP`) on its own data and maximizes its
+acquisition (UCB by default, :math:`\beta = 4`, i.e. :math:`\kappa = 2`), pending-aware.
+
+Particles persist across rounds (warm start). With ``privacy=labfbo.DP(...)`` each site
+clips every per-particle score to norm :math:`C` and adds :math:`\mathcal{N}(0,
+\sigma^2(2C)^2 I)` before it leaves (Eqs. 12–13); its privacy ledger (journaled by the
+Optimizer) accounts every release.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Mapping, Sequence
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from labfbo.messages import Abstain, Array, Message, register
+from labfbo.models.gp import predict
+from labfbo.models.pacoh import (PacohConfig, ParticleMixtureGP, init_particles, meta_score, site_score,
+                                 svgd_update)
+from labfbo.privacy import DP, privatize
+from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
+from labfbo.protocols.independent import LocalGPSite, ModelOptions
+from labfbo.seeding import rng
+
+
+@register
+class ParticlesRequest(Message):
+    """Coordinator -> site: the current particles; answer with your scores on them."""
+
+    kind: Literal["particles_request"] = "particles_request"
+    step: int
+    particles: Array
+
+
+@register
+class ScoreResponse(Message):
+    """Site -> coordinator: per-particle scores ``A_ik`` (K, P) and the site's data count."""
+
+    kind: Literal["score"] = "score"
+    step: int
+    scores: Array
+    n_obs: int
+    dp_clip: float | None = None
+    dp_noise_multiplier: float | None = None
+
+
+@register
+class ParticlesReply(Message):
+    """Coordinator -> site: the round's meta-learned particles (the guidance)."""
+
+    kind: Literal["particles"] = "particles"
+    particles: Array
+
+
+class GradientOptions(ModelOptions):
+    """PACOH settings (:class:`~labfbo.models.pacoh.PacohConfig`) plus acquisition, prior, DP."""
+
+    n_particles: int = Field(10, ge=1)
+    hidden: tuple[int, ...] = (32, 32)
+    feature_dim: int = Field(2, ge=1)
+    learn_mean: bool = True
+    prior_std: float = Field(10.0, gt=0)
+    beta_meta: Literal["n"] | float = Field("n", description="PACOH task temperature beta")
+    lam: Literal["n_sites"] | float = "n_sites"
+    step_size: float = Field(0.03, gt=0)
+    bandwidth: float | None = None
+    svgd_steps: int = Field(20, ge=0)
+    privacy: DP | None = None
+
+    def pacoh(self) -> PacohConfig:
+        return PacohConfig(n_particles=self.n_particles, hidden=self.hidden, feature_dim=self.feature_dim,
+                           learn_mean=self.learn_mean, prior_std=self.prior_std, beta=self.beta_meta,
+                           lam=self.lam, step_size=self.step_size, bandwidth=self.bandwidth,
+                           svgd_steps=self.svgd_steps)
+
+
+def meta_step(particles: torch.Tensor, scores: Sequence[torch.Tensor], n_obs: Sequence[int],
+              cfg: PacohConfig) -> torch.Tensor:
+    """One SVGD step from the per-site scores, summed in the given (site) order (Eq. 7)."""
+    G = torch.zeros_like(particles)
+    for A in scores:
+        G = G + A
+    score = meta_score(particles, G, len(scores), cfg, n_points=list(n_obs))
+    return svgd_update(particles, score, cfg)
+
+
+# -- site side -------------------------------------------------------------------------------
+class GradientSite(LocalGPSite):
+    """Scores the coordinator's particles on local data; proposes from the particle mixture."""
+
+    particles: torch.Tensor | None = None
+    _mixture_key: tuple[bytes, bytes] | None = None
+    _mixture: ParticleMixtureGP | None = None
+
+    def answer(self, request: Message, data: SiteData, round: int) -> Message:
+        if not isinstance(request, ParticlesRequest):
+            return super().answer(request, data, round)
+        if data.n == 0:
+            return Abstain(reason="no observations yet")
+        theta = torch.as_tensor(request.particles.numpy())
+        A = site_score(theta, data.X, data.y, self.options.pacoh()).numpy()
+        dp: DP | None = self.options.privacy
+        if dp is None:
+            return ScoreResponse(step=request.step, scores=Array.of(A), n_obs=data.n)
+        gen = rng(self.context.seed, self.context.site_index, round, f"dp-noise/{request.step}")
+        return ScoreResponse(step=request.step, scores=Array.of(privatize(A, dp, gen)), n_obs=data.n,
+                             dp_clip=dp.clip, dp_noise_multiplier=dp.noise_multiplier)
+
+    def mixture(self, data: SiteData) -> ParticleMixtureGP | None:
+        """The particle-mixture model on local data (cached per particles and data)."""
+        if self.particles is None:
+            return None
+        key = (self.particles.numpy().tobytes(), data.key())
+        if key != self._mixture_key:
+            self._mixture = ParticleMixtureGP(self.particles, data.X, data.y, self.options.pacoh())
+            self._mixture_key = key
+        return self._mixture
+
+    def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
+        if isinstance(guidance, ParticlesReply):
+            self.particles = torch.as_tensor(guidance.particles.numpy())
+        model = self.mixture(data)
+        if model is None:  # no guidance yet (e.g. left out of the first round): local GP
+            return self.propose_local(data, n, round)
+        return self.propose_with(model, data, n, round)
+
+    def predict(self, data: SiteData, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        model = self.mixture(data)
+        if model is None:
+            return super().predict(data, X)
+        return predict(model, X[:, None, :])  # marginals, not one joint posterior
+
+
+# -- coordinator side --------------------------------------------------------------------------
+class GradientAggregator(Aggregator):
+    """Runs ``svgd_steps`` exchanges per round on warm-started particles."""
+
+    def __init__(self, options: GradientOptions, sites: Sequence[str], seed: int, horizon: int | None,
+                 space: Any) -> None:
+        super().__init__(options, sites, seed, horizon, space)
+        self.cfg = options.pacoh()
+        self.particles = init_particles(self.cfg, space.dim, int(rng(seed, 0, 0, "pacoh-init").integers(2**31)))
+        self.step = 0
+
+    def _request(self) -> Exchange:
+        msg = ParticlesRequest(step=self.step, particles=Array.of(self.particles.numpy()))
+        return Exchange({s: msg for s in self.sites})
+
+    def _finish(self) -> Finish:
+        reply = ParticlesReply(particles=Array.of(self.particles.numpy()))
+        return Finish({s: reply for s in self.sites})
+
+    def open_round(self, t: int) -> Step:
+        self.step = 0
+        return self._request() if self.cfg.svgd_steps else self._finish()
+
+    def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
+        answers = [responses[s] for s in self.sites if isinstance(responses.get(s), ScoreResponse)]
+        if answers:
+            self.particles = meta_step(self.particles, [torch.as_tensor(a.scores.numpy()) for a in answers],
+                                       [a.n_obs for a in answers], self.cfg)
+        self.step += 1
+        if not answers or self.step >= self.cfg.svgd_steps:
+            return self._finish()
+        return self._request()
+
+
+class GradientProtocol(Protocol):
+    name = "gradient"
+    federated = True
+    supported_types = frozenset({"real", "integer"})
+    Options = GradientOptions
+    site_logic = GradientSite
+    aggregator = GradientAggregator

@@ -1,0 +1,139 @@
+"""Protocol `gradient` (PACD-BO): distributed == centralized, DP on the uplink, batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import labfbo
+from labfbo.privacy import gaussian_epsilon
+from labfbo.protocols.gradient import ScoreResponse
+
+FAST = {"num_restarts": 2, "raw_samples": 32, "n_particles": 4, "hidden": (8, 8)}
+SPACE = labfbo.SearchSpace([labfbo.Real("x", -2.0, 2.0), labfbo.Real("y", 0.0, 1.0)])
+SITES = ["lab-a", "lab-b", "lab-c"]
+
+
+def _f(i: int, p: dict) -> float:
+    return (p["x"] - 0.3 * i) ** 2 + np.sin(3 * p["y"] + i)
+
+
+def _federation(protocol: str, **opts: object) -> tuple[labfbo.Coordinator, list[labfbo.Optimizer]]:
+    coord = labfbo.Coordinator(protocol, sites=SITES, seed=3, horizon=5, **{**FAST, **opts})
+    sites = [labfbo.Optimizer(SPACE, protocol=protocol, coordinator=coord, site=s, seed=3, n_init=4,
+                              **{**FAST, **opts}) for s in SITES]
+    return coord, sites
+
+
+def _run(protocol: str, rounds: int, **opts: object) -> tuple[labfbo.Coordinator, list[labfbo.Optimizer], list]:
+    coord, sites = _federation(protocol, **opts)
+    for i, o in enumerate(sites):
+        for t in o.ask(n=4):
+            o.tell(t, _f(i, t.params))
+    proposals = []
+    for _ in range(rounds):
+        trials = [o.ask() for o in sites]
+        proposals.append([t.params for t in trials])
+        for i, (o, t) in enumerate(zip(sites, trials)):
+            o.tell(t, _f(i, t.params))
+    return coord, sites, proposals
+
+
+def test_distributed_meta_learning_equals_centralized() -> None:
+    cd, _, prop_d = _run("gradient", 3, svgd_steps=6)
+    cc, _, prop_c = _run("centralized", 3, svgd_steps=6)
+    pd, pc = cd.aggregator().particles, cc.aggregator().particles
+    assert pd.dtype == torch.float64
+    c0, _, _ = _run("gradient", 1, svgd_steps=0)
+    assert torch.max(torch.abs(pd - c0.aggregator().particles)).item() > 1e-3  # meta-learning moved them
+    assert torch.max(torch.abs(pd - pc)).item() <= 1e-10
+    for rd, rc in zip(prop_d, prop_c):
+        for a, b in zip(rd, rc):
+            assert a == pytest.approx(b, abs=1e-10)
+
+
+def test_meta_learning_moves_the_particles_and_sites_send_only_scores() -> None:
+    coord, sites, _ = _run("gradient", 1, svgd_steps=3)
+    sent = sites[0].sent_messages()
+    assert [m.kind for m in sent] == ["join"] + ["score"] * 3
+    score = sent[1]
+    assert isinstance(score, ScoreResponse)
+    K, P = score.scores.shape
+    assert K == FAST["n_particles"] and P == coord.aggregator().particles.shape[1]
+    assert set(score.model_dump()) == {"kind", "version", "round", "study", "step", "scores", "n_obs",
+                                       "dp_clip", "dp_noise_multiplier"}
+    up, down = sites[0].ledger.round_bytes(0)
+    assert up > 3 * K * P * 8 and down > up  # three K x P float64 uploads; particles come back
+
+
+def test_dp_clips_and_noises_every_uplink_and_accounts_for_it(tmp_path) -> None:
+    dp = labfbo.DP(clip=0.5, noise_multiplier=0.0)
+    _, sites, _ = _run("gradient", 1, svgd_steps=2, privacy=dp)
+    for m in sites[1].sent_messages()[1:]:
+        norms = np.linalg.norm(m.scores.numpy(), axis=1)
+        assert (norms <= 0.5 + 1e-12).all() and m.dp_clip == 0.5
+
+    dp = labfbo.DP(clip=0.5, noise_multiplier=2.0, delta=1e-5)
+    _, plain, _ = _run("gradient", 1, svgd_steps=2)
+    _, noisy, _ = _run("gradient", 1, svgd_steps=2, privacy=dp)
+    a = plain[0].sent_messages()[1].scores.numpy()
+    b = noisy[0].sent_messages()[1].scores.numpy()
+    assert np.abs(b).max() > 0.5  # noise of std 2 * 2C = 2 on top of clipped rows
+    assert not np.allclose(a, b)
+    steps = 2
+    expected = gaussian_epsilon(2.0 / np.sqrt(FAST["n_particles"]), steps, 1e-5)
+    assert noisy[0].epsilon() == pytest.approx(expected, rel=1e-9)
+    report = noisy[0].privacy_report()
+    assert report[-1]["epsilon"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_dp_ledger_survives_a_restart(tmp_path) -> None:
+    dp = labfbo.DP(clip=1.0, noise_multiplier=4.0)
+    coord = labfbo.Coordinator("gradient", sites=["a", "b"], seed=0, **FAST, svgd_steps=2, privacy=dp)
+    path = tmp_path / "a.journal"
+    a = labfbo.Optimizer(SPACE, protocol="gradient", coordinator=coord, site="a", storage=str(path), n_init=3,
+                         **FAST, svgd_steps=2, privacy=dp)
+    b = labfbo.Optimizer(SPACE, protocol="gradient", coordinator=coord, site="b", n_init=3, **FAST,
+                         svgd_steps=2, privacy=dp)
+    for i, o in enumerate((a, b)):
+        for t in o.ask(n=3):
+            o.tell(t, _f(i, t.params))
+    a.tell(a.ask(), 1.0)
+    eps = a.epsilon()
+    assert eps > 0
+    a.close()
+    again = labfbo.Optimizer(SPACE, protocol="gradient", coordinator=coord, site="a", storage=str(path), n_init=3,
+                             **FAST, svgd_steps=2, privacy=dp)
+    assert again.epsilon() == pytest.approx(eps)
+
+
+def test_batches_under_gradient_are_pending_aware() -> None:
+    _, sites, _ = _run("gradient", 1, svgd_steps=2)
+    batch = sites[0].ask(n=3)
+    xs = np.array([[t.params["x"], t.params["y"]] for t in batch])
+    assert len(batch) == 3
+    assert np.min(np.linalg.norm(xs[:, None] - xs[None], axis=-1)[~np.eye(3, dtype=bool)]) > 1e-6
+    mean, std = sites[0].predict([t.params for t in batch])
+    assert mean.shape == (3,) and (std > 0).all()
+
+
+def test_gradient_refuses_categorical_spaces() -> None:
+    space = labfbo.SearchSpace([labfbo.Real("x", 0, 1), labfbo.Categorical("c", ["a", "b"])])
+    coord = labfbo.Coordinator("gradient", sites=["a"], seed=0)
+    with pytest.raises(labfbo.ProtocolError, match="categorical"):
+        labfbo.Optimizer(space, protocol="gradient", coordinator=coord, site="a")
+
+
+def test_centralized_refuses_dp() -> None:
+    with pytest.raises(labfbo.ConfigurationError, match="raw data"):
+        labfbo.Coordinator("centralized", sites=["a"], privacy=labfbo.DP())
+
+
+def test_simulate_reports_epsilon_per_site() -> None:
+    res = labfbo.simulate("branin", protocol="gradient", n_sites=2, n_init=3, budget=1, seed=0, svgd_steps=2,
+                          privacy=labfbo.DP(clip=1.0, noise_multiplier=8.0), **FAST)
+    assert len(res.epsilon) == 2 and all(e > 0 for e in res.epsilon)
+    plain = labfbo.simulate("branin", protocol="gradient", n_sites=2, n_init=3, budget=1, seed=0, svgd_steps=2,
+                            **FAST)
+    assert plain.epsilon == []
