@@ -69,6 +69,49 @@ def _cmd_bench_pmcbo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_pacd(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tqdm.auto import tqdm
+
+    from labfbo.benchmarks import pacd
+    from labfbo.benchmarks.runner import run_jobs
+
+    if args.quick:
+        functions, seeds, budget = ("branin", "wing_weight"), list(range(3)), 30
+    else:
+        functions, seeds, budget = tuple(args.functions), list(range(args.seeds)), args.budget
+    out = Path(args.out)
+    jobs = pacd.jobs(str(out), functions, seeds, budget=budget, dp=args.dp,
+                     methods=tuple(args.methods) if args.methods else None)
+    cmd = "labfbo bench pacd " + " ".join(sys.argv[3:])
+    print(f"{cmd}\n{len(jobs)} runs ({sum(not Path(j.path).exists() for j in jobs)} to do), cache: {out}")
+    bar = tqdm(total=len(jobs), desc="pacd", unit="run")
+
+    def progress(done: int, total: int) -> None:
+        bar.n = done
+        bar.refresh()
+
+    results = run_jobs(jobs, workers=args.workers, progress=progress)
+    bar.close()
+    table = pacd.table(results, functions)
+    plots = pacd.plot(results, out, functions)
+    (out / "summary.md").write_text(f"# PACD suite\n\n`{cmd}`\n\n{table}\n")
+    print(table)
+    print("\nplots: " + ", ".join(map(str, plots)))
+    return 0
+
+
+def _cmd_bench_round_time(args: argparse.Namespace) -> int:
+    from labfbo.benchmarks.round_time import format_rows, measure
+
+    rows = measure(args.sites, args.particles, args.n_obs, args.steps, args.repeats, args.dim)
+    print(f"labfbo bench round-time --sites {args.sites} --particles {args.particles} --n-obs {args.n_obs} "
+          f"--steps {args.steps} --dim {args.dim} --repeats {args.repeats}\n")
+    print(format_rows(rows))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="labfbo", description="Federated Bayesian optimization for labs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -100,6 +143,24 @@ def build_parser() -> argparse.ArgumentParser:
     pm.add_argument("--workers", type=int, default=2)
     pm.add_argument("--out", default="runs/bench/pmcbo")
     pm.set_defaults(func=_cmd_bench_pmcbo)
+    pa = bsub.add_parser("pacd", help="PACD-BO Table I: gradient vs centralized, independent, CBOC")
+    pa.add_argument("--quick", action="store_true", help="Branin and Wing Weight, T=30, 3 seeds")
+    pa.add_argument("--functions", nargs="+", default=["sinusoid", "branin", "hartmann6", "wing_weight"])
+    pa.add_argument("--methods", nargs="+", default=None)
+    pa.add_argument("--seeds", type=int, default=10)
+    pa.add_argument("--budget", type=int, default=100)
+    pa.add_argument("--dp", action="store_true", help="add DP-PACD-BO (sigma=8, C=1)")
+    pa.add_argument("--workers", type=int, default=2)
+    pa.add_argument("--out", default="runs/bench/pacd")
+    pa.set_defaults(func=_cmd_bench_pacd)
+    rt = bsub.add_parser("round-time", help="seconds per gradient-protocol round: meta-update vs acquisition")
+    rt.add_argument("--sites", type=int, default=5)
+    rt.add_argument("--particles", type=int, default=10)
+    rt.add_argument("--n-obs", type=int, default=100)
+    rt.add_argument("--steps", type=int, default=20)
+    rt.add_argument("--dim", type=int, default=2)
+    rt.add_argument("--repeats", type=int, default=3)
+    rt.set_defaults(func=_cmd_bench_round_time)
     return parser
 
 

@@ -1,0 +1,85 @@
+"""Seconds per BO round of the ``gradient`` protocol: meta-update vs per-site acquisition.
+
+N sites, each with ``n_obs`` observations of a related task, in one process on the local
+transport (real Optimizers, real JSON messages). Per round we time
+
+* the meta-update: the coordinator's ``svgd_steps`` exchanges (every site scoring the
+  particles on its data, the messages' JSON round trips, the SVGD steps);
+* the same computation without the transport (site scores + SVGD steps, direct calls),
+  to show what the message layer costs;
+* each site's acquisition on the particle mixture (its ``ask()`` once the round is done).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from statistics import median
+
+import numpy as np
+import torch
+
+import labfbo
+from labfbo.models.pacoh import site_score
+from labfbo.protocols.gradient import meta_step
+
+
+@dataclass
+class RoundRow:
+    round: int
+    meta_update_s: float
+    meta_compute_s: float
+    acquisition_s: float  # mean per site
+    round_s: float        # meta-update + all sites' acquisitions, as sequential in one process
+
+
+def measure(n_sites: int, particles: int, n_obs: int, steps: int, repeats: int, dim: int = 2) -> list[RoundRow]:
+    space = labfbo.SearchSpace([labfbo.Real(f"x{j}", 0.0, 1.0) for j in range(dim)])
+    names = [f"site-{i}" for i in range(n_sites)]
+    opts = {"n_particles": particles, "svgd_steps": steps}
+    coord = labfbo.Coordinator("gradient", sites=names, seed=0, **opts)
+    sites = [labfbo.Optimizer(space, protocol="gradient", coordinator=coord, site=n, seed=0, n_init=0, **opts)
+             for n in names]
+    gen = np.random.default_rng(0)
+    for i, o in enumerate(sites):
+        X = gen.random((n_obs, dim))
+        y = np.sin(6 * X.sum(1) + 0.3 * i) + 0.1 * X[:, 0]
+        o.add_observations(space.decode(X), y.tolist())
+    rows = []
+    transport = coord._transport
+    for r in range(repeats):
+        theta = coord.aggregator().particles.clone()
+        data = [o.site_data() for o in sites]
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            scores = [site_score(theta, d.X, d.y, coord.aggregator().cfg) for d in data]
+            theta = meta_step(theta, scores, [d.n for d in data], coord.aggregator().cfg)
+        compute = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        coord.run_round(r, transport.gather)
+        meta = time.perf_counter() - t0
+        acq = []
+        for i, o in enumerate(sites):
+            t0 = time.perf_counter()
+            trial = o.ask()
+            acq.append(time.perf_counter() - t0)
+            o.tell(trial, float(np.sin(6 * sum(trial.params.values()) + 0.3 * i)))
+        rows.append(RoundRow(r, meta, compute, float(np.mean(acq)), meta + float(np.sum(acq))))
+    return rows
+
+
+def format_rows(rows: list[RoundRow]) -> str:
+    lines = ["| round | meta-update (transport) s | meta-update (direct) s | acquisition per site s | whole round s |",
+             "|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r.round} | {r.meta_update_s:.3f} | {r.meta_compute_s:.3f} | {r.acquisition_s:.3f} | "
+                     f"{r.round_s:.3f} |")
+    lines.append(f"| median | {median(r.meta_update_s for r in rows):.3f} | "
+                 f"{median(r.meta_compute_s for r in rows):.3f} | {median(r.acquisition_s for r in rows):.3f} | "
+                 f"{median(r.round_s for r in rows):.3f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    torch.set_num_threads(1)
+    print(format_rows(measure(5, 10, 100, 20, 3)))
