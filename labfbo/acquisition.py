@@ -19,6 +19,7 @@ columns), with 10 restarts and 512 raw samples by default, seeded.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -32,6 +33,7 @@ from botorch.acquisition import (
     qLogNoisyExpectedImprovement,
     qUpperConfidenceBound,
 )
+from botorch.exceptions.warnings import OptimizationWarning
 from botorch.generation.sampling import MaxPosteriorSampling
 from botorch.models.model import Model
 from botorch.optim import optimize_acqf
@@ -117,7 +119,10 @@ def optimize_acquisition(acqf: AcquisitionFunction, space: SearchSpace, q: int, 
     """
     d = space.dim
     bounds = torch.stack([torch.zeros(d, dtype=DTYPE), torch.ones(d, dtype=DTYPE)])
-    with seeded_torch(seed):
+    with seeded_torch(seed), warnings.catch_warnings():
+        # L-BFGS-B line-search failures on some restarts: BoTorch retries and keeps the best
+        warnings.filterwarnings("ignore", category=OptimizationWarning)
+        warnings.filterwarnings("ignore", message="Optimization failed", category=RuntimeWarning)
         if space.is_continuous and extra_raw is not None and len(extra_raw):
             ic = _initial_conditions(acqf, space, q, seed, opts, extra_raw)
             X, _ = optimize_acqf(acqf, bounds=bounds, q=q, num_restarts=opts.num_restarts,

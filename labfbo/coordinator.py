@@ -99,6 +99,9 @@ class Coordinator:
         self.space = space
         if space is not None:
             self.protocol_cls.check_space(space)
+        if self.protocol_cls.needs_horizon and not horizon:
+            raise ConfigurationError(f"protocol {protocol!r} needs the planned number of rounds: "
+                                     "Coordinator(..., horizon=T) (simulate sets it to budget)")
         self.members: dict[str, int] = {}
         self.rounds: dict[int, dict[str, Message]] = {}
         self.contributors: dict[int, list[list[str]]] = {}
@@ -115,6 +118,12 @@ class Coordinator:
         if self.space is None:
             self.protocol_cls.check_space(space)
             self.space = space
+        ours = {k: v for k, v in self.options.model_dump(mode="json").items()
+                if k in self.protocol_cls.shared_options}
+        if request.shared_options != ours:
+            diff = sorted(k for k in ours if request.shared_options.get(k) != ours[k])
+            raise FederationError(f"site {request.site!r} has protocol options that differ from the study's: "
+                                  f"{ {k: request.shared_options.get(k) for k in diff} } vs { {k: ours[k] for k in diff} }")
         if request.space_hash != self.space.fingerprint():
             raise FederationError(f"site {request.site!r} has a different search space than the "
                                   f"study (hash {request.space_hash} != {self.space.fingerprint()})")

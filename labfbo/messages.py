@@ -123,6 +123,7 @@ class JoinRequest(Message):
     space_hash: str
     space: dict[str, Any]
     n_init: int = Field(ge=0, default=0)
+    shared_options: dict[str, Any] = Field(default_factory=dict)
 
 
 @register

@@ -143,7 +143,9 @@ class Optimizer:
         if self._link is not None:
             req = JoinRequest(site=self.site, protocol=self.protocol_name, study="",
                               space_hash=self.space.fingerprint(), space=self.space.model_dump(mode="json"),
-                              n_init=self.n_init)
+                              n_init=self.n_init,
+                              shared_options={k: v for k, v in self.options.model_dump(mode="json").items()
+                                              if k in self.protocol.shared_options})
             self.ledger.record_sent(req)
             reply = self._link.join(req, self._handle)
             self.ledger.record_received(reply)

@@ -42,6 +42,7 @@ from typing import Annotated, Any, Literal, Mapping, Union
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ValidationError as PydanticValidationError
 from scipy.special import ndtr
 from scipy.stats import truncnorm
 
@@ -49,7 +50,19 @@ from labfbo.exceptions import ConfigurationError
 from labfbo.space import Categorical, Integer, Real, SearchSpace
 
 
-class Normal(BaseModel):
+class _Density(BaseModel):
+    """Turns pydantic's validation errors into :class:`ConfigurationError`."""
+
+    def __init__(self, **kw: Any) -> None:
+        try:
+            super().__init__(**kw)
+        except PydanticValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or type(self).__name__}: "
+                                 f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
+            raise ConfigurationError(f"{type(self).__name__}: {problems}") from None
+
+
+class Normal(_Density):
     """A normal density ``N(mean, std**2)`` in user units, truncated to the bounds."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -68,7 +81,7 @@ class Normal(BaseModel):
         return -0.5 * z**2 - math.log(self.std * math.sqrt(2 * math.pi)) - math.log(max(mass, 1e-300))
 
 
-class Uniform(BaseModel):
+class Uniform(_Density):
     """A uniform density on ``[low, high]`` (default: the parameter's bounds)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -177,3 +177,38 @@ def test_simulate_consensus_shapes_and_bytes() -> None:
     assert (res.bytes_up > 0).all() and (res.bytes_down > 0).all()
     # a message is a few hundred bytes: one 2-d point up, one point and a row of W down
     assert res.bytes_up.max() < 1000
+
+
+def test_leader_alone_in_a_batch_slot_keeps_a_finite_point() -> None:
+    # L=3, T=3: the leader's clamped diagonal is 0; if it alone proposes a second point,
+    # that slot's weights would be [[0]] — it must keep its own point, never NaN
+    agg = _aggregator(["a", "b", "c"], horizon=3, matrix="leader")
+    props = {"a": ConsensusProposal(points=Array.of([[0.1, 0.1], [0.9, 0.9]]), improvement=5.0),
+             "b": ConsensusProposal(points=Array.of([[0.5, 0.5]]), improvement=0.0),
+             "c": ConsensusProposal(points=Array.of([[0.7, 0.3]]), improvement=-1.0)}
+    step = agg.on_responses(0, props)
+    pa = step.replies["a"].points.numpy()
+    assert np.isfinite(pa).all()
+    np.testing.assert_allclose(pa[1], [0.9, 0.9])
+    assert sum(step.replies["a"].weights) == pytest.approx(1.0)
+
+
+def test_coordinator_checks_horizon_and_shared_options() -> None:
+    with pytest.raises(labfbo.ConfigurationError, match="horizon"):
+        labfbo.Coordinator("consensus", sites=["a", "b"])
+    space = labfbo.SearchSpace([labfbo.Real("x", 0, 1)])
+    coord = labfbo.Coordinator("consensus", sites=["a", "b"], horizon=5, matrix="uniform")
+    with pytest.raises(labfbo.FederationError, match="matrix"):
+        labfbo.Optimizer(space, protocol="consensus", coordinator=coord, site="a", matrix="leader")
+    labfbo.Optimizer(space, protocol="consensus", coordinator=coord, site="a", acquisition="ei")  # local option
+
+
+def test_a_site_without_data_abstains() -> None:
+    from labfbo.messages import Abstain
+    from labfbo.protocols.base import SiteContext, SiteData
+    from labfbo.protocols.consensus import ConsensusRequest, ConsensusSite
+
+    space = labfbo.SearchSpace([labfbo.Real("x", 0, 1)])
+    site = ConsensusSite(space, ConsensusOptions(), SiteContext(site="a"))
+    empty = SiteData(space=space, X=np.zeros((0, 1)), y=np.zeros(0), yvar=None, pending=np.zeros((0, 1)))
+    assert isinstance(site.answer(ConsensusRequest(), empty, 0), Abstain)

@@ -140,6 +140,8 @@ class Protocol:
     Options: ClassVar[type[BaseModel]]
     site_logic: ClassVar[type[SiteLogic]]
     aggregator: ClassVar[type[Aggregator] | None] = None  # None: no coordinator rounds
+    needs_horizon: ClassVar[bool] = False       # the coordinator needs the planned number of rounds
+    shared_options: ClassVar[tuple[str, ...]] = ()  # options every site must share with the coordinator
 
     @classmethod
     def check_space(cls, space: SearchSpace) -> None:

@@ -35,7 +35,7 @@ import numpy as np
 from pydantic import Field
 
 from labfbo.exceptions import ConfigurationError
-from labfbo.messages import Array, Message, register
+from labfbo.messages import Abstain, Array, Message, register
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.space import SearchSpace
@@ -134,8 +134,7 @@ class ConsensusSite(LocalGPSite):
         if not isinstance(request, ConsensusRequest):
             return super().answer(request, data, round)
         if data.n == 0:
-            X = np.random.default_rng(self.context.seed_for(round, "consensus-empty")).random((self._n, self.space.dim))
-            return ConsensusProposal(points=Array.of(self.space.snap(X)))
+            return Abstain(reason="no observations yet")
         X = self.propose_local(data, self._n, round)
         improvement = None
         if self.options.matrix == "leader" and data.n >= 2:
@@ -185,21 +184,30 @@ class ConsensusAggregator(Aggregator):
         points = {s: props[s].points.numpy() for s in names}
         k_max = max(len(p) for p in points.values())
         out: dict[str, list[np.ndarray]] = {s: [] for s in names}
+        used = {s: [0.0] * len(names) for s in names}
         for j in range(k_max):
             have = [i for i, s in enumerate(names) if len(points[s]) > j]
-            Wj = Wc[np.ix_(have, have)]
+            Wj = Wc[np.ix_(have, have)].copy()
+            empty = Wj.sum(1) <= 1e-15            # a clamped site alone in this slot keeps its point
+            Wj[empty, :] = 0.0
+            Wj[empty, np.nonzero(empty)[0]] = 1.0
             Wj = Wj / Wj.sum(1, keepdims=True)
+            if j == 0:
+                for r, i in enumerate(have):
+                    for c, m in enumerate(have):
+                        used[names[i]][m] = float(Wj[r, c])
             X = np.stack([points[names[i]][j] for i in have])
             cons = combine(self.space, Wj, X)
             for r, i in enumerate(have):
                 out[names[i]].append(cons[r])
-        return Finish({s: ConsensusReply(points=Array.of(np.stack(out[s])),
-                                         weights=[float(w) for w in Wc[names.index(s)]]) for s in names})
+        return Finish({s: ConsensusReply(points=Array.of(np.stack(out[s])), weights=used[s]) for s in names})
 
 
 class ConsensusProtocol(Protocol):
     name = "consensus"
     federated = True
+    needs_horizon = True
+    shared_options = ("matrix",)
     Options = ConsensusOptions
     site_logic = ConsensusSite
     aggregator = ConsensusAggregator

@@ -180,6 +180,7 @@ class GradientAggregator(Aggregator):
 class GradientProtocol(Protocol):
     name = "gradient"
     federated = True
+    shared_options = ("n_particles", "hidden", "feature_dim", "learn_mean", "prior_std", "beta_meta", "lam")
     supported_types = frozenset({"real", "integer"})
     Options = GradientOptions
     site_logic = GradientSite
