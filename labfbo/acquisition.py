@@ -172,6 +172,18 @@ class PriorWeighted(AcquisitionFunction):
         self.base, self.prior, self.gamma = base, prior, gamma
         self.log_base, self.ref, self.scale = log_base, ref, scale
 
+    @property
+    def X_pending(self) -> torch.Tensor | None:  # type: ignore[override]
+        return getattr(self.base, "X_pending", None)
+
+    @X_pending.setter
+    def X_pending(self, value: torch.Tensor | None) -> None:
+        if "base" in self._modules:
+            self.base.set_X_pending(value)
+
+    def set_X_pending(self, X_pending: torch.Tensor | None = None) -> None:
+        self.base.set_X_pending(X_pending)
+
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         a = self.base(X)
         if not self.log_base:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
 
 def _one_thread() -> None:
@@ -36,13 +37,32 @@ def _cmd_bench_latency(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_bench_pmcbo(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+def _run_suite(name: str, module: Any, jobs: list, out: "Path", functions: tuple[str, ...], workers: int) -> int:
+    """Run (or resume) a suite's cached jobs, then print and save its table and plots."""
     from tqdm.auto import tqdm
 
-    from labfbo.benchmarks import pmcbo
     from labfbo.benchmarks.runner import run_jobs
+
+    cmd = f"labfbo bench {name} " + " ".join(sys.argv[3:])
+    print(f"{cmd}\n{len(jobs)} runs ({sum(not Path(j.path).exists() for j in jobs)} to do), cache: {out}")
+    bar = tqdm(total=len(jobs), desc=name, unit="run")
+
+    def progress(done: int, total: int) -> None:
+        bar.n = done
+        bar.refresh()
+
+    results = run_jobs(jobs, workers=workers, progress=progress)
+    bar.close()
+    table = module.table(results, functions)
+    plots = module.plot(results, out, functions)
+    (out / "summary.md").write_text(f"# {name} suite\n\n`{cmd}`\n\n{table}\n")
+    print(table)
+    print("\nplots: " + ", ".join(map(str, plots)))
+    return 0
+
+
+def _cmd_bench_pmcbo(args: argparse.Namespace) -> int:
+    from labfbo.benchmarks import pmcbo
 
     if args.quick:
         functions, acqs, seeds = ("branin",), ("ucb",), list(range(3))
@@ -50,32 +70,11 @@ def _cmd_bench_pmcbo(args: argparse.Namespace) -> int:
         functions, acqs, seeds = tuple(args.functions), tuple(args.acquisitions), list(range(args.seeds))
     out = Path(args.out)
     jobs = pmcbo.jobs(str(out), functions, acqs, seeds, budget=args.budget, n_init=args.n_init)
-    cmd = "labfbo bench pmcbo " + " ".join(sys.argv[3:] if len(sys.argv) > 3 else [])
-    print(f"{cmd}\n{len(jobs)} runs ({sum(not Path(j.path).exists() for j in jobs)} to do), "
-          f"cache: {out}")
-    bar = tqdm(total=len(jobs), desc="pmcbo", unit="run")
-
-    def progress(done: int, total: int) -> None:
-        bar.n = done
-        bar.refresh()
-
-    results = run_jobs(jobs, workers=args.workers, progress=progress)
-    bar.close()
-    table = pmcbo.table(results, functions)
-    plots = pmcbo.plot(results, out, functions)
-    (out / "summary.md").write_text(f"# PMCBO suite\n\n`{cmd}`\n\n{table}\n")
-    print(table)
-    print("\nplots: " + ", ".join(map(str, plots)))
-    return 0
+    return _run_suite("pmcbo", pmcbo, jobs, out, functions, args.workers)
 
 
 def _cmd_bench_pacd(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from tqdm.auto import tqdm
-
     from labfbo.benchmarks import pacd
-    from labfbo.benchmarks.runner import run_jobs
 
     if args.quick:
         functions, seeds, budget = ("branin", "wing_weight"), list(range(3)), 30
@@ -84,22 +83,7 @@ def _cmd_bench_pacd(args: argparse.Namespace) -> int:
     out = Path(args.out)
     jobs = pacd.jobs(str(out), functions, seeds, budget=budget, dp=args.dp,
                      methods=tuple(args.methods) if args.methods else None)
-    cmd = "labfbo bench pacd " + " ".join(sys.argv[3:])
-    print(f"{cmd}\n{len(jobs)} runs ({sum(not Path(j.path).exists() for j in jobs)} to do), cache: {out}")
-    bar = tqdm(total=len(jobs), desc="pacd", unit="run")
-
-    def progress(done: int, total: int) -> None:
-        bar.n = done
-        bar.refresh()
-
-    results = run_jobs(jobs, workers=args.workers, progress=progress)
-    bar.close()
-    table = pacd.table(results, functions)
-    plots = pacd.plot(results, out, functions)
-    (out / "summary.md").write_text(f"# PACD suite\n\n`{cmd}`\n\n{table}\n")
-    print(table)
-    print("\nplots: " + ", ".join(map(str, plots)))
-    return 0
+    return _run_suite("pacd", pacd, jobs, out, functions, args.workers)
 
 
 def _cmd_bench_round_time(args: argparse.Namespace) -> int:

@@ -169,10 +169,11 @@ class Coordinator:
         return self._aggregator
 
     def run_round(self, t: int, gather: Gather) -> dict[str, Message]:
-        """Run BO round ``t`` (and any earlier round not yet run); return its replies."""
+        """Run BO round ``t`` (and any round between the last one run and ``t``); return its replies."""
         if t in self.rounds:
             return self.rounds[t]
-        first = max(self.rounds, default=-1) + 1
+        # a coordinator that has run no round yet (new, or restarted) starts where the sites are
+        first = max(self.rounds) + 1 if self.rounds else t
         for r in range(first, t + 1):
             self._run_one(r, gather)
         return self.rounds[t]

@@ -10,6 +10,7 @@ resumed optimizer proposes what the uninterrupted one would have.
 from __future__ import annotations
 
 import os
+import secrets
 import warnings
 from typing import Any, Literal, Sequence
 
@@ -47,13 +48,16 @@ class Optimizer:
         n_init: initial-design size (historical observations count towards it);
             default ``max(5, 2 d)``.
         horizon: planned number of BO rounds (schedules use it).
+        secret: the site-private seed of draws the coordinator must not predict (DP noise).
+            Default: drawn from the OS once and kept in the journal (``storage=``), so a
+            resumed site continues the same stream. Fix it only for reproducible simulations.
         **protocol_options: the protocol's options, e.g. ``acquisition="ei"``.
     """
 
     def __init__(self, space: SearchSpace, objective: Literal["minimize", "maximize"] = "minimize",
                  protocol: str = "independent", coordinator: Any = None, site: str | None = None,
                  seed: int = 0, storage: str | None = None, n_init: int | None = None,
-                 horizon: int | None = None, **protocol_options: Any) -> None:
+                 horizon: int | None = None, secret: int | None = None, **protocol_options: Any) -> None:
         if not isinstance(space, SearchSpace):
             raise ConfigurationError("space must be a labfbo.SearchSpace")
         if objective not in ("minimize", "maximize"):
@@ -86,12 +90,16 @@ class Optimizer:
         existed = storage is not None and os.path.exists(storage)
         self._journal = MemoryJournal() if storage is None else FileJournal(storage)
         records = list(self._journal.records())
-        self._header = {"op": "header", "space_hash": space.fingerprint(), "space": space.model_dump(mode="json"),
-                        "objective": objective, "protocol": protocol, "seed": self.seed, "site": self.site,
+        self._secret = secrets.randbits(63) if secret is None else int(secret)
+        self._header = {"op": "header", "secret": self._secret, "space_hash": space.fingerprint(),
+                        "space": space.model_dump(mode="json"), "objective": objective, "protocol": protocol, "seed": self.seed, "site": self.site,
                         "n_init": self.n_init, "options": self.options.model_dump(mode="json")}
         try:
             if records:
                 self._check_header(records[0])
+                if secret is not None and records[0].get("secret") not in (None, secret):
+                    raise JournalError("secret= differs from the one in the journal")
+                self._secret = records[0].get("secret", self._secret)
             else:
                 self._journal.append(self._header)
             self._join_reply: JoinReply | None = None
@@ -136,6 +144,11 @@ class Optimizer:
             if header.get(key) != self._header[key]:
                 raise JournalError(f"journal belongs to another study: {key} is {header.get(key)!r}, "
                                    f"this optimizer has {self._header[key]!r}")
+        for key in ("privacy", "n_particles"):  # the privacy ledger's accounting depends on them
+            old, new = header.get("options", {}).get(key), self._header["options"].get(key)
+            if old != new:
+                raise JournalError(f"the journal's DP releases were made with {key}={old!r}; "
+                                   f"resume with the same setting (got {new!r})")
 
     def _join(self) -> None:
         # a site on its own seeds its streams by its name, so two labs with seed=0 differ
@@ -158,7 +171,7 @@ class Optimizer:
             ctx_index, n_sites = self._join_reply.site_index, self._join_reply.n_sites
             self.horizon = self.horizon if self.horizon is not None else self._join_reply.horizon
         self.context = SiteContext(site=self.site, site_index=ctx_index, n_sites=n_sites, seed=self.seed,
-                                   horizon=self.horizon, objective=self.objective)
+                                   horizon=self.horizon, objective=self.objective, secret=self._secret)
         self._logic = self.protocol.site_logic(self.space, self.options, self.context)
 
     # -- journal ---------------------------------------------------------------------------
@@ -356,6 +369,7 @@ class Optimizer:
         saved = {k: v for k, v in head.get("options", {}).items() if v is not None}
         opt = cls(SearchSpace.model_validate(head["space"]), objective=head["objective"], protocol=head["protocol"],
                   site=head["site"], seed=head["seed"], n_init=head["n_init"], storage=storage,
+                  secret=options.pop("secret", head.get("secret")),
                   coordinator=coordinator, **{**saved, **options})
         if any(r["op"] not in ("header", "join") for r in opt._journal.records()):
             raise JournalError("load() into a storage that already has history")

@@ -30,7 +30,7 @@ from labfbo.benchmarks.problem import FederatedProblem
 from labfbo.coordinator import Coordinator
 from labfbo.exceptions import ConfigurationError
 from labfbo.optimizer import Optimizer
-from labfbo.seeding import rng
+from labfbo.seeding import int_seed, rng
 from labfbo.space import Categorical
 
 
@@ -132,7 +132,8 @@ def simulate(problem: FederatedProblem | str, protocol: str = "independent", n_s
 
     start = time.perf_counter()
     opts = [Optimizer(prob.space, objective=prob.objective, protocol=protocol, coordinator=coordinator,
-                      site=name, seed=seed, n_init=n_init, horizon=budget, **site_options(i))
+                      site=name, seed=seed, n_init=n_init, horizon=budget,
+                      secret=int_seed(seed, i, 0, "site-secret"), **site_options(i))
             for i, name in enumerate(names)]
     n_init_eff = opts[0].n_init
     best = np.full(N, np.inf)  # best loss (sign * value) so far, noiseless

@@ -10,7 +10,7 @@ import labfbo
 from labfbo.privacy import gaussian_epsilon
 from labfbo.protocols.gradient import ScoreResponse
 
-FAST = {"num_restarts": 2, "raw_samples": 32, "n_particles": 4, "hidden": (8, 8)}
+FAST = {"num_restarts": 2, "raw_samples": 32, "n_particles": 4, "hidden": (8, 8), "warmup_steps": 5}
 SPACE = labfbo.SearchSpace([labfbo.Real("x", -2.0, 2.0), labfbo.Real("y", 0.0, 1.0)])
 SITES = ["lab-a", "lab-b", "lab-c"]
 
@@ -54,7 +54,7 @@ def test_distributed_meta_learning_equals_centralized() -> None:
 
 
 def test_meta_learning_moves_the_particles_and_sites_send_only_scores() -> None:
-    coord, sites, _ = _run("gradient", 1, svgd_steps=3)
+    coord, sites, _ = _run("gradient", 1, svgd_steps=3, warmup_steps=3)
     sent = sites[0].sent_messages()
     assert [m.kind for m in sent] == ["join"] + ["score"] * 3
     score = sent[1]
@@ -81,7 +81,7 @@ def test_dp_clips_and_noises_every_uplink_and_accounts_for_it(tmp_path) -> None:
     b = noisy[0].sent_messages()[1].scores.numpy()
     assert np.abs(b).max() > 0.5  # noise of std 2 * 2C = 2 on top of clipped rows
     assert not np.allclose(a, b)
-    steps = 2
+    steps = FAST["warmup_steps"]  # round 0 is the warm-up
     expected = gaussian_epsilon(2.0 / np.sqrt(FAST["n_particles"]), steps, 1e-5)
     assert noisy[0].epsilon() == pytest.approx(expected, rel=1e-9)
     report = noisy[0].privacy_report()
@@ -137,3 +137,39 @@ def test_simulate_reports_epsilon_per_site() -> None:
     plain = labfbo.simulate("branin", protocol="gradient", n_sites=2, n_init=3, budget=1, seed=0, svgd_steps=2,
                             **FAST)
     assert plain.epsilon == []
+
+
+def test_dp_noise_is_keyed_by_a_site_secret_not_the_study_seed(tmp_path) -> None:
+    dp = labfbo.DP(clip=1.0, noise_multiplier=1.0)
+
+    def first_upload(secret: int | None, storage: str | None = None) -> np.ndarray:
+        coord = labfbo.Coordinator("gradient", sites=["a"], seed=0, **FAST, svgd_steps=1, privacy=dp)
+        o = labfbo.Optimizer(SPACE, protocol="gradient", coordinator=coord, site="a", seed=0, n_init=3,
+                             secret=secret, storage=storage, **FAST, svgd_steps=1, privacy=dp)
+        for t in o.ask(n=3):
+            o.tell(t, _f(0, t.params))
+        o.ask()
+        o.close()
+        return [m for m in o.sent_messages() if isinstance(m, ScoreResponse)][0].scores.numpy()
+
+    same = first_upload(7), first_upload(7)
+    np.testing.assert_array_equal(*same)                    # reproducible given the secret
+    assert not np.allclose(first_upload(8), same[0])        # same study seed, other secret
+    assert not np.allclose(first_upload(None), first_upload(None))  # default: drawn from the OS
+    path = str(tmp_path / "a.journal")
+    first_upload(None, path)
+    with pytest.raises(labfbo.JournalError, match="secret"):
+        labfbo.Optimizer(SPACE, protocol="gradient", coordinator=labfbo.Coordinator(
+            "gradient", sites=["a"], **FAST, privacy=dp), site="a", seed=0, n_init=3, storage=path,
+            secret=123, **FAST, privacy=dp)
+
+
+def test_resume_with_other_dp_settings_is_refused(tmp_path) -> None:
+    path = str(tmp_path / "a.journal")
+    coord = labfbo.Coordinator("gradient", sites=["a"], **FAST, privacy=labfbo.DP(noise_multiplier=8.0))
+    labfbo.Optimizer(SPACE, protocol="gradient", coordinator=coord, site="a", storage=path, **FAST,
+                     privacy=labfbo.DP(noise_multiplier=8.0)).close()
+    coord2 = labfbo.Coordinator("gradient", sites=["a"], **FAST, privacy=labfbo.DP(noise_multiplier=100.0))
+    with pytest.raises(labfbo.JournalError, match="privacy"):
+        labfbo.Optimizer(SPACE, protocol="gradient", coordinator=coord2, site="a", storage=path, **FAST,
+                         privacy=labfbo.DP(noise_multiplier=100.0))

@@ -228,14 +228,13 @@ class PrivacyLedger:
         return tuple(self._entries)
 
     def record(self, round: int, steps: int = 1) -> None:
-        """Record ``steps`` SVGD steps of BO round ``round`` (K privatized rows per step)."""
+        """Record ``steps`` SVGD steps of BO round ``round`` (K privatized rows per step).
+
+        Releases compose in any order; consecutive records of one round are merged."""
         for name, v in (("round", round), ("steps", steps)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise ValidationError(f"{name} must be an integer >= 0, got {v!r}")
         last = self._entries[-1] if self._entries else None
-        if last is not None and round < last.round:
-            raise ValidationError(f"round {round} recorded after round {last.round}; "
-                                  "rounds must be non-decreasing")
         if last is not None and round == last.round:
             self._entries[-1] = LedgerEntry(round=int(round), steps=last.steps + int(steps))
         else:

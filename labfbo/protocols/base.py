@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from labfbo.exceptions import ProtocolError
 from labfbo.messages import Message
-from labfbo.seeding import int_seed
+from labfbo.seeding import int_seed, stable_hash
 from labfbo.space import SearchSpace
 
 
@@ -65,9 +65,14 @@ class SiteContext:
     seed: int = 0
     horizon: int | None = None
     objective: Literal["minimize", "maximize"] = "minimize"
+    secret: int = 0  # site-private: seeds draws the coordinator must not predict (DP noise)
 
     def seed_for(self, round: int, purpose: str) -> int:
         return int_seed(self.seed, self.site_index, round, purpose)
+
+    def private_rng(self, round: int, purpose: str) -> np.random.Generator:
+        """A generator keyed by the site's secret: unpredictable to the coordinator and peers."""
+        return np.random.default_rng(np.random.SeedSequence([self.secret, int(round), stable_hash(purpose)]))
 
 
 @dataclass(frozen=True)

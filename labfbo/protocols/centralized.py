@@ -19,7 +19,8 @@ from pydantic import model_validator
 from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.pacoh import site_score
 from labfbo.protocols.base import Finish, Protocol, SiteData, Step
-from labfbo.protocols.gradient import GradientAggregator, GradientOptions, GradientSite, meta_step
+from labfbo.protocols.gradient import (GradientAggregator, GradientOptions, GradientProtocol, GradientSite,
+                                       meta_step)
 from labfbo.protocols.base import Exchange
 
 
@@ -64,9 +65,10 @@ class CentralizedAggregator(GradientAggregator):
         tasks = [(responses[s].X.numpy(), responses[s].y.numpy())  # type: ignore[attr-defined]
                  for s in self.sites if isinstance(responses.get(s), RawData)]
         if tasks:
-            for _ in range(self.cfg.svgd_steps):
+            for _ in range(self.steps_in_round()):
                 scores = [site_score(self.particles, X, y, self.cfg) for X, y in tasks]
                 self.particles = meta_step(self.particles, scores, [len(y) for _, y in tasks], self.cfg)
+            self.trained = True
         return self._finish()
 
 
@@ -74,6 +76,7 @@ class CentralizedProtocol(Protocol):
     name = "centralized"
     federated = True
     demo = False  # not a privacy-preserving protocol: not in `labfbo demo`
+    shared_options = GradientProtocol.shared_options
     supported_types = frozenset({"real", "integer"})
     Options = CentralizedOptions
     site_logic = CentralizedSite

@@ -1,6 +1,7 @@
 r"""Protocol ``gradient``: PACD-BO — distributed PACOH meta-learning of a GP prior.
 
-One BO round :math:`t` is ``svgd_steps`` exchanges. In each, the coordinator broadcasts
+One BO round :math:`t` is ``svgd_steps`` exchanges (``warmup_steps`` in the first round
+that has data, when the particles are still the hyper-prior's draws). In each, the coordinator broadcasts
 the :math:`K` particles :math:`\{\phi_k\}`; every site answers with its per-particle
 scores :math:`A_{ik} = \nabla_{\phi_k} \ln Z_\beta(S_i, P_{\phi_k})` computed on its own
 data (Eq. 6; :func:`labfbo.models.pacoh.site_score`) and its number of observations
@@ -77,6 +78,7 @@ class GradientOptions(ModelOptions):
     step_size: float = Field(0.03, gt=0)
     bandwidth: float | None = None
     svgd_steps: int = Field(20, ge=0)
+    warmup_steps: int = Field(200, ge=0, description="SVGD steps of the first round (fresh particles)")
     privacy: DP | None = None
 
     def pacoh(self) -> PacohConfig:
@@ -114,7 +116,7 @@ class GradientSite(LocalGPSite):
         dp: DP | None = self.options.privacy
         if dp is None:
             return ScoreResponse(step=request.step, scores=Array.of(A), n_obs=data.n)
-        gen = rng(self.context.seed, self.context.site_index, round, f"dp-noise/{request.step}")
+        gen = self.context.private_rng(round, f"dp-noise/{request.step}")  # never from the study seed
         return ScoreResponse(step=request.step, scores=Array.of(privatize(A, dp, gen)), n_obs=data.n,
                              dp_clip=dp.clip, dp_noise_multiplier=dp.noise_multiplier)
 
@@ -153,6 +155,7 @@ class GradientAggregator(Aggregator):
         self.cfg = options.pacoh()
         self.particles = init_particles(self.cfg, space.dim, int(rng(seed, 0, 0, "pacoh-init").integers(2**31)))
         self.step = 0
+        self.trained = False
 
     def _request(self) -> Exchange:
         msg = ParticlesRequest(step=self.step, particles=Array.of(self.particles.numpy()))
@@ -162,17 +165,23 @@ class GradientAggregator(Aggregator):
         reply = ParticlesReply(particles=Array.of(self.particles.numpy()))
         return Finish({s: reply for s in self.sites})
 
+    def steps_in_round(self) -> int:
+        """``warmup_steps`` until the particles have been trained once, then ``svgd_steps``."""
+        return self.options.warmup_steps if not self.trained else self.cfg.svgd_steps
+
     def open_round(self, t: int) -> Step:
         self.step = 0
-        return self._request() if self.cfg.svgd_steps else self._finish()
+        return self._request() if self.steps_in_round() else self._finish()
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
         answers = [responses[s] for s in self.sites if isinstance(responses.get(s), ScoreResponse)]
+        steps = self.steps_in_round()
         if answers:
             self.particles = meta_step(self.particles, [torch.as_tensor(a.scores.numpy()) for a in answers],
                                        [a.n_obs for a in answers], self.cfg)
         self.step += 1
-        if not answers or self.step >= self.cfg.svgd_steps:
+        if not answers or self.step >= steps:
+            self.trained = self.trained or bool(answers)
             return self._finish()
         return self._request()
 
