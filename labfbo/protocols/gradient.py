@@ -75,10 +75,10 @@ class GradientOptions(ModelOptions):
     prior_std: float = Field(10.0, gt=0)
     beta_meta: Literal["n"] | float = Field("n", description="PACOH task temperature beta")
     lam: Literal["n_sites"] | float = "n_sites"
-    step_size: float = Field(0.03, gt=0)
+    step_size: float = Field(0.1, gt=0)
     bandwidth: float | None = None
     svgd_steps: int = Field(20, ge=0)
-    warmup_steps: int = Field(200, ge=0, description="SVGD steps of the first round (fresh particles)")
+    warmup_steps: int = Field(500, ge=0, description="SVGD steps of the first round (fresh particles)")
     privacy: DP | None = None
 
     def pacoh(self) -> PacohConfig:
