@@ -83,6 +83,8 @@ class Optimizer:
         self._next_id = 0
         self._design_used = 0
         self._round = 0
+        self._data_cache: SiteData | None = None
+        self._own_design: np.ndarray | None = None
         self.ledger = SiteLedger()
         dp = getattr(self.options, "privacy", None)
         self._privacy = PrivacyLedger(dp, getattr(self.options, "n_particles", 1)) if dp is not None else None
@@ -185,6 +187,7 @@ class Optimizer:
 
     def _apply(self, rec: dict[str, Any]) -> None:
         op = rec["op"]
+        self._data_cache = None  # every record may change the site's data or its pending points
         if op == "hist":
             for params, value, sem in zip(rec["params"], rec["values"], rec["sems"]):
                 self._historical.append(Observation(params=params, value=value, sem=sem))
@@ -390,7 +393,20 @@ class Optimizer:
 
     # -- internals -------------------------------------------------------------------------
     def site_data(self, extra_pending: np.ndarray | None = None) -> SiteData:
-        """The site's local data in model coordinates."""
+        """The site's local data in model coordinates.
+
+        Cached until the next journal record (a gradient round reads it once per SVGD
+        step); the arrays are shared, so callers must not modify them in place.
+        """
+        cached = self._data_cache
+        if cached is None:
+            cached = self._data_cache = self._build_site_data()
+        if extra_pending is None or not len(extra_pending):
+            return cached
+        return SiteData(space=cached.space, X=cached.X, y=cached.y, yvar=cached.yvar,
+                        pending=np.vstack([cached.pending, extra_pending]))
+
+    def _build_site_data(self) -> SiteData:
         done = [t for t in self._trials.values() if t.state == "complete"]
         X = np.array(self._hist_x + [t.x for t in done]).reshape(-1, self.space.dim)
         values = [o.value for o in self._historical] + [t.value for t in done]
@@ -399,19 +415,19 @@ class Optimizer:
         yvar = None if not sems or any(s is None for s in sems) else np.square(np.asarray(sems, dtype=np.float64))
         pend = [t.x for t in self._trials.values() if t.state == "pending"]
         P = np.array(pend).reshape(-1, self.space.dim)
-        if extra_pending is not None and len(extra_pending):
-            P = np.vstack([P, extra_pending])
         return SiteData(space=self.space, X=X, y=y, yvar=yvar, pending=P)
 
     def _design_rows(self) -> np.ndarray:
         if self._join_reply is not None:
             return self._join_reply.design.numpy().reshape(-1, self.space.dim)
-        from scipy.stats import qmc
+        if self._own_design is None:  # drawn once: a function of (seed, n_init)
+            from scipy.stats import qmc
 
-        if self.n_init == 0:
-            return np.zeros((0, self.space.dim))
-        gen = rng(self.seed, 0, 0, "design")
-        return self.space.snap(qmc.LatinHypercube(self.space.dim, scramble=True, seed=gen).random(self.n_init))
+            gen = rng(self.seed, 0, 0, "design")
+            self._own_design = (self.space.snap(qmc.LatinHypercube(self.space.dim, scramble=True, seed=gen)
+                                                .random(self.n_init)) if self.n_init
+                                else np.zeros((0, self.space.dim)))
+        return self._own_design
 
     def _needs_design(self, in_batch: int) -> bool:
         enqueued = sum(t.source == "enqueued" for t in self._trials.values())
