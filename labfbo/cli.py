@@ -5,8 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
+
+
+GUIDE_FUNCTIONS = ("ackley", "levy", "griewank", "rastrigin", "weierstrass", "ellipsoid", "sphere",
+                   "zakharov", "rosenbrock", "michalewicz", "powell", "styblinski_tang")
 
 
 def _one_thread() -> None:
@@ -20,7 +25,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from labfbo.demo import DemoConfig, run_demo
 
     cfg = DemoConfig(problem=args.problem, n_sites=args.sites, n_init=args.n_init, budget=args.budget,
-                     seeds=args.seeds, protocols=args.protocols, out=args.out)
+                     seeds=args.seeds, protocols=args.protocols, out=args.out, workers=args.workers)
     run_demo(cfg)
     return 0
 
@@ -86,6 +91,50 @@ def _cmd_bench_pacd(args: argparse.Namespace) -> int:
     return _run_suite("pacd", pacd, jobs, out, functions, args.workers)
 
 
+def _cmd_bench_guide(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from labfbo.benchmarks import guide
+    from labfbo.benchmarks.runner import run_jobs
+
+    if args.quick:
+        kw = dict(functions=guide.QUICK_FUNCTIONS, levels=(2,), methods=("UCB", "GUIDE-UCB"), seeds=range(3),
+                  n_sites=8, n_init=20, budget=25)
+    else:
+        kw = dict(functions=tuple(args.functions), levels=tuple(args.levels), methods=tuple(args.methods),
+                  seeds=range(args.seeds), n_sites=args.sites, n_init=args.n_init, budget=args.budget)
+    out = Path(args.out)
+    jobs = guide.jobs(str(out), ablation=args.ablation, **kw)  # type: ignore[arg-type]
+    cmd = "labfbo bench guide " + " ".join(sys.argv[3:])
+    print(f"{cmd}\n{len(jobs)} runs ({sum(not Path(j.path).exists() for j in jobs)} to do), cache: {out}")
+    bar = tqdm(total=len(jobs), desc="guide", unit="run")
+
+    def progress(done: int, total: int) -> None:
+        bar.n = done
+        bar.refresh()
+
+    t0 = time.perf_counter()
+    results = run_jobs(jobs, workers=args.workers, progress=progress)
+    bar.close()
+    table = guide.tables(results, jobs)
+    plots = guide.plot(results, jobs, out)
+    cpu = sum(r.wall_time for r in results)
+    note = f"{len(jobs)} runs, {cpu / 3600:.2f} CPU-hours of simulation, this invocation {time.perf_counter() - t0:.0f} s"
+    (out / "summary.md").write_text(f"# guide suite\n\n`{cmd}`\n\n{note}\n{table}\n")
+    print(note)
+    print(table)
+    print("\nplots: " + ", ".join(map(str, plots)))
+    return 0
+
+
+def _cmd_bench_guide_cost(args: argparse.Namespace) -> int:
+    from labfbo.benchmarks.guide_cost import report
+
+    print("labfbo bench guide-cost " + " ".join(sys.argv[3:]) + "\n")
+    print(report(tuple(args.n_obs), tuple(args.sites), args.repeats, args.comm_sites))
+    return 0
+
+
 def _cmd_bench_round_time(args: argparse.Namespace) -> int:
     from labfbo.benchmarks.round_time import format_rows, measure
 
@@ -106,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--n-init", type=int, default=10)
     demo.add_argument("--budget", type=int, default=30)
     demo.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    demo.add_argument("--workers", type=int, default=2, help="simulations run in parallel processes")
     demo.add_argument("--protocols", nargs="+", default=None)
     demo.add_argument("--out", default="runs")
     demo.set_defaults(func=_cmd_demo)
@@ -137,6 +187,27 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--workers", type=int, default=2)
     pa.add_argument("--out", default="runs/bench/pacd")
     pa.set_defaults(func=_cmd_bench_pacd)
+    gu = bsub.add_parser("guide", help="GUIDE-FBO Tables 1, 3, 8-10: distribution vs local BO (cached, resumable)")
+    gu.add_argument("--quick", action="store_true",
+                    help="level 2, Ackley/Ellipsoid/Sphere/Zakharov, UCB vs GUIDE-UCB, N=8, 20 init, 25 rounds, 3 seeds")
+    gu.add_argument("--functions", nargs="+", default=list(GUIDE_FUNCTIONS), choices=list(GUIDE_FUNCTIONS))
+    gu.add_argument("--levels", nargs="+", type=int, default=[1, 2, 3], choices=[1, 2, 3])
+    gu.add_argument("--methods", nargs="+", default=["UCB", "NEI", "TS", "GUIDE-UCB", "GUIDE-NEI", "GUIDE-TS"],
+                    choices=["UCB", "NEI", "TS", "GUIDE-UCB", "GUIDE-NEI", "GUIDE-TS"])
+    gu.add_argument("--ablation", action="store_true", help="add Table 3 (level 2, Ackley/Rastrigin/Zakharov/Michalewicz)")
+    gu.add_argument("--seeds", type=int, default=10)
+    gu.add_argument("--sites", type=int, default=16)
+    gu.add_argument("--n-init", type=int, default=30)
+    gu.add_argument("--budget", type=int, default=50)
+    gu.add_argument("--workers", type=int, default=2)
+    gu.add_argument("--out", default="runs/bench/guide")
+    gu.set_defaults(func=_cmd_bench_guide)
+    gc = bsub.add_parser("guide-cost", help="distribution protocol: seconds per site-round, server time, message sizes")
+    gc.add_argument("--n-obs", nargs="+", type=int, default=[30, 80])
+    gc.add_argument("--sites", nargs="+", type=int, default=[16, 256], help="server aggregation sizes")
+    gc.add_argument("--comm-sites", type=int, default=16, help="sites of the federation whose messages are read")
+    gc.add_argument("--repeats", type=int, default=3)
+    gc.set_defaults(func=_cmd_bench_guide_cost)
     rt = bsub.add_parser("round-time", help="seconds per gradient-protocol round: meta-update vs acquisition")
     rt.add_argument("--sites", type=int, default=5)
     rt.add_argument("--particles", type=int, default=10)

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labfbo.benchmarks.report import plot_convergence, summary_table
+from labfbo.benchmarks.runner import Job, run_jobs
 from labfbo.protocols import available_protocols, get_protocol
-from labfbo.simulation import SimulationResult, simulate
+from labfbo.simulation import SimulationResult
 
 
 @dataclass
@@ -27,6 +28,7 @@ class DemoConfig:
     seeds: list[int] = field(default_factory=lambda: [0, 1])
     protocols: list[str] | None = None
     out: str = "runs"
+    workers: int = 2  # simulations run in parallel processes, one torch thread each
 
 
 def demo_protocols() -> list[str]:
@@ -43,17 +45,17 @@ def run_demo(cfg: DemoConfig) -> tuple[list[SimulationResult], Path]:
     protocols = cfg.protocols or demo_protocols()
     out = Path(cfg.out) / time.strftime("demo-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    results: list[SimulationResult] = []
-    jobs = [(p, s) for p in protocols for s in cfg.seeds]
+    jobs = [Job(path=str(out / f"{p}-seed{s}.json"), label=p, problem=cfg.problem,
+                problem_kwargs={"n_sites": cfg.n_sites}, protocol=p, seed=s, n_init=cfg.n_init, budget=cfg.budget)
+            for p in protocols for s in cfg.seeds]
     print(f"labfbo demo: {cfg.n_sites} sites on {cfg.problem!r}, n_init={cfg.n_init}, "
-          f"budget={cfg.budget}, seeds={cfg.seeds}, protocols={protocols}")
-    with tqdm(total=len(jobs) * cfg.budget, desc="demo", unit="round") as bar:
-        for protocol, seed in jobs:
-            bar.set_postfix_str(f"{protocol} seed={seed}")
-            res = simulate(cfg.problem, protocol=protocol, n_sites=cfg.n_sites, n_init=cfg.n_init,
-                           budget=cfg.budget, seed=seed, on_round=lambda t: bar.update(1))
-            results.append(res)
-            res.to_json(str(out / f"{protocol}-seed{seed}.json"))
+          f"budget={cfg.budget}, seeds={cfg.seeds}, protocols={protocols}, {cfg.workers} worker(s)")
+    with tqdm(total=len(jobs), desc="demo", unit="run") as bar:
+        def progress(done: int, total: int) -> None:
+            bar.n = done
+            bar.refresh()
+
+        results = run_jobs(jobs, workers=cfg.workers, progress=progress)
     table = summary_table(results)
     png = plot_convergence(results, out / "convergence.png",
                            title=f"{cfg.problem}: {cfg.n_sites} sites, mean over sites and {len(cfg.seeds)} seeds")

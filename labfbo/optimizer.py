@@ -338,6 +338,10 @@ class Optimizer:
         """Exactly what this site has sent across its boundary, in order."""
         return list(self.ledger.sent)
 
+    def received_messages(self) -> list[Message]:
+        """Everything this site received from the coordinator (requests and guidance), in order."""
+        return list(self.ledger.received)
+
     def epsilon(self) -> float | None:
         """Cumulative epsilon of this site's DP releases at the configured delta (None without DP)."""
         return None if self._privacy is None else self._privacy.epsilon()
@@ -382,7 +386,10 @@ class Optimizer:
         return opt
 
     def close(self) -> None:
-        """Close the journal (the optimizer can be resumed from it later)."""
+        """Leave the coordinator and close the journal (the optimizer can be resumed from it later)."""
+        link, self._link = self._link, None
+        if link is not None:
+            link.close()
         self._journal.close()
 
     def __enter__(self) -> "Optimizer":
@@ -441,6 +448,8 @@ class Optimizer:
         guidance = None
         self._logic.expect(m)
         if self.protocol.federated:
+            if self._link is None:
+                raise LabFBOError(f"site {self.site!r} was closed; reopen it from its journal to continue")
             guidance = parse(self._link.guidance(self._round, timeout))
             self.ledger.record_received(guidance)
         X = np.asarray(self._logic.propose(data, guidance, m, self._round), dtype=np.float64)

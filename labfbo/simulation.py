@@ -101,99 +101,171 @@ def _user_vector(problem: FederatedProblem, params: dict[str, Any]) -> list[floa
             for p in problem.space.params]
 
 
+class _SiteRun:
+    """One site's side of a simulated campaign: evaluates, tells, records."""
+
+    def __init__(self, prob: FederatedProblem, i: int, opt: Optimizer, seed: int, budget: int) -> None:
+        self.prob, self.i, self.opt, self.seed = prob, i, opt, seed
+        self.best = np.inf  # best loss (sign * value) so far, noiseless
+        self.best_values = np.zeros(budget)
+        self.proposals = np.zeros((budget, prob.space.dim))
+        self.ask_seconds = np.zeros(budget)
+
+    def evaluate(self, trial: Any, t: int) -> None:
+        prob, i = self.prob, self.i
+        f = prob.evaluate(i, trial.params)
+        noise = prob.noise_std * rng(self.seed, i, t + 1, "observation-noise").standard_normal() if prob.noise_std else 0.0
+        self.opt.tell(trial, f + noise)
+        self.best = min(self.best, prob.sign * f)
+
+    def initial_design(self) -> None:
+        todo = max(0, self.opt.n_init - len(self.opt.observations))  # historical data counts towards it
+        if todo:
+            for trial in self.opt.ask(n=todo):
+                self.evaluate(trial, -1)
+
+    def ask(self, t: int) -> Any:
+        t0 = time.perf_counter()
+        trial = self.opt.ask()
+        self.ask_seconds[t] = time.perf_counter() - t0
+        return trial
+
+    def finish_round(self, trial: Any, t: int) -> None:
+        self.evaluate(trial, t)
+        self.proposals[t] = _user_vector(self.prob, trial.params)
+        self.best_values[t] = self.prob.sign * self.best
+
+    def record(self) -> dict[str, Any]:
+        """What the site reports at the end (picklable)."""
+        budget = len(self.best_values)
+        ledger = self.opt.ledger
+        return {"best_values": self.best_values, "proposals": self.proposals, "ask_seconds": self.ask_seconds,
+                "bytes_up": np.array([ledger.round_bytes(t)[0] for t in range(budget)], dtype=np.float64),
+                "bytes_down": np.array([ledger.round_bytes(t)[1] for t in range(budget)], dtype=np.float64),
+                "epsilon": self.opt.epsilon(), "n_init": self.opt.n_init}
+
+
+def _optimizer(prob: FederatedProblem, protocol: str, coordinator: Any, i: int, seed: int, n_init: int | None,
+               budget: int, options: dict[str, Any]) -> Optimizer:
+    priors = options.get("prior")
+    opts = {**options, "prior": priors[i]} if isinstance(priors, (list, tuple)) else options
+    return Optimizer(prob.space, objective=prob.objective, protocol=protocol, coordinator=coordinator,
+                     site=list(prob.site_names or [])[i], seed=seed, n_init=n_init, horizon=budget,
+                     secret=int_seed(seed, i, 0, "site-secret"), **opts)
+
+
+def _check(prob: FederatedProblem, budget: int, options: dict[str, Any]) -> None:
+    if budget < 0:
+        raise ConfigurationError("budget must be >= 0")
+    priors = options.get("prior")
+    if isinstance(priors, (list, tuple)) and len(priors) != prob.n_sites:
+        raise ConfigurationError(f"prior: got {len(priors)} priors for {prob.n_sites} sites (give one dict, or one per site)")
+
+
+def _coordinator(prob: FederatedProblem, protocol: str, seed: int, budget: int, options: dict[str, Any]) -> Coordinator:
+    return Coordinator(protocol, sites=list(prob.site_names or []), space=prob.space, seed=seed, horizon=budget,
+                       **{k: v for k, v in options.items() if k != "prior"})
+
+
 def simulate(problem: FederatedProblem | str, protocol: str = "independent", n_sites: int | None = None,
              n_init: int | None = None, budget: int = 20, seed: int = 0, transport: str = "local",
              heterogeneity: Any = None, progress: bool = False,
-             on_round: Callable[[int], None] | None = None, **options: Any) -> SimulationResult:
+             on_round: Callable[[int], None] | None = None, **options: Any) -> SimulationResult | None:
     """Run ``budget`` BO iterations at every site after its initial design.
 
     ``options`` are forwarded to every site's Optimizer and to the coordinator (protocol
-    options such as ``acquisition``); ``prior`` may be one dict or a list with one per site. ``n_sites`` and ``heterogeneity`` apply only when
-    ``problem`` is a built-in name. ``progress`` shows a progress bar; ``on_round(t)`` is
-    called after every BO iteration.
+    options such as ``acquisition``); ``prior`` may be one dict or a list with one per site.
+    ``n_sites`` and ``heterogeneity`` apply only when ``problem`` is a built-in name.
+    ``progress`` shows a progress bar; ``on_round(t)`` is called after every BO iteration.
+
+    ``transport="mpi"``: run under ``mpiexec -n N+1 python -m mpi4py ...``; rank 0 runs
+    the coordinator and returns the result, site ``i`` runs at rank ``i + 1`` and gets None.
     """
-    if budget < 0:
-        raise ConfigurationError("budget must be >= 0")
-    if transport != "local":
-        raise ConfigurationError(f"transport {transport!r} is not available in this build; use 'local'")
+    if transport not in ("local", "mpi"):
+        raise ConfigurationError(f"transport {transport!r} is not available in this build; use 'local' or 'mpi'")
     prob = _problem(problem, n_sites, seed, heterogeneity)
-    names = list(prob.site_names or [])
-    N, d = prob.n_sites, prob.space.dim
-    priors = options.get("prior")
-    if isinstance(priors, (list, tuple)) and len(priors) != N:
-        raise ConfigurationError(f"prior: got {len(priors)} priors for {N} sites (give one dict, or one per site)")
-    coordinator = Coordinator(protocol, sites=names, space=prob.space, seed=seed, horizon=budget,
-                              **{k: v for k, v in options.items() if k != "prior"})
-
-    def site_options(i: int) -> dict[str, Any]:
-        if isinstance(priors, (list, tuple)):
-            return {**options, "prior": priors[i]}
-        return options
-
+    _check(prob, budget, options)
+    if transport == "mpi":
+        return _simulate_mpi(prob, protocol, n_init, budget, seed, options)
+    coordinator = _coordinator(prob, protocol, seed, budget, options)
     start = time.perf_counter()
-    opts = [Optimizer(prob.space, objective=prob.objective, protocol=protocol, coordinator=coordinator,
-                      site=name, seed=seed, n_init=n_init, horizon=budget,
-                      secret=int_seed(seed, i, 0, "site-secret"), **site_options(i))
-            for i, name in enumerate(names)]
-    n_init_eff = opts[0].n_init
-    best = np.full(N, np.inf)  # best loss (sign * value) so far, noiseless
-
-    def evaluate(i: int, trial: Any, t: int) -> None:
-        f = prob.evaluate(i, trial.params)
-        noise = prob.noise_std * rng(seed, i, t + 1, "observation-noise").standard_normal() if prob.noise_std else 0.0
-        opts[i].tell(trial, f + noise)
-        best[i] = min(best[i], prob.sign * f)
-
-    for i in range(N):  # initial design (historical data would count towards it)
-        todo = max(0, n_init_eff - len(opts[i].observations))
-        if todo:
-            for trial in opts[i].ask(n=todo):
-                evaluate(i, trial, -1)
-
-    best_values = np.zeros((N, budget))
-    proposals = np.zeros((N, budget, d))
-    ask_seconds = np.zeros((N, budget))
+    runs = [_SiteRun(prob, i, _optimizer(prob, protocol, coordinator, i, seed, n_init, budget, options), seed, budget)
+            for i in range(prob.n_sites)]
+    for run in runs:
+        run.initial_design()
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=budget, desc=f"{prob.name}/{protocol}", leave=False)
     for t in range(budget):
-        trials = []
-        for i in range(N):
-            t0 = time.perf_counter()
-            trials.append(opts[i].ask())
-            ask_seconds[i, t] = time.perf_counter() - t0
-        for i, trial in enumerate(trials):
-            evaluate(i, trial, t)
-            proposals[i, t] = _user_vector(prob, trial.params)
-        best_values[:, t] = prob.sign * best
+        trials = [run.ask(t) for run in runs]
+        for run, trial in zip(runs, trials):
+            run.finish_round(trial, t)
         if bar is not None:
             bar.update(1)
         if on_round is not None:
             on_round(t)
     if bar is not None:
         bar.close()
-    wall = time.perf_counter() - start
+    records = [run.record() for run in runs]
+    for run in runs:
+        run.opt.close()
+    return _assemble(prob, protocol, seed, budget, records, time.perf_counter() - start, options)
 
+
+def _simulate_mpi(prob: FederatedProblem, protocol: str, n_init: int | None, budget: int, seed: int,
+                  options: dict[str, Any]) -> SimulationResult | None:
+    from labfbo.transport.mpi import MPICoordinator, serve, world
+
+    rank, size = world()
+    if size != prob.n_sites + 1:
+        raise ConfigurationError(f"transport='mpi' needs {prob.n_sites + 1} ranks (coordinator + {prob.n_sites} sites), "
+                                 f"got {size}: mpiexec -n {prob.n_sites + 1} python -m mpi4py ...")
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    start = time.perf_counter()
+    if rank == 0:  # the coordinator (every protocol joins it for the collaborative design)
+        serve(_coordinator(prob, protocol, seed, budget, options), comm)
+        records = comm.gather(None, root=0)[1:]
+        comm.Barrier()  # no site starts another campaign before this coordinator has stopped
+        return _assemble(prob, protocol, seed, budget, records, time.perf_counter() - start, options)
+    i = rank - 1
+    run = _SiteRun(prob, i, _optimizer(prob, protocol, MPICoordinator(comm), i, seed, n_init, budget, options),
+                   seed, budget)
+    run.initial_design()
+    for t in range(budget):
+        run.finish_round(run.ask(t), t)
+    record = run.record()
+    run.opt.close()
+    comm.gather(record, root=0)
+    comm.Barrier()
+    return None
+
+
+def _assemble(prob: FederatedProblem, protocol: str, seed: int, budget: int, records: list[dict[str, Any]],
+              wall: float, options: dict[str, Any]) -> SimulationResult:
+    N = prob.n_sites
+    names = list(prob.site_names or [])
+    best_values = np.stack([r["best_values"] for r in records]).reshape(N, budget)
     simple = np.vstack([prob.regret(i, best_values[i]) for i in range(N)]) if budget else np.zeros((N, 0))
     beaten = simple < -1e-6 * np.maximum(1.0, np.abs(best_values))
     if beaten.any():
         sites = sorted({names[i] for i in np.nonzero(beaten)[0]})
         warnings.warn(f"problem {prob.name!r}: site(s) {sites} found values better than their stated "
-                      "optimum; regret is clipped at 0 (check `optima`)", stacklevel=2)
+                      "optimum; regret is clipped at 0 (check `optima`)", stacklevel=3)
     simple = np.maximum(simple, 0.0)
     normalized = simple / prob.objective_ranges()[:, None]
     window = max(1, math.ceil(0.1 * budget)) if budget else 0
     auc = normalized[:, :window].mean(axis=1) if budget else np.zeros(N)
-    bytes_up = np.array([[o.ledger.round_bytes(t)[0] for t in range(budget)] for o in opts], dtype=np.float64)
-    bytes_down = np.array([[o.ledger.round_bytes(t)[1] for t in range(budget)] for o in opts], dtype=np.float64)
-    eps = [o.epsilon() for o in opts]
+    eps = [r["epsilon"] for r in records]
     epsilon = [float(e) for e in eps] if any(e is not None for e in eps) else []
-    for o in opts:
-        o.close()
     return SimulationResult(
-        problem=prob.name, protocol=protocol, seed=seed, n_init=n_init_eff, budget=budget, site_names=names,
-        best_values=best_values, simple_regret=simple, normalized_regret=normalized, auc=auc,
-        proposals=proposals, bytes_up=bytes_up.reshape(N, budget), bytes_down=bytes_down.reshape(N, budget),
-        ask_seconds=ask_seconds, wall_time=wall, epsilon=epsilon, options={k: repr(v) for k, v in options.items()})
+        problem=prob.name, protocol=protocol, seed=seed, n_init=int(records[0]["n_init"]), budget=budget,
+        site_names=names, best_values=best_values, simple_regret=simple, normalized_regret=normalized, auc=auc,
+        proposals=np.stack([r["proposals"] for r in records]).reshape(N, budget, prob.space.dim),
+        bytes_up=np.stack([r["bytes_up"] for r in records]).reshape(N, budget),
+        bytes_down=np.stack([r["bytes_down"] for r in records]).reshape(N, budget),
+        ask_seconds=np.stack([r["ask_seconds"] for r in records]).reshape(N, budget), wall_time=wall,
+        epsilon=epsilon, options={k: repr(v) for k, v in options.items()})

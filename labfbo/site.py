@@ -14,13 +14,14 @@ if TYPE_CHECKING:
 
 
 class SiteLedger:
-    """Every message a site sent (in order) and the bytes up/down per BO round.
+    """Every message a site sent and received (in order) and the bytes up/down per BO round.
 
     Setup messages (join) are listed under round ``-1``.
     """
 
     def __init__(self, log_path: str | None = None) -> None:
         self.sent: list[Message] = []
+        self.received: list[Message] = []
         self.bytes_up: dict[int, int] = defaultdict(int)
         self.bytes_down: dict[int, int] = defaultdict(int)
         self.log_path = log_path
@@ -33,6 +34,7 @@ class SiteLedger:
                 fh.write(msg.model_dump_json() + "\n")
 
     def record_received(self, msg: Message) -> None:
+        self.received.append(msg)
         self.bytes_down[msg.round] += msg.nbytes()
 
     def round_bytes(self, round: int) -> tuple[int, int]:

@@ -126,3 +126,15 @@ def test_simulate_configuration_errors():
         labfbo.simulate(42, budget=1)
     with pytest.raises(labfbo.ConfigurationError):
         FederatedProblem(space=make_problem().space, objectives=[lambda p: 0.0], optima=[0.0, 1.0])
+
+
+def test_demo_runs_every_protocol_it_lists(tmp_path):
+    from labfbo.demo import DemoConfig, demo_protocols, run_demo
+
+    assert demo_protocols()[0] == "independent" and "distribution" in demo_protocols()
+    assert "centralized" not in demo_protocols()
+    cfg = DemoConfig(problem="sinusoid", n_sites=2, n_init=3, budget=2, seeds=[0],
+                     protocols=["independent", "distribution"], out=str(tmp_path), workers=1)
+    results, png = run_demo(cfg)
+    assert [r.protocol for r in results] == ["independent", "distribution"]
+    assert png.exists() and (png.parent / "summary.md").exists()

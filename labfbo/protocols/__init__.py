@@ -16,6 +16,7 @@ _BUILTIN: dict[str, str] = {
     "independent": "labfbo.protocols.independent:IndependentProtocol",
     "consensus": "labfbo.protocols.consensus:ConsensusProtocol",
     "gradient": "labfbo.protocols.gradient:GradientProtocol",
+    "distribution": "labfbo.protocols.distribution:DistributionProtocol",
     "centralized": "labfbo.protocols.centralized:CentralizedProtocol",
 }
 _REGISTRY: dict[str, type[Protocol]] = {}

@@ -1,0 +1,277 @@
+r"""Protocol ``distribution``: GUIDE-FBO — sites exchange beliefs over where optima lie.
+
+One exchange per BO round :math:`t` (rounds count from 1 in the formulas; labfbo's
+round index is :math:`t - 1`):
+
+**Site → coordinator** (:class:`OptimumBelief`, :math:`2d + 2` scalars). From its local GP
+the site draws :math:`M` posterior sample paths, takes each path's argmax over a shared
+candidate set, fits a diagonal DPGMM to the :math:`M` optimum samples
+(:mod:`labfbo.models.optimum_belief`) and uploads its top-weight component
+:math:`(\pi, \mu, \operatorname{diag}\Sigma)` with the standardized value score
+
+.. math:: v = \frac{\mu_{\mathcal D}(\mu) - \kappa\,\sigma_{\mathcal D}(\mu) - \bar y}{\hat\sigma_y}
+
+(an LCB of the maximization-oriented objective, so for ``objective="minimize"`` it is the
+standardized :math:`-\mathrm{UCB}`; larger is always better).
+
+**Coordinator** (:func:`merge_components`, :func:`reweight`, :func:`draw_packets`).
+Complete-linkage clustering of the centres with :math:`d_{\mathrm{RMS}}(a, b) = \lVert a -
+b\rVert_2/\sqrt d` and threshold :math:`\delta_{\mathrm{merge}}` (scipy); each cluster is
+moment-matched, keeping the diagonal:
+:math:`\pi' = \sum\pi_n`, :math:`\mu' = \sum\pi_n\mu_n/\pi'`,
+:math:`\sigma'^2 = \sum\pi_n(\sigma_n^2 + (\mu_n - \mu')^2)/\pi'`, and its value score is
+the mass-weighted mean :math:`v' = \sum\pi_n v_n/\pi'`. Value-aware weights
+
+.. math:: \omega_\ell = \operatorname{softmax}_\ell\big(\log\pi'_\ell + v'_\ell/\tau_t\big),
+          \qquad \tau_t = \max(c\,\Delta v_t,\ \tau_{\min}),\quad \Delta v_t = \max_\ell v'_\ell - \min_\ell v'_\ell,
+
+with :math:`c = 0.1`, :math:`\tau_{\min} = 0.01` (the authors' code; the paper leaves
+:math:`\tau_t` adaptive to :math:`\Delta v_t`), computed with log-sum-exp. Each site then
+gets an independent draw of :math:`\min(P, L_t)` components without replacement by
+:math:`\omega` (keeping the global weights): :class:`GuidancePacket`, at most
+:math:`P(2d + 1)` scalars.
+
+**Site proposal.** The FI-GP (:mod:`labfbo.models.figp`) with
+:math:`\lambda_t = \lambda_{\max}/\sqrt t` and the configured acquisition (UCB, EI, NEI
+or TS; ``ask(n > 1)`` uses the q-acquisitions). Ablations of GUIDE's Table 3:
+``belief="single_gaussian"``, ``value_reweighting=False``, ``merging=False``,
+``agent_specific=False`` (one packet for all sites), ``spatial=False`` (uniform scaling
+by the domain average of :math:`G`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Literal, Mapping
+
+import numpy as np
+from pydantic import Field, model_validator
+from scipy.cluster.hierarchy import fcluster, linkage
+from scipy.spatial.distance import pdist
+from scipy.special import logsumexp
+
+from labfbo.messages import Abstain, Array, Message, register
+from labfbo.models.figp import FIGP, GuidanceField, guidance_strength
+from labfbo.models.gp import predict
+from labfbo.models.optimum_belief import candidate_set, fit_belief, optimum_samples
+from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
+from labfbo.protocols.independent import LocalGPSite, ModelOptions
+from labfbo.seeding import rng
+
+
+# -- messages ----------------------------------------------------------------------------
+@register
+class BeliefRequest(Message):
+    """Coordinator -> site: upload your optimum-location component for this round."""
+
+    kind: Literal["belief_request"] = "belief_request"
+
+
+def _check_finite(a: np.ndarray, name: str) -> None:
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be finite")
+
+
+@register
+class OptimumBelief(Message):
+    """Site -> coordinator: one diagonal Gaussian component and its value score (2d + 2 scalars)."""
+
+    kind: Literal["optimum_belief"] = "optimum_belief"
+    weight: float = Field(gt=0.0, le=1.0)
+    mean: Array
+    variance: Array
+    value: float
+
+    @model_validator(mode="after")
+    def _shapes(self) -> "OptimumBelief":
+        mean, var = self.mean.numpy(), self.variance.numpy()
+        if mean.ndim != 1 or var.shape != mean.shape:
+            raise ValueError(f"mean and variance must be (d,) vectors, got {mean.shape} and {var.shape}")
+        _check_finite(np.r_[mean, var, self.value], "belief")
+        if np.any(var <= 0):
+            raise ValueError("variances must be positive")
+        return self
+
+    @property
+    def n_scalars(self) -> int:
+        return 2 + self.mean.n_scalars + self.variance.n_scalars
+
+
+@register
+class GuidancePacket(Message):
+    """Coordinator -> site: up to P components (global weight, centre, diagonal variance)."""
+
+    kind: Literal["guidance_packet"] = "guidance_packet"
+    weights: Array    # (P,)
+    means: Array      # (P, d)
+    variances: Array  # (P, d)
+
+    @model_validator(mode="after")
+    def _shapes(self) -> "GuidancePacket":
+        w, mu, var = self.weights.numpy(), self.means.numpy(), self.variances.numpy()
+        if w.ndim != 1 or mu.ndim != 2 or mu.shape[0] != len(w) or var.shape != mu.shape:
+            raise ValueError(f"inconsistent packet shapes {w.shape}, {mu.shape}, {var.shape}")
+        _check_finite(np.concatenate([w, mu.ravel(), var.ravel()]), "packet")
+        if np.any(w < 0) or np.any(var <= 0):
+            raise ValueError("weights must be >= 0 and variances > 0")
+        return self
+
+    @property
+    def n_scalars(self) -> int:
+        return self.weights.n_scalars + self.means.n_scalars + self.variances.n_scalars
+
+    def field(self) -> GuidanceField:
+        return GuidanceField(self.weights.numpy(), self.means.numpy(), self.variances.numpy())
+
+
+# -- options ------------------------------------------------------------------------------
+class DistributionOptions(ModelOptions):
+    """GUIDE-FBO options; defaults from the paper's Table 7."""
+
+    M: int = Field(500, ge=2, description="posterior-optimum samples per site and round")
+    candidates: int = Field(1024, ge=16, description="Sobol points of the shared candidate set")
+    max_components: int = Field(10, ge=1, description="DPGMM truncation level")
+    kappa: float = Field(1.0, ge=0.0, description="LCB coefficient of the value score")
+    P: int = Field(5, ge=1, description="components per downlink packet")
+    merge_threshold: float = Field(0.05, ge=0.0, description="RMS distance below which centres merge")
+    lambda_max: float = Field(1.0, ge=0.0, description="maximum guidance strength")
+    temperature_scale: float = Field(0.1, gt=0.0, description="tau_t = max(scale * range(v), floor)")
+    min_temperature: float = Field(0.01, gt=0.0)
+    belief: Literal["dpgmm", "single_gaussian"] = "dpgmm"
+    value_reweighting: bool = True
+    merging: bool = True
+    agent_specific: bool = True
+    spatial: bool = True
+
+
+# -- coordinator-side math ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Components:
+    """A pool of diagonal Gaussian components with mixture masses and value scores."""
+
+    weights: np.ndarray    # (L,)
+    means: np.ndarray      # (L, d)
+    variances: np.ndarray  # (L, d)
+    values: np.ndarray     # (L,)
+
+    def __len__(self) -> int:
+        return int(len(self.weights))
+
+
+def merge_components(c: Components, threshold: float) -> Components:
+    """Complete-linkage clusters (RMS distance <= threshold), moment-matched per cluster."""
+    if len(c) < 2:
+        return c
+    d = c.means.shape[1]
+    Z = linkage(pdist(c.means) / np.sqrt(d), method="complete")
+    labels = fcluster(Z, t=threshold, criterion="distance")
+    out: list[tuple[float, np.ndarray, np.ndarray, float]] = []
+    for lab in sorted(set(labels), key=lambda lb: int(np.argmax(labels == lb))):  # first-member order
+        idx = np.nonzero(labels == lab)[0]
+        w = c.weights[idx]
+        W = float(w.sum())
+        mu = (w[:, None] * c.means[idx]).sum(0) / W
+        var = (w[:, None] * (c.variances[idx] + (c.means[idx] - mu) ** 2)).sum(0) / W
+        out.append((W, mu, var, float(w @ c.values[idx] / W)))
+    return Components(np.array([o[0] for o in out]), np.stack([o[1] for o in out]),
+                      np.stack([o[2] for o in out]), np.array([o[3] for o in out]))
+
+
+def temperature(values: np.ndarray, scale: float = 0.1, floor: float = 0.01) -> float:
+    r""":math:`\tau_t = \max(c\,(\max v - \min v), \tau_{\min})`."""
+    spread = float(values.max() - values.min()) if len(values) else 0.0
+    return max(scale * spread, floor)
+
+
+def reweight(c: Components, value_aware: bool = True, scale: float = 0.1, floor: float = 0.01) -> np.ndarray:
+    r"""Global weights :math:`\omega \propto \pi' e^{v'/\tau_t}` (or :math:`\propto \pi'`), stable softmax."""
+    logits = np.log(np.maximum(c.weights, 1e-300))
+    if value_aware:
+        logits = logits + c.values / temperature(c.values, scale, floor)
+    return np.exp(logits - logsumexp(logits))
+
+
+def draw_packet(omega: np.ndarray, P: int, gen: np.random.Generator) -> np.ndarray:
+    """Indices of ``min(P, L)`` components drawn without replacement with probabilities ``omega``."""
+    k = min(P, int(np.count_nonzero(omega > 0)))
+    return gen.choice(len(omega), size=k, replace=False, p=omega / omega.sum())
+
+
+# -- the two sides ---------------------------------------------------------------------------
+class DistributionSite(LocalGPSite):
+    """Uploads its optimum-location component; proposes with the FI-GP."""
+
+    def answer(self, request: Message, data: SiteData, round: int) -> Message:
+        if not isinstance(request, BeliefRequest):
+            return super().answer(request, data, round)
+        if data.n < 2:
+            return Abstain(reason="fewer than two observations")
+        o = self.options
+        model = self.local_model(data)
+        cands = candidate_set(self.space, data.X, data.y, o.candidates, self.context.seed_for(round, "guide-candidates"))
+        samples = optimum_samples(model, cands, o.M, self.context.seed_for(round, "guide-paths"))
+        belief = fit_belief(samples, self.context.seed_for(round, "guide-dpgmm"), o.max_components, o.belief)
+        k = belief.top()
+        mean, sd = predict(model, belief.means[k:k + 1])
+        y_sd = float(np.std(data.y)) or 1.0
+        value = float((mean[0] - o.kappa * sd[0] - np.mean(data.y)) / y_sd)
+        return OptimumBelief(weight=float(belief.weights[k]), mean=Array.of(belief.means[k]),
+                             variance=Array.of(belief.variances[k]), value=value)
+
+    def figp(self, data: SiteData, guidance: Message | None, round: int) -> FIGP:
+        """The FI-GP of this round (an empty field, i.e. the local GP, without guidance)."""
+        field = guidance.field() if isinstance(guidance, GuidancePacket) else GuidanceField.empty(self.space.dim)
+        strength = guidance_strength(self.options.lambda_max, round + 1)
+        return FIGP(self.local_model(data), field, strength, uniform=not self.options.spatial)
+
+    def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
+        return self.propose_with(self.figp(data, guidance, round), data, n, round)
+
+
+class DistributionAggregator(Aggregator):
+    def open_round(self, t: int) -> Step:
+        return Exchange({s: BeliefRequest() for s in self.sites})
+
+    def pool(self, responses: Mapping[str, Message]) -> Components:
+        """The valid uploads, in site order (a wrong dimension is left out with a warning)."""
+        d = self.space.dim if self.space is not None else None
+        got = []
+        for s in self.sites:
+            m = responses.get(s)
+            if not isinstance(m, OptimumBelief):
+                continue
+            if d is not None and m.mean.shape != (d,):
+                warnings.warn(f"site {s!r} sent a {m.mean.shape} belief for a {d}-D space; left out", stacklevel=2)
+                continue
+            got.append(m)
+        if not got:
+            return Components(np.zeros(0), np.zeros((0, d or 0)), np.zeros((0, d or 0)), np.zeros(0))
+        return Components(np.array([m.weight for m in got]), np.stack([m.mean.numpy() for m in got]),
+                          np.stack([m.variance.numpy() for m in got]), np.array([m.value for m in got]))
+
+    def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
+        o = self.options
+        comps = self.pool(responses)
+        if not len(comps):
+            return Finish({})
+        if o.merging:
+            comps = merge_components(comps, o.merge_threshold)
+        omega = reweight(comps, o.value_reweighting, o.temperature_scale, o.min_temperature)
+        shared = None if o.agent_specific else draw_packet(omega, o.P, rng(self.seed, 0, t, "guide-shared-packet"))
+        replies: dict[str, Message] = {}
+        for i, s in enumerate(self.sites):
+            idx = shared if shared is not None else draw_packet(omega, o.P, rng(self.seed, i, t, "guide-packet"))
+            replies[s] = GuidancePacket(weights=Array.of(omega[idx]), means=Array.of(comps.means[idx]),
+                                        variances=Array.of(comps.variances[idx]))
+        return Finish(replies)
+
+
+class DistributionProtocol(Protocol):
+    name = "distribution"
+    federated = True
+    shared_options = ("P", "merge_threshold", "temperature_scale", "min_temperature",
+                      "value_reweighting", "merging", "agent_specific")
+    Options = DistributionOptions
+    site_logic = DistributionSite
+    aggregator = DistributionAggregator

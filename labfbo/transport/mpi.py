@@ -1,0 +1,255 @@
+r"""The MPI transport: the coordinator at rank 0, one site per rank 1..N.
+
+Run under ``mpiexec -n N+1 python -m mpi4py script.py`` (the ``-m mpi4py`` form aborts
+the whole job when one rank raises, instead of leaving the others waiting)::
+
+    from mpi4py import MPI
+    from labfbo.transport.mpi import MPICoordinator, serve
+
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        serve(labfbo.Coordinator("distribution", sites=names, space=space, seed=0))
+    else:
+        opt = labfbo.Optimizer(space, protocol="distribution", coordinator=MPICoordinator(),
+                               site=names[rank - 1], seed=0)
+        ...  # ask / tell as usual
+
+Messages travel as the same JSON text as on every other transport, in ``uint8`` numpy
+buffers with mpi4py's buffer (uppercase) calls ``Send`` / ``Recv`` after an ``Iprobe``
+for the size. Collectives (``Bcast`` / ``Gatherv``) are not used: each site runs its own
+lab script, rounds must tolerate stragglers (quorum and deadline), and a collective would
+block every rank on the slowest one. Waiting uses ``Iprobe`` with short sleeps (1 ms,
+growing to 20 ms), so an idle rank does not spin a core.
+
+A site answers the coordinator's requests while it waits for its guidance (inside
+``ask``). Envelopes carry a sequence number, so a straggler's late answer to a closed
+exchange is recognised and dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+
+from labfbo.exceptions import FederationError, LabFBOError, RoundError
+from labfbo.messages import JoinReply, JoinRequest, Message, parse
+from labfbo.transport.base import Handler, SiteLink
+
+if TYPE_CHECKING:
+    from labfbo.coordinator import Coordinator
+
+TAG_JOIN, TAG_JOIN_REPLY, TAG_GUIDANCE, TAG_REPLY, TAG_REQUEST, TAG_RESPONSE, TAG_CLOSE = range(1, 8)
+ROOT = 0
+
+
+def _comm(comm: Any = None) -> Any:
+    if comm is not None:
+        return comm
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise LabFBOError("the MPI transport needs mpi4py: pip install 'labfbo[mpi]'") from exc
+    return MPI.COMM_WORLD
+
+
+def _send(comm: Any, text: str, dest: int, tag: int) -> None:
+    comm.Send(np.frombuffer(text.encode(), dtype=np.uint8), dest=dest, tag=tag)
+
+
+def _recv(comm: Any, source: int, tag: int, timeout: float | None = None) -> tuple[str, int, int]:
+    """Wait (probe + short sleeps) for one message; returns ``(text, source, tag)``."""
+    from mpi4py import MPI
+
+    status = MPI.Status()
+    start, pause = time.monotonic(), 0.001
+    while not comm.Iprobe(source=source, tag=tag, status=status):
+        if timeout is not None and time.monotonic() - start > timeout:
+            raise TimeoutError(f"no MPI message within {timeout:g} s")
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.02)
+    buf = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
+    src, tg = status.Get_source(), status.Get_tag()
+    comm.Recv(buf, source=src, tag=tg)
+    return buf.tobytes().decode(), src, tg
+
+
+def _envelope(seq: int, body: str) -> str:
+    return f"{seq}\n{body}"
+
+
+def _open(text: str) -> tuple[int, str]:
+    head, _, body = text.partition("\n")
+    return int(head), body
+
+
+def _error(exc: BaseException) -> str:
+    return json.dumps({"error": type(exc).__name__, "message": str(exc)})
+
+
+def _raise_if_error(body: str) -> str:
+    if body.startswith('{"error"'):
+        err = json.loads(body)
+        raise FederationError(f"coordinator: {err['error']}: {err['message']}")
+    return body
+
+
+# -- site side -------------------------------------------------------------------------------
+class MPICoordinator:
+    """What a site rank passes as ``Optimizer(coordinator=...)``: the coordinator at rank 0."""
+
+    def __init__(self, comm: Any = None, root: int = ROOT) -> None:
+        self.comm = _comm(comm)
+        self.root = root
+
+    def connect(self, site: str) -> "MPILink":
+        return MPILink(self.comm, site, self.root)
+
+
+class MPILink(SiteLink):
+    def __init__(self, comm: Any, site: str, root: int = ROOT) -> None:
+        self.comm, self.site, self.root = comm, site, root
+        self.handler: Handler | None = None
+
+    def join(self, request: JoinRequest, handler: Handler) -> JoinReply:
+        self.handler = handler
+        _send(self.comm, request.model_dump_json(), self.root, TAG_JOIN)
+        text, _, _ = _recv(self.comm, self.root, TAG_JOIN_REPLY)
+        return parse(_raise_if_error(text))  # type: ignore[return-value]
+
+    def guidance(self, round: int, timeout: float | None = None) -> str:
+        from mpi4py import MPI
+
+        _send(self.comm, json.dumps({"round": int(round)}), self.root, TAG_GUIDANCE)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            text, _, tag = _recv(self.comm, self.root, MPI.ANY_TAG, timeout=left)
+            if tag == TAG_REPLY:
+                return _raise_if_error(text)
+            if tag == TAG_REQUEST:
+                seq, body = _open(text)
+                try:
+                    if self.handler is None:
+                        raise FederationError(f"site {self.site!r} has not joined")
+                    answer = self.handler(body)
+                except Exception as exc:  # the coordinator leaves this site out of the exchange
+                    answer = _error(exc)
+                _send(self.comm, _envelope(seq, answer), self.root, TAG_RESPONSE)
+
+    def close(self) -> None:
+        _send(self.comm, "{}", self.root, TAG_CLOSE)
+
+
+# -- coordinator side (rank 0) ------------------------------------------------------------------
+class MPIServer:
+    """Rank 0: answers joins and guidance requests, runs rounds over the site ranks."""
+
+    def __init__(self, coordinator: "Coordinator", comm: Any = None) -> None:
+        self.coordinator = coordinator
+        self.comm = _comm(comm)
+        self.rank_of: dict[str, int] = {}
+        self.closed: set[int] = set()
+        self.queue: list[tuple[str, int, int]] = []  # messages that arrived during an exchange
+        self.deferred: list[tuple[str, int, int]] = []  # guidance asked before every site joined
+        self.seq = 0
+        self.n_ranks = self.comm.Get_size() - 1
+
+    def all_joined(self) -> bool:
+        return len(self.coordinator.members) >= self.coordinator.n_sites
+
+    def serve(self) -> None:
+        """Until every site rank has closed its link."""
+        from mpi4py import MPI
+
+        while len(self.closed) < self.n_ranks:
+            msg = self.queue.pop(0) if self.queue else _recv(self.comm, MPI.ANY_SOURCE, MPI.ANY_TAG)
+            self.dispatch(*msg)
+
+    def dispatch(self, text: str, src: int, tag: int) -> None:
+        if tag == TAG_JOIN:
+            try:
+                request = parse(text)
+                if not isinstance(request, JoinRequest):
+                    raise FederationError(f"expected a join request, got {request.kind!r}")
+                reply = self.coordinator.join(request).model_dump_json()
+                self.rank_of[request.site] = src
+                self.closed.discard(src)
+            except Exception as exc:
+                reply = _error(exc)
+            _send(self.comm, reply, src, TAG_JOIN_REPLY)
+            if self.all_joined():
+                self.queue.extend(self.deferred)
+                self.deferred.clear()
+        elif tag == TAG_GUIDANCE and not self.all_joined():
+            self.deferred.append((text, src, tag))  # round 0 waits for every site to join
+        elif tag == TAG_GUIDANCE:
+            t = int(json.loads(text)["round"])
+            site = next((s for s, r in self.rank_of.items() if r == src), None)
+            try:
+                if site is None:
+                    raise FederationError(f"rank {src} asked for guidance before joining")
+                body = self.coordinator.run_round(t, self.gather)[site].model_dump_json()
+            except Exception as exc:
+                body = _error(exc)
+            _send(self.comm, body, src, TAG_REPLY)
+        elif tag == TAG_CLOSE:
+            self.closed.add(src)
+        # a response outside an exchange is a straggler's late answer: dropped
+
+    def gather(self, requests: Mapping[str, Message], quorum: int,
+               deadline: float | None) -> dict[str, Message | BaseException]:
+        from mpi4py import MPI
+
+        self.seq += 1
+        out: dict[str, Message | BaseException] = {}
+        waiting: dict[int, str] = {}
+        for site, request in requests.items():
+            rank = self.rank_of.get(site)
+            if rank is None or rank in self.closed:
+                out[site] = FederationError(f"site {site!r} is not connected")
+                continue
+            _send(self.comm, _envelope(self.seq, request.model_dump_json()), rank, TAG_REQUEST)
+            waiting[rank] = site
+        start = time.monotonic()
+        while waiting:
+            n_ok = sum(isinstance(m, Message) for m in out.values())
+            if deadline is not None and n_ok >= quorum and time.monotonic() - start > deadline:
+                break
+            try:
+                text, src, tag = _recv(self.comm, MPI.ANY_SOURCE, MPI.ANY_TAG, timeout=0.05)
+            except TimeoutError:
+                continue
+            if tag == TAG_RESPONSE:
+                seq, body = _open(text)
+                if seq != self.seq or src not in waiting:
+                    continue  # a late answer to an exchange that closed without it
+                site = waiting.pop(src)
+                try:
+                    out[site] = parse(_raise_if_error(body))
+                except Exception as exc:
+                    out[site] = exc
+            elif tag == TAG_CLOSE:
+                self.closed.add(src)
+                if src in waiting:
+                    out[waiting.pop(src)] = FederationError(f"rank {src} left during the exchange")
+            else:
+                self.queue.append((text, src, tag))
+        for rank, site in waiting.items():
+            out[site] = TimeoutError(f"site {site!r} did not answer before the deadline")
+        return out
+
+
+def serve(coordinator: "Coordinator", comm: Any = None) -> None:
+    """Run the coordinator at this rank until every site rank has closed (usually rank 0)."""
+    MPIServer(coordinator, comm).serve()
+
+
+def world() -> tuple[int, int]:
+    """``(rank, size)`` of ``MPI.COMM_WORLD``."""
+    comm = _comm()
+    return int(comm.Get_rank()), int(comm.Get_size())
+
+
+__all__ = ["MPICoordinator", "MPILink", "MPIServer", "RoundError", "serve", "world"]

@@ -1,0 +1,24 @@
+"""Run under mpiexec -n 4: every protocol over MPI; rank 0 compares with the local transport."""
+
+import json
+import sys
+
+import numpy as np
+
+import labfbo
+
+FAST = {"num_restarts": 2, "raw_samples": 32}
+EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_steps": 5, "svgd_steps": 2},
+         "consensus": {}, "independent": {}}
+
+out = {}
+for protocol in sys.argv[1:]:
+    kw = dict(problem="branin", protocol=protocol, n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
+    res = labfbo.simulate(transport="mpi", **kw)
+    if res is not None:
+        local = labfbo.simulate(**kw)
+        out[protocol] = {"mpi": res.proposals.tolist(), "local": local.proposals.tolist(),
+                         "bytes_mpi": res.bytes_up.tolist(), "bytes_local": local.bytes_up.tolist(),
+                         "regret_equal": bool(np.array_equal(res.simple_regret, local.simple_regret))}
+if out:
+    print("RESULT " + json.dumps(out))
