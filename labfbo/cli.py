@@ -145,6 +145,40 @@ def _cmd_bench_round_time(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_coordinator_serve(args: argparse.Namespace) -> int:
+    import ipaddress
+
+    import uvicorn
+
+    from labfbo.exceptions import ConfigurationError
+    from labfbo.server.app import CoordinatorServer
+    from labfbo.server.config import ServerConfig
+
+    tls = bool(args.ssl_certfile and args.ssl_keyfile)
+    try:
+        loopback = args.host == "localhost" or ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not tls and not args.insecure:
+        raise ConfigurationError(f"refusing to serve on {args.host} without TLS: give --ssl-certfile and "
+                                 "--ssl-keyfile, or --insecure if a TLS proxy sits in front")
+    server = CoordinatorServer(ServerConfig.load(args.config))
+    print(f"labfbo coordinator: study {server.config.study!r}, protocol {server.config.protocol!r}, "
+          f"{len(server.config.sites)} sites, on {'https' if tls else 'http'}://{args.host}:{args.port}", flush=True)
+    uvicorn.run(server.app, host=args.host, port=args.port, log_level=args.log_level, lifespan="off",
+                ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile)
+    server.close()
+    return 0
+
+
+def _cmd_coordinator_token(args: argparse.Namespace) -> int:
+    from labfbo.server.config import new_token
+
+    token, digest = new_token()
+    print(f"token (give it to the site, keep it secret): {token}\nsha256 (put it in consortium.yaml): {digest}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="labfbo", description="Federated Bayesian optimization for labs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -160,6 +194,19 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="runs")
     demo.set_defaults(func=_cmd_demo)
 
+    co = sub.add_parser("coordinator", help="the consortium's coordinator server (HTTP)")
+    cosub = co.add_subparsers(dest="coordinator_cmd", required=True)
+    serve = cosub.add_parser("serve", help="serve a study described by a consortium.yaml")
+    serve.add_argument("--config", required=True)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8750)
+    serve.add_argument("--ssl-certfile", default=None)
+    serve.add_argument("--ssl-keyfile", default=None)
+    serve.add_argument("--insecure", action="store_true", help="allow a non-loopback address without TLS")
+    serve.add_argument("--log-level", default="warning")
+    serve.set_defaults(func=_cmd_coordinator_serve)
+    tok = cosub.add_parser("token", help="print a new site/admin token and its SHA-256 for the config")
+    tok.set_defaults(func=_cmd_coordinator_token)
     bench = sub.add_parser("bench", help="benchmark suites")
     bsub = bench.add_subparsers(dest="suite", required=True)
     lat = bsub.add_parser("latency", help="ask() latency of `independent` vs a plain BoTorch loop")
@@ -220,9 +267,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from labfbo.exceptions import LabFBOError
+
     args = build_parser().parse_args(argv)
     _one_thread()
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except LabFBOError as exc:
+        print(f"labfbo: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

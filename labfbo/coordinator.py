@@ -178,6 +178,21 @@ class Coordinator:
             self._run_one(r, gather)
         return self.rounds[t]
 
+    def snapshot(self, t: int) -> dict[str, Any]:
+        """Round ``t``'s replies, contributors and the aggregator's carried state (JSON-able)."""
+        return {"round": t, "replies": {s: m.model_dump(mode="json") for s, m in self.rounds[t].items()},
+                "contributors": self.contributors.get(t, []), "aggregator": self.aggregator().state()}
+
+    def restore(self, snapshots: Sequence[dict[str, Any]]) -> None:
+        """Continue after a restart from the snapshots of completed rounds (in round order)."""
+        from labfbo.messages import parse
+
+        for snap in sorted(snapshots, key=lambda s: s["round"]):
+            t = int(snap["round"])
+            self.rounds[t] = {s: parse(m) for s, m in snap["replies"].items()}
+            self.contributors[t] = snap["contributors"]
+            self.aggregator().restore(snap["aggregator"])
+
     def _run_one(self, t: int, gather: Gather) -> None:
         agg = self.aggregator()
         step = agg.open_round(t)

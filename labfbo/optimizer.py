@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 import warnings
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
-from labfbo.exceptions import ConfigurationError, JournalError, LabFBOError, TrialError, ValidationError
+from labfbo.exceptions import (ConfigurationError, FederationError, JournalError, LabFBOError, RoundError, TrialError,
+                               ValidationError)
 from labfbo.journal import FileJournal, MemoryJournal, write_snapshot
-from labfbo.messages import Array, JoinReply, JoinRequest, Message, parse
+from labfbo.messages import Abstain, Array, JoinReply, JoinRequest, Message, parse
 from labfbo.privacy import PrivacyLedger
 from labfbo.protocols import SiteContext, SiteData, get_protocol, parse_options
 from labfbo.seeding import rng, stable_hash
@@ -31,6 +33,11 @@ def _plain(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
 
+# Model computations (GP fits, acquisition optimization) of every site in this process run one at
+# a time: torch's RNG and Python's warning filters are process-global, and a transport thread
+# answering the coordinator must not interleave with a lab script's proposal.
+_COMPUTE = threading.RLock()
+
 _HEADER_KEYS = ("space_hash", "objective", "protocol", "seed", "site", "n_init")
 
 
@@ -41,7 +48,9 @@ class Optimizer:
         space: the search space.
         objective: ``"minimize"`` or ``"maximize"``.
         protocol: ``"independent"`` (default, no coordinator) or a federated protocol.
-        coordinator: a :class:`labfbo.Coordinator` (in-process) for federated protocols.
+        coordinator: a :class:`labfbo.Coordinator` (in-process), an ``"https://..."`` URL of a
+            coordinator server (with ``token=``), or a transport's connector such as
+            :class:`labfbo.transport.mpi.MPICoordinator`.
         site: this site's name in the federation.
         seed: the study seed.
         storage: path of an append-only journal; an existing one is resumed.
@@ -51,13 +60,17 @@ class Optimizer:
         secret: the site-private seed of draws the coordinator must not predict (DP noise).
             Default: drawn from the OS once and kept in the journal (``storage=``), so a
             resumed site continues the same stream. Fix it only for reproducible simulations.
+        token: this site's bearer token for an HTTP coordinator.
+        approve: called with every message before it leaves the site; returning False
+            sends an ``Abstain`` instead (an operator's review of outgoing messages).
         **protocol_options: the protocol's options, e.g. ``acquisition="ei"``.
     """
 
     def __init__(self, space: SearchSpace, objective: Literal["minimize", "maximize"] = "minimize",
                  protocol: str = "independent", coordinator: Any = None, site: str | None = None,
                  seed: int = 0, storage: str | None = None, n_init: int | None = None,
-                 horizon: int | None = None, secret: int | None = None, **protocol_options: Any) -> None:
+                 horizon: int | None = None, secret: int | None = None, token: str | None = None,
+                 approve: Callable[[Message], bool] | None = None, **protocol_options: Any) -> None:
         if not isinstance(space, SearchSpace):
             raise ConfigurationError("space must be a labfbo.SearchSpace")
         if objective not in ("minimize", "maximize"):
@@ -86,9 +99,12 @@ class Optimizer:
         self._data_cache: SiteData | None = None
         self._own_design: np.ndarray | None = None
         self.ledger = SiteLedger()
+        self._lock = threading.RLock()  # the HTTP agent answers requests from another thread
+        self._approve = approve
+        self._last_guidance: Message | None = None
         dp = getattr(self.options, "privacy", None)
         self._privacy = PrivacyLedger(dp, getattr(self.options, "n_particles", 1)) if dp is not None else None
-        self._link = self._connect(coordinator)
+        self._link = self._connect(coordinator, token)
         existed = storage is not None and os.path.exists(storage)
         self._journal = MemoryJournal() if storage is None else FileJournal(storage)
         records = list(self._journal.records())
@@ -118,25 +134,27 @@ class Optimizer:
             raise
 
     # -- construction helpers ------------------------------------------------------------
-    def _connect(self, coordinator: Any) -> Any:
+    def _connect(self, coordinator: Any, token: str | None = None) -> Any:
+        if isinstance(coordinator, str) and coordinator.startswith(("http://", "https://")):
+            from labfbo.transport.http import HTTPCoordinator
+
+            coordinator = HTTPCoordinator(coordinator, token or "")
         if not self.protocol.federated:
             if coordinator is None:
                 return None
             if not hasattr(coordinator, "connect"):
                 raise ConfigurationError(
-                    f"coordinator {coordinator!r}: only in-process labfbo.Coordinator objects are "
-                    "supported by this build")
+                        f"coordinator {coordinator!r}: give a labfbo.Coordinator, an http(s):// URL with token=, "
+                    "or labfbo.transport.mpi.MPICoordinator()")
             return coordinator.connect(self.site)
         if coordinator is None:
             raise ConfigurationError(
                 f"protocol {self.protocol_name!r} is federated and needs a coordinator "
                 "(coordinator=labfbo.Coordinator(...)); use protocol='independent' to run alone")
-        if isinstance(coordinator, str):
-            raise ConfigurationError(
-                f"coordinator {coordinator!r}: only in-process Coordinator objects are supported "
-                "by this build (MPI and HTTP transports are separate modules)")
         if not hasattr(coordinator, "connect"):
-            raise ConfigurationError("coordinator must be a labfbo.Coordinator")
+            raise ConfigurationError(
+                f"coordinator {coordinator!r}: give a labfbo.Coordinator, an http(s):// URL with token=, "
+                "or labfbo.transport.mpi.MPICoordinator()")
         return coordinator.connect(self.site)
 
     def _check_header(self, header: dict[str, Any]) -> None:
@@ -178,8 +196,9 @@ class Optimizer:
 
     # -- journal ---------------------------------------------------------------------------
     def _commit(self, record: dict[str, Any]) -> None:
-        self._journal.append(record)
-        self._apply(record)
+        with self._lock:
+            self._journal.append(record)
+            self._apply(record)
 
     def _replay(self, records: Sequence[dict[str, Any]]) -> None:
         for rec in records:
@@ -445,17 +464,28 @@ class Optimizer:
         if data.n == 0:
             gen = rng(self.seed, self.context.site_index, self._round, "random")
             return self.space.snap(gen.random((m, self.space.dim))), "random"
-        guidance = None
+        guidance, source = None, "model"
         self._logic.expect(m)
         if self.protocol.federated:
             if self._link is None:
                 raise LabFBOError(f"site {self.site!r} was closed; reopen it from its journal to continue")
-            guidance = parse(self._link.guidance(self._round, timeout))
-            self.ledger.record_received(guidance)
-        X = np.asarray(self._logic.propose(data, guidance, m, self._round), dtype=np.float64)
+            try:
+                guidance = parse(self._link.guidance(self._round, timeout))
+                self.ledger.record_received(guidance)
+                self._last_guidance = guidance
+            except (TimeoutError, FederationError, RoundError) as exc:
+                if timeout is None:
+                    raise
+                # ask(timeout=...) never blocks forever: propose from the last guidance, or locally
+                guidance = self._last_guidance
+                source = "model-last-guidance" if guidance is not None else "model-local"
+                warnings.warn(f"site {self.site!r}, round {self._round}: no guidance ({exc}); proposing from "
+                              f"{'the last guidance' if guidance is not None else 'the local model'}", stacklevel=3)
+        with self._lock, _COMPUTE:
+            X = np.asarray(self._logic.propose(data, guidance, m, self._round), dtype=np.float64)
         if X.shape != (m, self.space.dim):
             raise LabFBOError(f"protocol {self.protocol_name!r} proposed shape {X.shape}, expected {(m, self.space.dim)}")
-        return self._dedupe(self.space.snap(X), data.pending), "model"
+        return self._dedupe(self.space.snap(X), data.pending), source
 
     def _dedupe(self, X: np.ndarray, pending: np.ndarray) -> np.ndarray:
         """Replace proposals that repeat a pending point (or each other) by random points."""
@@ -470,14 +500,17 @@ class Optimizer:
         return X
 
     def _handle(self, request_json: str) -> str:
-        """Answer a coordinator request from local data (called by the transport)."""
+        """Answer a coordinator request from local data (called by the transport, maybe from its thread)."""
         request = parse(request_json)
-        self.ledger.record_received(request)
-        answer = self._logic.answer(request, self.site_data(), request.round)
-        answer = answer.model_copy(update={"round": request.round, "study": request.study})
-        if getattr(answer, "dp_noise_multiplier", None) is not None:
-            self._commit({"op": "release", "round": request.round, "steps": 1})  # accounted before it leaves
-        self.ledger.record_sent(answer)
+        with self._lock, _COMPUTE:
+            self.ledger.record_received(request)
+            answer = self._logic.answer(request, self.site_data(), request.round)
+            answer = answer.model_copy(update={"round": request.round, "study": request.study})
+            if self._approve is not None and not self._approve(answer):
+                answer = Abstain(reason="declined by the site's operator", round=request.round, study=request.study)
+            if getattr(answer, "dp_noise_multiplier", None) is not None:
+                self._commit({"op": "release", "round": request.round, "steps": 1})  # accounted before it leaves
+            self.ledger.record_sent(answer)
         return answer.model_dump_json()
 
     def __repr__(self) -> str:

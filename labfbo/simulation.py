@@ -180,16 +180,27 @@ def simulate(problem: FederatedProblem | str, protocol: str = "independent", n_s
 
     ``transport="mpi"``: run under ``mpiexec -n N+1 python -m mpi4py ...``; rank 0 runs
     the coordinator and returns the result, site ``i`` runs at rank ``i + 1`` and gets None.
+    ``transport="http"``: starts a coordinator server on 127.0.0.1 (ephemeral port) and
+    runs the sites as real HTTP clients in this process.
     """
-    if transport not in ("local", "mpi"):
-        raise ConfigurationError(f"transport {transport!r} is not available in this build; use 'local' or 'mpi'")
+    if transport not in ("local", "mpi", "http"):
+        raise ConfigurationError(f"transport must be 'local', 'mpi' or 'http', got {transport!r}")
     prob = _problem(problem, n_sites, seed, heterogeneity)
     _check(prob, budget, options)
     if transport == "mpi":
         return _simulate_mpi(prob, protocol, n_init, budget, seed, options)
+    if transport == "http":
+        return _simulate_http(prob, protocol, n_init, budget, seed, progress, on_round, options)
     coordinator = _coordinator(prob, protocol, seed, budget, options)
+    return _lockstep(prob, protocol, [coordinator] * prob.n_sites, n_init, budget, seed, progress, on_round, options)
+
+
+def _lockstep(prob: FederatedProblem, protocol: str, coordinators: list[Any], n_init: int | None, budget: int,
+              seed: int, progress: bool, on_round: Callable[[int], None] | None,
+              options: dict[str, Any]) -> SimulationResult:
+    """All sites in this process: each round, every site asks, then every site evaluates."""
     start = time.perf_counter()
-    runs = [_SiteRun(prob, i, _optimizer(prob, protocol, coordinator, i, seed, n_init, budget, options), seed, budget)
+    runs = [_SiteRun(prob, i, _optimizer(prob, protocol, coordinators[i], i, seed, n_init, budget, options), seed, budget)
             for i in range(prob.n_sites)]
     for run in runs:
         run.initial_design()
@@ -212,6 +223,23 @@ def simulate(problem: FederatedProblem | str, protocol: str = "independent", n_s
     for run in runs:
         run.opt.close()
     return _assemble(prob, protocol, seed, budget, records, time.perf_counter() - start, options)
+
+
+def _simulate_http(prob: FederatedProblem, protocol: str, n_init: int | None, budget: int, seed: int, progress: bool,
+                   on_round: Callable[[int], None] | None, options: dict[str, Any]) -> SimulationResult:
+    """A real coordinator server on 127.0.0.1 (ephemeral port); the sites are real HTTP clients."""
+    from labfbo.server.app import CoordinatorServer, ServerThread
+    from labfbo.server.config import ServerConfig, new_token
+    from labfbo.transport.http import HTTPCoordinator
+
+    names = list(prob.site_names or [])
+    tokens = {n: new_token() for n in names}
+    cfg = ServerConfig(protocol=protocol, seed=seed, horizon=budget, sites={n: h for n, (_, h) in tokens.items()},
+                       space=prob.space.model_dump(mode="json"),
+                       options={k: v for k, v in options.items() if k != "prior"})
+    with ServerThread(CoordinatorServer(cfg)) as srv:
+        links = [HTTPCoordinator(srv.url, tokens[n][0]) for n in names]
+        return _lockstep(prob, protocol, links, n_init, budget, seed, progress, on_round, options)
 
 
 def _simulate_mpi(prob: FederatedProblem, protocol: str, n_init: int | None, budget: int, seed: int,

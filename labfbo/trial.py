@@ -13,14 +13,15 @@ from pydantic import BaseModel, ConfigDict
 from labfbo.exceptions import ValidationError
 
 TrialState = Literal["pending", "complete", "failed"]
-Source = Literal["design", "model", "enqueued", "random", "historical"]
+Source = Literal["design", "model", "model-last-guidance", "model-local", "enqueued", "random", "historical"]
 
 
 class Trial(BaseModel):
     """A proposed experiment: its id and its params in user units.
 
     ``metadata`` says where it came from (``source``: design / model / enqueued /
-    random; ``round``: the BO round).
+    random, or ``model-last-guidance`` / ``model-local`` when ``ask(timeout=...)`` got no
+    guidance in time; ``round``: the BO round).
     """
 
     model_config = ConfigDict(frozen=True)

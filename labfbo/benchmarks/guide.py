@@ -74,7 +74,8 @@ def jobs(out: str, functions: Sequence[str], levels: Sequence[int], methods: Seq
 
     def add(level: int, fn: str, label: str, protocol: str, opts: dict[str, Any], s: int) -> None:
         key = next((k for k, v in METHODS.items() if v == (protocol, opts)), label)  # share runs
-        result.append(Job(path=str(Path(out) / f"level{level}" / fn / _slug(key) / f"seed{s}.json"),
+        setting = f"N{n_sites}-init{n_init}-T{budget}-noise{noise_std:g}"  # cached runs never mix settings
+        result.append(Job(path=str(Path(out) / setting / f"level{level}" / fn / _slug(key) / f"seed{s}.json"),
                           label=label, problem=fn,
                           problem_kwargs={"n_sites": n_sites, "heterogeneity": level, "noise_std": noise_std},
                           protocol=protocol, seed=s, n_init=n_init, budget=budget, options={**COMMON, **opts}))

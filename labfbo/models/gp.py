@@ -10,6 +10,7 @@ noise level is learned.
 
 from __future__ import annotations
 
+import threading
 import warnings
 from contextlib import contextmanager
 from typing import Iterator
@@ -26,10 +27,18 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 DTYPE = torch.float64
 
 
+_TORCH_RNG = threading.RLock()
+
+
 @contextmanager
 def seeded_torch(seed: int) -> Iterator[None]:
-    """Run a block with torch's global RNG seeded, restoring the caller's state after."""
-    with torch.random.fork_rng(devices=[]):
+    """Run a block with torch's global RNG seeded, restoring the caller's state after.
+
+    torch's generator is process-global: the block holds a process-wide lock, so a site's
+    transport thread (answering the coordinator) and its lab-script thread never
+    interleave their draws — the same seed gives the same numbers on every transport.
+    """
+    with _TORCH_RNG, torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed) % (2**63 - 1))
         yield
 

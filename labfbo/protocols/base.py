@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, Mapping, Sequence
+from typing import Any, ClassVar, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import BaseModel
@@ -134,6 +134,13 @@ class Aggregator(ABC):
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
         """Next step given the responses of the sites that answered the last exchange."""
         raise ProtocolError(f"{type(self).__name__} sent no requests in round {t}")
+
+    def state(self) -> dict[str, Any]:
+        """What the aggregator carries from round to round (JSON-able), for durable coordinators."""
+        return {}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state` (after a coordinator restart)."""
 
 
 class Protocol:

@@ -165,6 +165,14 @@ class GradientAggregator(Aggregator):
         reply = ParticlesReply(particles=Array.of(self.particles.numpy()))
         return Finish({s: reply for s in self.sites})
 
+    def state(self) -> dict[str, Any]:
+        return {"particles": Array.of(self.particles.numpy()).model_dump(mode="json"), "trained": self.trained}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if state:
+            self.particles = torch.as_tensor(Array.model_validate(state["particles"]).numpy())
+            self.trained = bool(state["trained"])
+
     def steps_in_round(self) -> int:
         """``warmup_steps`` until the particles have been trained once, then ``svgd_steps``."""
         return self.options.warmup_steps if not self.trained else self.cfg.svgd_steps

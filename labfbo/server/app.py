@@ -1,0 +1,273 @@
+"""The coordinator server: FastAPI routes over the round engine (``labfbo coordinator serve``).
+
+Routes (all under ``/v1``; bearer tokens in ``Authorization``):
+
+* ``POST /v1/join`` — a site joins (its token must belong to the site it names).
+* ``GET /v1/sites/{site}/work?round=t&wait=s`` — long-poll (≤ 30 s): a request to
+  answer, the site's guidance of round ``t`` (asking for it starts the round), an error,
+  or ``wait``.
+* ``POST /v1/sites/{site}/answers/{seq}`` — the site's answer to exchange ``seq``;
+  idempotent on an identical body, 409 on a different one or a closed exchange.
+* ``GET /v1/health``; ``GET /v1/admin/status`` and ``POST /v1/admin/sites/{site}/token``
+  (rotate a site's token without a restart) with the admin token.
+
+401: missing or unknown token. 403: the token's site is not the route's site. 413: body
+over ``max_body_bytes``. 422: malformed message, NaN/inf, or arrays over
+``max_array_items``. Every request is written to the audit log (never tokens or
+payloads).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from typing import Any, Literal
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from pydantic import BaseModel
+
+from labfbo.coordinator import Coordinator
+from labfbo.exceptions import FederationError, LabFBOError, ProtocolError
+from labfbo.messages import Array, JoinRequest, Message, parse
+from labfbo.server.config import ServerConfig, TokenBook, new_token
+from labfbo.server.engine import Conflict, RoundEngine
+from labfbo.server.store import AuditLog, Store
+from labfbo.space import SearchSpace
+
+
+class Work(BaseModel):
+    type: Literal["request", "guidance", "error", "wait"]
+    seq: int | None = None
+    round: int | None = None
+    message: str | None = None  # the message's exact JSON text
+
+
+class Envelope(BaseModel):
+    message: str
+
+
+class Accepted(BaseModel):
+    accepted: bool
+    repeat: bool = False
+
+
+class TokenRotation(BaseModel):
+    token_sha256: str | None = None
+
+
+class Rotated(BaseModel):
+    site: str
+    token: str | None = None  # only when the server generated it
+
+
+class Status(BaseModel):
+    study: str
+    protocol: str
+    members: list[str]
+    rounds_done: list[int]
+    round_errors: dict[int, str]
+
+
+def check_payload(msg: Message, max_items: int) -> None:
+    """Refuse NaN/inf anywhere and arrays over ``max_items`` (422)."""
+    def walk(v: Any, where: str) -> None:
+        if isinstance(v, Array):
+            if v.n_scalars > max_items:
+                raise ProtocolError(f"{where}: {v.n_scalars} items, the limit is {max_items}")
+            a = v.numpy()
+            if a.dtype.kind == "f" and not bool(__import__("numpy").isfinite(a).all()):
+                raise ProtocolError(f"{where}: NaN or infinite values")
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise ProtocolError(f"{where}: NaN or infinite value")
+        elif isinstance(v, BaseModel):
+            for k in type(v).model_fields:
+                walk(getattr(v, k), f"{where}.{k}")
+        elif isinstance(v, (list, tuple)):
+            for i, x in enumerate(v):
+                walk(x, f"{where}[{i}]")
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                walk(x, f"{where}.{k}")
+    walk(msg, msg.kind)
+
+
+def _reject_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed in labfbo messages")
+
+
+def read_message(body: bytes, max_items: int) -> Message:
+    try:
+        data = json.loads(body, parse_constant=_reject_constants)
+        msg = parse(data)
+        check_payload(msg, max_items)
+    except (ValueError, ProtocolError) as exc:
+        raise HTTPException(422, str(exc)) from None
+    return msg
+
+
+class CoordinatorServer:
+    """The coordinator, its round engine, durable state, tokens and audit log."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        space = SearchSpace.model_validate(config.space) if config.space is not None else None
+        self.coordinator = Coordinator(config.protocol, sites=list(config.sites), space=space, seed=config.seed,
+                                       horizon=config.horizon, quorum=config.quorum, deadline=config.deadline,
+                                       study=config.study, **config.options)
+        self.store = Store(config.state)
+        self.audit = AuditLog(config.audit_log, config.audit_retention_days)
+        self.tokens = TokenBook({**config.sites, **self.store.tokens()}, config.admin_token_sha256)
+        for req in self.store.joins():  # a restarted coordinator: same members, same indices
+            self.coordinator.join(parse(req))  # type: ignore[arg-type]
+        if self.store.rounds():
+            self.coordinator.restore(self.store.rounds())
+        self.engine = RoundEngine(self.coordinator, on_round=self._persist_round)
+        self.app = self._build_app()
+
+    def _persist_round(self, t: int) -> None:
+        self.store.add_round(t, self.coordinator.snapshot(t), keep=self.config.retention_rounds)
+        if self.config.retention_rounds is not None:
+            for old in [r for r in self.coordinator.rounds if r <= t - self.config.retention_rounds]:
+                self.coordinator.rounds.pop(old, None)
+
+    # -- auth -------------------------------------------------------------------------------------
+    def _token(self, request: Request) -> str:
+        auth = request.headers.get("authorization", "")
+        if not auth.lower().startswith("bearer ") or not auth[7:].strip():
+            raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
+        return auth[7:].strip()
+
+    def site_auth(self, request: Request) -> str:
+        site = self.tokens.site_of(self._token(request))
+        if site is None:
+            raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
+        request.state.site = site
+        return site
+
+    def admin_auth(self, request: Request) -> None:
+        if not self.tokens.is_admin(self._token(request)):
+            raise HTTPException(401, "admin token required", headers={"WWW-Authenticate": "Bearer"})
+        request.state.site = "admin"
+
+    @staticmethod
+    def _own(site: str, route_site: str) -> None:
+        if site != route_site:
+            raise HTTPException(403, f"this token belongs to {site!r}, not {route_site!r}")
+
+    # -- the app ------------------------------------------------------------------------------------
+    def _build_app(self) -> Any:
+        from labfbo import __version__
+        from labfbo.server.guard import Guard
+
+        app = FastAPI(title="labfbo coordinator", version=__version__,
+                      description="Federated Bayesian optimization: the consortium's coordinator.")
+        cfg = self.config
+
+        @app.get("/v1/health")
+        def health() -> dict[str, str]:
+            return {"status": "ok", "study": cfg.study}
+
+        body_doc = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "description": "a labfbo message (see labfbo.messages): kind, version, round, ..."}}}}}
+
+        @app.post("/v1/join", response_model=Envelope, openapi_extra=body_doc)
+        async def join(request: Request, site: str = Depends(self.site_auth)) -> Envelope:
+            msg = read_message(await request.body(), cfg.max_array_items)
+            if not isinstance(msg, JoinRequest):
+                raise HTTPException(422, f"expected a join request, got {msg.kind!r}")
+            self._own(site, msg.site)
+            try:
+                reply = self.engine.join(msg)
+            except LabFBOError as exc:
+                raise HTTPException(409, str(exc)) from None
+            self.store.add_join(msg.site, msg.model_dump_json())
+            return Envelope(message=reply.model_dump_json())
+
+        @app.get("/v1/sites/{site}/work", response_model=Work)
+        async def work(site: str, request: Request, round: int | None = Query(None, ge=0, le=10**9),
+                 wait: float = Query(0.0, ge=0.0, le=30.0), me: str = Depends(self.site_auth)) -> Work:
+            self._own(me, site)
+            if site not in self.coordinator.members:
+                raise HTTPException(409, f"site {site!r} has not joined")
+            request.state.round = round
+            return Work(**await self.engine.apoll(site, round, min(wait, cfg.poll_wait_max)))
+
+        @app.post("/v1/sites/{site}/rounds/{round}/want", response_model=Accepted, status_code=202)
+        def want(site: str, round: int, request: Request, me: str = Depends(self.site_auth)) -> Accepted:
+            self._own(me, site)
+            if site not in self.coordinator.members:
+                raise HTTPException(409, f"site {site!r} has not joined")
+            if not 0 <= round <= 10**9:
+                raise HTTPException(422, "round out of range")
+            request.state.round = round
+            self.engine.want(round, site)
+            return Accepted(accepted=True)
+
+        @app.post("/v1/sites/{site}/answers/{seq}", response_model=Accepted, openapi_extra=body_doc)
+        async def answer(site: str, seq: int, request: Request, me: str = Depends(self.site_auth)) -> Accepted:
+            self._own(me, site)
+            body = await request.body()
+            read_message(body, cfg.max_array_items)
+            try:
+                new = self.engine.submit(site, seq, body.decode())
+            except Conflict as exc:
+                raise HTTPException(409, str(exc)) from None
+            return Accepted(accepted=True, repeat=not new)
+
+        @app.get("/v1/admin/status", response_model=Status, dependencies=[Depends(self.admin_auth)])
+        def status() -> Status:
+            return Status(study=cfg.study, protocol=cfg.protocol, members=sorted(self.coordinator.members),
+                          rounds_done=sorted(self.coordinator.rounds), round_errors=dict(self.engine.errors))
+
+        @app.post("/v1/admin/sites/{site}/token", response_model=Rotated, dependencies=[Depends(self.admin_auth)])
+        def rotate(site: str, body: TokenRotation) -> Rotated:
+            token, digest = (None, body.token_sha256) if body.token_sha256 else new_token()
+            try:
+                self.tokens.rotate(site, digest)  # type: ignore[arg-type]
+            except LabFBOError as exc:
+                raise HTTPException(404 if "unknown" in str(exc) else 422, str(exc)) from None
+            self.store.set_token(site, digest)  # type: ignore[arg-type]
+            return Rotated(site=site, token=token)
+
+        self.fastapi = app  # the routes and their OpenAPI schema (``self.app`` adds the guard)
+        return Guard(app, max_body_bytes=cfg.max_body_bytes, audit=self.audit)
+
+    def close(self) -> None:
+        self.engine.stop()
+        self.store.close()
+
+
+class ServerThread:
+    """Run a :class:`CoordinatorServer` with uvicorn in a thread (tests, ``simulate``)."""
+
+    def __init__(self, server: CoordinatorServer, host: str = "127.0.0.1", port: int = 0, **uvicorn_kw: Any) -> None:
+        import uvicorn
+
+        self.server = server
+        self.uv = uvicorn.Server(uvicorn.Config(server.app, host=host, port=port, log_level="warning",
+                                                lifespan="off", **uvicorn_kw))
+        self.thread = threading.Thread(target=self.uv.run, name="labfbo-coordinator", daemon=True)
+
+    def __enter__(self) -> "ServerThread":
+        import time
+
+        self.thread.start()
+        for _ in range(1000):
+            if self.uv.started:
+                break
+            time.sleep(0.01)
+        else:
+            raise FederationError("the coordinator server did not start")
+        return self
+
+    @property
+    def url(self) -> str:
+        host, port = self.uv.servers[0].sockets[0].getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.engine.stop()
+        self.uv.should_exit = True
+        self.thread.join(timeout=10)
+        self.server.store.close()

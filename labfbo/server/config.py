@@ -1,0 +1,119 @@
+"""The consortium's server configuration (``consortium.yaml``) and bearer tokens.
+
+Tokens are never stored: the configuration holds their SHA-256 hex digests, compared in
+constant time (:func:`hmac.compare_digest`). ``labfbo coordinator token`` prints a new
+token and the digest to put in the file.
+
+Example::
+
+    study: catalyst-2027
+    protocol: distribution
+    seed: 0
+    options: {acquisition: ucb}
+    admin_token_sha256: 5e88...
+    sites:
+      lab-a: 9f86...
+      lab-b: 2c26...
+    state: coordinator.sqlite     # durable state (omit: in memory only)
+    audit_log: audit.jsonl
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from labfbo.exceptions import ConfigurationError
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> tuple[str, str]:
+    """``(token, sha256)``: give the token to the site, put the digest in the config."""
+    token = secrets.token_urlsafe(32)
+    return token, hash_token(token)
+
+
+class ServerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    study: str = "labfbo-study"
+    protocol: str
+    seed: int = Field(0, ge=0)
+    horizon: int | None = Field(None, ge=1)
+    quorum: int | None = Field(None, ge=1)
+    deadline: float | None = Field(None, gt=0)
+    options: dict[str, Any] = Field(default_factory=dict)
+    space: dict[str, Any] | None = None
+    sites: dict[str, str] = Field(description="site name -> SHA-256 hex digest of its token")
+    admin_token_sha256: str | None = None
+    state: str | None = Field(None, description="SQLite file for durable state (None: memory only)")
+    audit_log: str | None = None
+    retention_rounds: int | None = Field(None, ge=1, description="keep only the last N rounds' replies")
+    audit_retention_days: float | None = Field(None, gt=0)
+    max_body_bytes: int = Field(4_000_000, ge=1024)
+    max_array_items: int = Field(2_000_000, ge=1)
+    poll_wait_max: float = Field(30.0, gt=0, le=30.0)
+
+    @field_validator("sites")
+    @classmethod
+    def _digests(cls, v: dict[str, str]) -> dict[str, str]:
+        if not v:
+            raise ValueError("a consortium needs at least one site")
+        for site, digest in v.items():
+            _check_digest(digest, f"sites.{site}")
+        return v
+
+    @field_validator("admin_token_sha256")
+    @classmethod
+    def _admin(cls, v: str | None) -> str | None:
+        return None if v is None else _check_digest(v, "admin_token_sha256")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ServerConfig":
+        import yaml
+
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read {path}: {exc}") from None
+        try:
+            return cls.model_validate(data)
+        except Exception as exc:
+            raise ConfigurationError(f"{path}: {exc}") from None
+
+
+def _check_digest(v: str, name: str) -> str:
+    if len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
+        raise ValueError(f"{name} must be a SHA-256 hex digest (64 lowercase hex characters)")
+    return v
+
+
+class TokenBook:
+    """Who a bearer token belongs to; rotatable at run time."""
+
+    def __init__(self, sites: dict[str, str], admin: str | None) -> None:
+        self.sites = dict(sites)
+        self.admin = admin
+
+    def site_of(self, token: str) -> str | None:
+        digest = hash_token(token)
+        found = None
+        for site, known in self.sites.items():  # no early exit: time does not depend on which site
+            if hmac.compare_digest(digest, known):
+                found = site
+        return found
+
+    def is_admin(self, token: str) -> bool:
+        return self.admin is not None and hmac.compare_digest(hash_token(token), self.admin)
+
+    def rotate(self, site: str, digest: str) -> None:
+        if site not in self.sites:
+            raise ConfigurationError(f"unknown site {site!r}")
+        self.sites[site] = _check_digest(digest, "token_sha256")

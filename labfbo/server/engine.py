@@ -1,0 +1,218 @@
+r"""The coordinator's round engine for pull-based transports (HTTP).
+
+The coordinator never connects to a site. A round runs in a background thread; its
+``gather`` puts each site's request in that site's mailbox and waits (a condition
+variable, no polling) until every site has answered — or, with ``quorum``/``deadline``,
+until the quorum has answered and the deadline has passed. Sites long-poll
+:meth:`RoundEngine.poll` for work: a pending request to answer, their guidance of the
+round they asked for, or "nothing yet".
+
+Submissions are idempotent per ``(seq, site)``: the identical body again is accepted, a
+different body (or any body for an exchange that has closed) is a conflict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from labfbo.exceptions import FederationError, ProtocolError
+from labfbo.messages import JoinReply, JoinRequest, Message, parse
+
+if TYPE_CHECKING:
+    from labfbo.coordinator import Coordinator
+
+
+class Conflict(FederationError):
+    """A submission that contradicts an earlier one, or arrives for a closed exchange."""
+
+
+@dataclass
+class _Exchange:
+    seq: int
+    round: int
+    requests: dict[str, str]                       # site -> request JSON
+    answers: dict[str, str] = field(default_factory=dict)   # site -> response JSON
+    closed: bool = False
+
+
+def body_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class RoundEngine:
+    """Thread-safe rounds over mailboxes; one round thread at a time."""
+
+    def __init__(self, coordinator: "Coordinator", on_round: Callable[[int], None] | None = None) -> None:
+        self.coord = coordinator
+        self.cv = threading.Condition()
+        self.seq = 0
+        self.exchanges: dict[int, _Exchange] = {}
+        self.wanted = -1                        # highest round some site asked for
+        self.asked: dict[str, int] = {}         # site -> the round whose guidance it waits for
+        self.errors: dict[int, str] = {}        # round -> why it failed
+        self.thread: threading.Thread | None = None
+        self.on_round = on_round                # called (in the round thread) after each completed round
+        self.stopped = False
+        self.waiters: set[tuple[Any, Any]] = set()  # (event loop, asyncio.Event) of async polls
+
+    # -- membership -------------------------------------------------------------------------
+    def join(self, request: JoinRequest) -> JoinReply:
+        with self.cv:
+            return self.coord.join(request)
+
+    # -- what a site sees -----------------------------------------------------------------------
+    def want(self, t: int, site: str | None = None) -> None:
+        """A site is waiting for round ``t``: run it (and any before it) if needed."""
+        with self.cv:
+            if site is not None:
+                self.asked[site] = int(t)
+                self._notify()  # its agent may be inside a long poll
+            self.wanted = max(self.wanted, int(t))
+            self.errors.pop(int(t), None)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="labfbo-rounds", daemon=True)
+                self.thread.start()
+
+    def check(self, site: str, t: int | None) -> dict[str, Any] | None:
+        """Work for ``site`` right now, or None (call with ``self.cv`` held)."""
+        for ex in self.exchanges.values():
+            if not ex.closed and site in ex.requests and site not in ex.answers:
+                return {"type": "request", "seq": ex.seq, "round": ex.round, "message": ex.requests[site]}
+        t = self.asked.get(site) if t is None else t
+        if t is not None and t in self.coord.rounds:
+            if self.asked.get(site) == t:
+                del self.asked[site]
+            return {"type": "guidance", "round": t, "message": self.coord.rounds[t][site].model_dump_json()}
+        if t is not None and t in self.errors:
+            return {"type": "error", "round": t, "message": self.errors[t]}
+        return None
+
+    def poll(self, site: str, t: int | None, wait: float) -> dict[str, Any]:
+        """Work for ``site``: ``{"type": "request"|"guidance"|"error"|"wait", ...}`` (blocking).
+
+        Without ``t``, the guidance returned is that of the round the site last asked for.
+        """
+        if t is not None:
+            self.want(t, site)
+        end = time.monotonic() + max(wait, 0.0)
+        with self.cv:
+            while True:
+                work = self.check(site, t)
+                if work is not None:
+                    return work
+                left = end - time.monotonic()
+                if left <= 0 or self.stopped:
+                    return {"type": "wait"}
+                self.cv.wait(left)
+
+    async def apoll(self, site: str, t: int | None, wait: float) -> dict[str, Any]:
+        """:meth:`poll` for an event loop: waits without holding a thread (many idle sites)."""
+        import asyncio
+
+        if t is not None:
+            self.want(t, site)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + max(wait, 0.0)
+        while True:
+            event = asyncio.Event()
+            with self.cv:
+                self.waiters.add((loop, event))  # registered before the check: no lost wake-up
+                work = self.check(site, t)
+            try:
+                if work is not None:
+                    return work
+                left = end - loop.time()
+                if left <= 0 or self.stopped:
+                    return {"type": "wait"}
+                try:
+                    await asyncio.wait_for(event.wait(), timeout=left)
+                except asyncio.TimeoutError:
+                    pass
+            finally:
+                with self.cv:
+                    self.waiters.discard((loop, event))
+
+    def _notify(self) -> None:
+        """Wake blocking and event-loop waiters (call with ``self.cv`` held)."""
+        self.cv.notify_all()
+        for loop, event in list(self.waiters):
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # its loop has closed
+                self.waiters.discard((loop, event))
+
+    def submit(self, site: str, seq: int, body: str) -> bool:
+        """Record ``site``'s answer to exchange ``seq``; True if new, False if a repeat."""
+        with self.cv:
+            ex = self.exchanges.get(seq)
+            if ex is None or site not in ex.requests:
+                raise Conflict(f"exchange {seq} has no request for site {site!r}")
+            if site in ex.answers:
+                if body_hash(ex.answers[site]) == body_hash(body):
+                    return False
+                raise Conflict(f"site {site!r} already answered exchange {seq} with a different body")
+            if ex.closed:
+                raise Conflict(f"exchange {seq} of round {ex.round} has closed")
+            parse(body)  # a malformed message is refused here, before it is stored
+            ex.answers[site] = body
+            self._notify()
+            return True
+
+    # -- the round thread -------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self.cv:
+                done = max(self.coord.rounds) if self.coord.rounds else -1
+                t = self.wanted
+                if t <= done or self.stopped or t in self.errors:
+                    return
+            try:
+                self.coord.run_round(t, self.gather)
+                if self.on_round is not None:
+                    for r in sorted(k for k in self.coord.rounds if k > done):
+                        self.on_round(r)
+            except Exception as exc:  # the sites waiting for t get the error, and may ask again
+                with self.cv:
+                    self.errors[t] = f"{type(exc).__name__}: {exc}"
+            with self.cv:
+                self._notify()
+
+    def gather(self, requests: Mapping[str, Message], quorum: int,
+               deadline: float | None) -> dict[str, Message | BaseException]:
+        with self.cv:
+            self.seq += 1
+            t = next(iter(requests.values())).round if requests else -1
+            ex = _Exchange(self.seq, t, {s: m.model_dump_json() for s, m in requests.items()})
+            self.exchanges = {k: v for k, v in self.exchanges.items() if not v.closed or k > self.seq - 64}
+            self.exchanges[ex.seq] = ex
+            self._notify()
+            start = time.monotonic()
+            while len(ex.answers) < len(ex.requests) and not self.stopped:
+                if deadline is not None and len(ex.answers) >= quorum:
+                    left = deadline - (time.monotonic() - start)
+                    if left <= 0:
+                        break
+                    self.cv.wait(left)
+                else:
+                    self.cv.wait(1.0)
+            ex.closed = True
+            out: dict[str, Message | BaseException] = {}
+            for site in ex.requests:
+                if site in ex.answers:
+                    try:
+                        out[site] = parse(ex.answers[site])
+                    except ProtocolError as exc:
+                        out[site] = exc
+                else:
+                    out[site] = TimeoutError(f"site {site!r} did not answer exchange {ex.seq} in time")
+            self._notify()
+            return out
+
+    def stop(self) -> None:
+        with self.cv:
+            self.stopped = True
+            self._notify()

@@ -1,0 +1,103 @@
+"""Durable coordinator state (SQLite) and the audit log (append-only JSON lines).
+
+The store keeps every join request (so a restarted coordinator gives every site its
+index and design again), every completed round's snapshot (replies, contributors, the
+aggregator's carried state) and rotated token digests. Each write is one transaction,
+so a ``kill -9`` loses at most the round in progress, which the sites simply ask for
+again. ``retention_rounds`` keeps only the last N round snapshots.
+
+The audit log records, per request: time, site (or ``-``), route, round, SHA-256 and
+size of the payload, and the decision (HTTP status). It never contains a token or a
+payload.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+class Store:
+    def __init__(self, path: str | None) -> None:
+        self.lock = threading.Lock()
+        self.db = sqlite3.connect(path or ":memory:", check_same_thread=False, isolation_level=None)
+        with self.lock:
+            self.db.execute("PRAGMA journal_mode=WAL" if path else "PRAGMA journal_mode=MEMORY")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute("CREATE TABLE IF NOT EXISTS joins (n INTEGER PRIMARY KEY AUTOINCREMENT, "
+                            "site TEXT UNIQUE, request TEXT)")
+            self.db.execute("CREATE TABLE IF NOT EXISTS rounds (t INTEGER PRIMARY KEY, snapshot TEXT)")
+            self.db.execute("CREATE TABLE IF NOT EXISTS tokens (site TEXT PRIMARY KEY, sha256 TEXT)")
+
+    def _write(self, sql: str, args: tuple[Any, ...]) -> None:
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.db.execute(sql, args)
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+
+    def add_join(self, site: str, request_json: str) -> None:
+        self._write("INSERT OR IGNORE INTO joins (site, request) VALUES (?, ?)", (site, request_json))
+
+    def joins(self) -> list[str]:
+        with self.lock:
+            return [r[0] for r in self.db.execute("SELECT request FROM joins ORDER BY n")]
+
+    def add_round(self, t: int, snapshot: dict[str, Any], keep: int | None = None) -> None:
+        self._write("INSERT OR REPLACE INTO rounds (t, snapshot) VALUES (?, ?)", (t, json.dumps(snapshot)))
+        if keep is not None:
+            self._write("DELETE FROM rounds WHERE t <= ?", (t - keep,))
+
+    def rounds(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [json.loads(r[0]) for r in self.db.execute("SELECT snapshot FROM rounds ORDER BY t")]
+
+    def set_token(self, site: str, digest: str) -> None:
+        self._write("INSERT OR REPLACE INTO tokens (site, sha256) VALUES (?, ?)", (site, digest))
+
+    def tokens(self) -> dict[str, str]:
+        with self.lock:
+            return dict(self.db.execute("SELECT site, sha256 FROM tokens"))
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()
+
+
+class AuditLog:
+    """Append-only JSON lines; ``retention_days`` prunes older entries when it opens."""
+
+    def __init__(self, path: str | None, retention_days: float | None = None) -> None:
+        self.path = Path(path) if path else None
+        self.lock = threading.Lock()
+        if self.path is not None and retention_days is not None and self.path.exists():
+            cutoff = time.time() - retention_days * 86400
+            keep = [ln for ln in self.path.read_text().splitlines() if _time(ln) >= cutoff]
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text("".join(ln + "\n" for ln in keep))
+            tmp.replace(self.path)
+
+    def write(self, site: str | None, route: str, round: int | None, payload: bytes, status: int) -> None:
+        if self.path is None:
+            return
+        import hashlib
+
+        entry = {"time": time.time(), "site": site or "-", "route": route, "round": round,
+                 "sha256": hashlib.sha256(payload).hexdigest() if payload else None, "size": len(payload),
+                 "decision": status}
+        with self.lock, open(self.path, "a") as fh:
+            fh.write(json.dumps(entry) + "\n")
+
+
+def _time(line: str) -> float:
+    try:
+        return float(json.loads(line)["time"])
+    except (ValueError, KeyError, TypeError):
+        return 0.0

@@ -1,0 +1,254 @@
+"""The HTTP transport: a real uvicorn server on 127.0.0.1 (ephemeral port), real clients."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import requests
+
+import labfbo
+from labfbo.messages import Abstain, Array
+from labfbo.protocols.distribution import OptimumBelief
+from labfbo.server.app import CoordinatorServer, ServerThread
+from labfbo.server.config import ServerConfig, hash_token, new_token
+from labfbo.transport.http import HTTPCoordinator
+
+pytest.importorskip("fastapi")
+FAST = {"num_restarts": 2, "raw_samples": 32}
+EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_steps": 5, "svgd_steps": 2},
+         "consensus": {}, "independent": {}}
+SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1)])
+
+
+@pytest.mark.parametrize("protocol", ["independent", "consensus", "distribution", "gradient"])
+def test_http_gives_the_same_proposals_as_local(protocol: str) -> None:
+    kw = dict(problem="branin", protocol=protocol, n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
+    http = labfbo.simulate(transport="http", **kw)
+    local = labfbo.simulate(**kw)
+    np.testing.assert_array_equal(http.proposals, local.proposals)
+    np.testing.assert_array_equal(http.bytes_up, local.bytes_up)
+
+
+@pytest.fixture
+def study(tmp_path):
+    """A 3-site distribution study; yields (server thread, tokens, admin token, audit path)."""
+    tokens = {s: new_token() for s in ("a", "b", "c")}
+    admin, admin_hash = new_token()
+    audit = tmp_path / "audit.jsonl"
+    cfg = ServerConfig(protocol="distribution", seed=0, sites={s: h for s, (_, h) in tokens.items()},
+                       admin_token_sha256=admin_hash, space=SPACE.model_dump(mode="json"), audit_log=str(audit),
+                       max_body_bytes=20_000, options={**FAST, **EXTRA["distribution"]})
+    with ServerThread(CoordinatorServer(cfg)) as srv:
+        yield srv, {s: t for s, (t, _) in tokens.items()}, admin, audit
+
+
+def _h(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+
+def _join(srv, tokens, site: str) -> None:
+    req = labfbo.messages.JoinRequest(site=site, protocol="distribution", space_hash=SPACE.fingerprint(),
+                                      space=SPACE.model_dump(mode="json"), n_init=2,
+                                      shared_options={"P": 5, "merge_threshold": 0.05, "temperature_scale": 0.1,
+                                                      "min_temperature": 0.01, "value_reweighting": True,
+                                                      "merging": True, "agent_specific": True})
+    r = requests.post(f"{srv.url}/v1/join", data=req.model_dump_json(), headers=_h(tokens[site]), timeout=10)
+    assert r.status_code == 200, r.text
+
+
+def test_auth_conflicts_and_limits(study) -> None:
+    srv, tokens, admin, audit = study
+    url = srv.url
+    assert requests.get(f"{url}/v1/sites/a/work", headers=_h("wrong"), timeout=10).status_code == 401
+    assert requests.get(f"{url}/v1/sites/a/work", timeout=10).status_code == 401
+    for s in ("a", "b", "c"):
+        _join(srv, tokens, s)
+    # site a reading or posting as site b
+    assert requests.get(f"{url}/v1/sites/b/work", headers=_h(tokens["a"]), timeout=10).status_code == 403
+    assert requests.post(f"{url}/v1/sites/b/answers/1", data="{}", headers=_h(tokens["a"]), timeout=10).status_code == 403
+    # start round 0 and take site a's request
+    assert requests.post(f"{url}/v1/sites/a/rounds/0/want", headers=_h(tokens["a"]), timeout=10).status_code == 202
+    work = requests.get(f"{url}/v1/sites/a/work", params={"wait": 5}, headers=_h(tokens["a"]), timeout=20).json()
+    assert work["type"] == "request"
+    seq = work["seq"]
+    belief = OptimumBelief(weight=0.5, mean=Array.of([0.2, 0.3]), variance=Array.of([0.01, 0.01]), value=0.1,
+                           round=0).model_dump_json()
+    r1 = requests.post(f"{url}/v1/sites/a/answers/{seq}", data=belief, headers=_h(tokens["a"]), timeout=10)
+    assert r1.status_code == 200 and r1.json() == {"accepted": True, "repeat": False}
+    r2 = requests.post(f"{url}/v1/sites/a/answers/{seq}", data=belief, headers=_h(tokens["a"]), timeout=10)
+    assert r2.status_code == 200 and r2.json()["repeat"]                       # identical replay
+    other = Abstain(reason="changed my mind", round=0).model_dump_json()
+    assert requests.post(f"{url}/v1/sites/a/answers/{seq}", data=other, headers=_h(tokens["a"]),
+                         timeout=10).status_code == 409                        # different body
+    big = json.dumps({"kind": "abstain", "reason": "x" * 30_000})
+    assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=big, headers=_h(tokens["b"]),
+                         timeout=10).status_code == 413
+    nan = belief.replace('"value":0.1', '"value":NaN')
+    assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=nan, headers=_h(tokens["b"]),
+                         timeout=10).status_code == 422
+    bad = OptimumBelief.model_construct(kind="optimum_belief", weight=0.5, mean=Array.of([np.inf, 0.1]),
+                                        variance=Array.of([0.01, 0.01]), value=0.0).model_dump_json()
+    assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=bad, headers=_h(tokens["b"]),
+                         timeout=10).status_code == 422
+    # the audit log has every decision and no token or payload
+    text = audit.read_text()
+    entries = [json.loads(ln) for ln in text.splitlines()]
+    assert {e["decision"] for e in entries} >= {200, 202, 401, 403, 409, 413, 422}
+    for t in tokens.values():
+        assert t not in text and hash_token(t) not in text
+    assert Array.of([0.2, 0.3]).data not in text and "changed my mind" not in text
+
+
+def test_token_rotation_without_restart(study) -> None:
+    srv, tokens, admin, _ = study
+    url = srv.url
+    assert requests.post(f"{url}/v1/admin/sites/a/token", json={}, headers=_h(tokens["a"]), timeout=10).status_code == 401
+    r = requests.post(f"{url}/v1/admin/sites/a/token", json={}, headers=_h(admin), timeout=10)
+    assert r.status_code == 200
+    fresh = r.json()["token"]
+    _join(srv, {"a": fresh}, "a")
+    old = requests.get(f"{url}/v1/sites/a/work", headers=_h(tokens["a"]), timeout=10)
+    assert old.status_code == 401
+    status = requests.get(f"{url}/v1/admin/status", headers=_h(admin), timeout=10).json()
+    assert status["members"] == ["a"]
+
+
+def test_a_silent_site_is_left_out_with_quorum(tmp_path) -> None:
+    names = ["s0", "s1", "s2", "s3"]
+    tokens = {s: new_token() for s in names}
+    cfg = ServerConfig(protocol="distribution", seed=1, quorum=3, deadline=1.0, sites={s: h for s, (_, h) in tokens.items()},
+                       space=SPACE.model_dump(mode="json"), options={**FAST, **EXTRA["distribution"]})
+    with ServerThread(CoordinatorServer(cfg)) as srv:
+        opts = [labfbo.Optimizer(SPACE, protocol="distribution", site=s, seed=1, n_init=3, **FAST, **EXTRA["distribution"],
+                                 coordinator=HTTPCoordinator(srv.url, tokens[s][0])) for s in names]
+        for i, o in enumerate(opts):
+            for t in o.ask(n=3):
+                o.tell(t, (t.params["x"] - 0.1 * i) ** 2 + t.params["y"] ** 2)
+        opts[3].close()  # s3 stops answering
+        for r in range(3):
+            for i, o in enumerate(opts[:3]):
+                t = o.ask(timeout=60)
+                assert t.metadata["source"] == "model"
+                o.tell(t, (t.params["x"] - 0.1 * i) ** 2 + t.params["y"] ** 2)
+        contributors = srv.server.coordinator.contributors
+        assert sorted(contributors) == [0, 1, 2]
+        assert all(c == [["s0", "s1", "s2"]] for c in contributors.values()), contributors
+
+
+def test_ask_with_timeout_falls_back_when_the_coordinator_is_unreachable(study) -> None:
+    srv, tokens, _, _ = study
+    link = HTTPCoordinator(srv.url, tokens["a"], retries=2, backoff=0.05)
+    opt = labfbo.Optimizer(SPACE, protocol="distribution", site="a", seed=0, n_init=2, coordinator=link, **FAST,
+                           **EXTRA["distribution"])
+    for t in opt.ask(n=2):
+        opt.tell(t, t.params["x"] ** 2)
+    # sites b and c never join: round 0 cannot run
+    with pytest.warns(UserWarning, match="no guidance"):
+        t = opt.ask(timeout=1.0)
+    assert t.metadata["source"] == "model-local"
+    with pytest.raises(labfbo.FederationError):
+        labfbo.Optimizer(SPACE, protocol="distribution", site="b", seed=0, n_init=2, **FAST,
+                         coordinator=HTTPCoordinator("http://127.0.0.1:9", tokens["b"], retries=2, backoff=0.01))
+
+
+def test_approve_mode_sends_abstain_when_declined(study) -> None:
+    srv, tokens, _, _ = study
+    seen = []
+
+    def approve(msg):
+        seen.append(msg.kind)
+        return False
+
+    opts = [labfbo.Optimizer(SPACE, protocol="distribution", site=s, seed=0, n_init=2, **FAST, **EXTRA["distribution"],
+                             coordinator=HTTPCoordinator(srv.url, tokens[s]), approve=approve if s == "a" else None)
+            for s in ("a", "b", "c")]
+    for o in opts:
+        for t in o.ask(n=2):
+            o.tell(t, t.params["x"] ** 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        [o.ask() for o in opts]
+    assert seen == ["optimum_belief"]
+    assert [m.kind for m in opts[0].sent_messages()] == ["join", "abstain"]
+    assert srv.server.coordinator.contributors[0] == [["b", "c"]]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _campaign(opts, rounds: range, log: list) -> None:
+    for _ in rounds:
+        trials = [o.ask() for o in opts]
+        for i, (o, t) in enumerate(zip(opts, trials)):
+            o.tell(t, (t.params["x"] - 0.2 * i) ** 2 + (t.params["y"] + 0.1) ** 2)
+            log.append((i, t.params["x"], t.params["y"]))
+
+
+def _sites(url: str, tokens: dict, tmp_path, tag: str) -> list:
+    opts = [labfbo.Optimizer(SPACE, protocol="distribution", site=s, seed=2, n_init=3, storage=str(tmp_path / f"{tag}-{s}.jsonl"),
+                             coordinator=HTTPCoordinator(url, tokens[s][0], retries=10, backoff=0.2), **FAST,
+                             **EXTRA["distribution"]) for s in ("a", "b", "c")]
+    for i, o in enumerate(opts):
+        for t in o.ask(n=3):
+            o.tell(t, (t.params["x"] - 0.2 * i) ** 2 + (t.params["y"] + 0.1) ** 2)
+    return opts
+
+
+@pytest.mark.timeout(300)
+def test_coordinator_killed_and_restarted_loses_no_round(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    tokens = {s: new_token() for s in ("a", "b", "c")}
+    cfg = {"protocol": "distribution", "seed": 2, "sites": {s: h for s, (_, h) in tokens.items()},
+           "space": SPACE.model_dump(mode="json"), "options": {**FAST, **EXTRA["distribution"]},
+           "state": str(tmp_path / "coord.sqlite")}
+    (tmp_path / "consortium.yaml").write_text(yaml.safe_dump(cfg))
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "labfbo.cli", "coordinator", "serve", "--config", str(tmp_path / "consortium.yaml"),
+           "--port", str(port)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def start() -> subprocess.Popen:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for _ in range(300):
+            try:
+                if requests.get(f"{url}/v1/health", timeout=1).status_code == 200:
+                    return proc
+            except requests.ConnectionError:
+                time.sleep(0.1)
+        proc.kill()
+        raise AssertionError(proc.stderr.read().decode()[-2000:])
+
+    proc = start()
+    try:
+        log: list = []
+        opts = _sites(url, tokens, tmp_path, "run")
+        _campaign(opts, range(2), log)
+        proc.kill()  # SIGKILL
+        proc.wait()
+        proc = start()
+        _campaign(opts, range(2), log)
+        assert all(len(o.observations) == 3 + 4 for o in opts)
+    finally:
+        proc.kill()
+        proc.wait()
+    # an uninterrupted twin gives the same proposals: no round was lost or re-run differently
+    twin_cfg = ServerConfig(**{**cfg, "state": None})
+    with ServerThread(CoordinatorServer(twin_cfg)) as srv:
+        twin_log: list = []
+        _campaign(_sites(srv.url, tokens, tmp_path, "twin"), range(4), twin_log)
+    assert log == twin_log
