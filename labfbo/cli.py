@@ -135,6 +135,14 @@ def _cmd_bench_guide_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_http_rounds(args: argparse.Namespace) -> int:
+    from labfbo.benchmarks.transport import report_http
+
+    print("labfbo bench http-rounds " + " ".join(sys.argv[3:]) + "\n")
+    print(report_http(tuple(args.sites), args.rounds))
+    return 0
+
+
 def _cmd_bench_round_time(args: argparse.Namespace) -> int:
     from labfbo.benchmarks.round_time import format_rows, measure
 
@@ -165,8 +173,10 @@ def _cmd_coordinator_serve(args: argparse.Namespace) -> int:
     server = CoordinatorServer(ServerConfig.load(args.config))
     print(f"labfbo coordinator: study {server.config.study!r}, protocol {server.config.protocol!r}, "
           f"{len(server.config.sites)} sites, on {'https' if tls else 'http'}://{args.host}:{args.port}", flush=True)
+    # keep-alive longer than a long poll (30 s), so idle site connections are not cut mid-reuse
     uvicorn.run(server.app, host=args.host, port=args.port, log_level=args.log_level, lifespan="off",
-                ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile)
+                ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile, timeout_keep_alive=65,
+                backlog=4096)
     server.close()
     return 0
 
@@ -255,6 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--comm-sites", type=int, default=16, help="sites of the federation whose messages are read")
     gc.add_argument("--repeats", type=int, default=3)
     gc.set_defaults(func=_cmd_bench_guide_cost)
+    hr = bsub.add_parser("http-rounds", help="HTTP round latency and coordinator CPU for many light sites")
+    hr.add_argument("--sites", nargs="+", type=int, default=[10, 100, 500])
+    hr.add_argument("--rounds", type=int, default=5)
+    hr.set_defaults(func=_cmd_bench_http_rounds)
     rt = bsub.add_parser("round-time", help="seconds per gradient-protocol round: meta-update vs acquisition")
     rt.add_argument("--sites", type=int, default=5)
     rt.add_argument("--particles", type=int, default=10)

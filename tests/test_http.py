@@ -252,3 +252,54 @@ def test_coordinator_killed_and_restarted_loses_no_round(tmp_path) -> None:
         twin_log: list = []
         _campaign(_sites(srv.url, tokens, tmp_path, "twin"), range(4), twin_log)
     assert log == twin_log
+
+
+def test_serve_refuses_a_public_address_without_tls(tmp_path, capsys) -> None:
+    import yaml
+
+    from labfbo.cli import main
+
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"protocol": "distribution", "sites": {"a": new_token()[1]}}))
+    assert main(["coordinator", "serve", "--config", str(tmp_path / "c.yaml"), "--host", "0.0.0.0"]) == 2
+    assert "without TLS" in capsys.readouterr().err
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"protocol": "distribution", "sites": {"a": "not-a-digest"}}))
+    assert main(["coordinator", "serve", "--config", str(tmp_path / "bad.yaml")]) == 2
+    assert "SHA-256" in capsys.readouterr().err
+
+
+def test_store_retention_and_audit_pruning(tmp_path) -> None:
+    import time
+
+    from labfbo.server.store import AuditLog, Store
+
+    store = Store(str(tmp_path / "s.sqlite"))
+    for t in range(6):
+        store.add_round(t, {"round": t}, keep=2)
+    assert [r["round"] for r in store.rounds()] == [4, 5]
+    store.close()
+    log = tmp_path / "audit.jsonl"
+    log.write_text(json.dumps({"time": time.time() - 10 * 86400, "route": "old"}) + "\n"
+                   + json.dumps({"time": time.time(), "route": "new"}) + "\n")
+    AuditLog(str(log), retention_days=1)
+    assert [json.loads(ln)["route"] for ln in log.read_text().splitlines()] == ["new"]
+
+
+def test_a_site_restarted_from_its_journal_rejoins(study, tmp_path) -> None:
+    srv, tokens, _, _ = study
+
+    def site(s: str):
+        return labfbo.Optimizer(SPACE, protocol="distribution", site=s, seed=0, n_init=2, storage=str(tmp_path / f"{s}.jsonl"),
+                                coordinator=HTTPCoordinator(srv.url, tokens[s]), **FAST, **EXTRA["distribution"])
+
+    opts = [site(s) for s in ("a", "b", "c")]
+    for o in opts:
+        for t in o.ask(n=2):
+            o.tell(t, t.params["x"] ** 2)
+    first = [o.ask() for o in opts]
+    for o, t in zip(opts, first):
+        o.tell(t, t.params["x"] ** 2)
+    opts[1].close()
+    opts[1] = site("b")  # restarted from its journal: same index, round 1 next
+    assert len(opts[1].observations) == 3 and opts[1].context.site_index == 1
+    second = [o.ask() for o in opts]
+    assert all(t.metadata["round"] == 1 and t.metadata["source"] == "model" for t in second)

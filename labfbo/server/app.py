@@ -246,7 +246,7 @@ class ServerThread:
 
         self.server = server
         self.uv = uvicorn.Server(uvicorn.Config(server.app, host=host, port=port, log_level="warning",
-                                                lifespan="off", **uvicorn_kw))
+                                                lifespan="off", timeout_keep_alive=65, **uvicorn_kw))
         self.thread = threading.Thread(target=self.uv.run, name="labfbo-coordinator", daemon=True)
 
     def __enter__(self) -> "ServerThread":

@@ -57,7 +57,7 @@ class RoundEngine:
         self.thread: threading.Thread | None = None
         self.on_round = on_round                # called (in the round thread) after each completed round
         self.stopped = False
-        self.waiters: set[tuple[Any, Any]] = set()  # (event loop, asyncio.Event) of async polls
+        self.waiters: dict[str, set[tuple[Any, Any]]] = {}  # site -> (event loop, asyncio.Event) of its polls
 
     # -- membership -------------------------------------------------------------------------
     def join(self, request: JoinRequest) -> JoinReply:
@@ -70,7 +70,7 @@ class RoundEngine:
         with self.cv:
             if site is not None:
                 self.asked[site] = int(t)
-                self._notify()  # its agent may be inside a long poll
+                self._notify([site])  # its agent may be inside a long poll
             self.wanted = max(self.wanted, int(t))
             self.errors.pop(int(t), None)
             if self.thread is None or not self.thread.is_alive():
@@ -120,7 +120,7 @@ class RoundEngine:
         while True:
             event = asyncio.Event()
             with self.cv:
-                self.waiters.add((loop, event))  # registered before the check: no lost wake-up
+                self.waiters.setdefault(site, set()).add((loop, event))  # before the check: no lost wake-up
                 work = self.check(site, t)
             try:
                 if work is not None:
@@ -134,16 +134,20 @@ class RoundEngine:
                     pass
             finally:
                 with self.cv:
-                    self.waiters.discard((loop, event))
+                    self.waiters.get(site, set()).discard((loop, event))
 
-    def _notify(self) -> None:
-        """Wake blocking and event-loop waiters (call with ``self.cv`` held)."""
+    def _notify(self, sites: Any = None) -> None:
+        """Wake the blocking waiters and the event-loop polls of ``sites`` (all: None).
+
+        Call with ``self.cv`` held. Waking only the sites concerned keeps a round O(N).
+        """
         self.cv.notify_all()
-        for loop, event in list(self.waiters):
-            try:
-                loop.call_soon_threadsafe(event.set)
-            except RuntimeError:  # its loop has closed
-                self.waiters.discard((loop, event))
+        for site in (list(self.waiters) if sites is None else sites):
+            for loop, event in list(self.waiters.get(site, ())):
+                try:
+                    loop.call_soon_threadsafe(event.set)
+                except RuntimeError:  # its loop has closed
+                    self.waiters[site].discard((loop, event))
 
     def submit(self, site: str, seq: int, body: str) -> bool:
         """Record ``site``'s answer to exchange ``seq``; True if new, False if a repeat."""
@@ -159,7 +163,7 @@ class RoundEngine:
                 raise Conflict(f"exchange {seq} of round {ex.round} has closed")
             parse(body)  # a malformed message is refused here, before it is stored
             ex.answers[site] = body
-            self._notify()
+            self._notify([])  # the round thread only
             return True
 
     # -- the round thread -------------------------------------------------------------------------
@@ -189,7 +193,7 @@ class RoundEngine:
             ex = _Exchange(self.seq, t, {s: m.model_dump_json() for s, m in requests.items()})
             self.exchanges = {k: v for k, v in self.exchanges.items() if not v.closed or k > self.seq - 64}
             self.exchanges[ex.seq] = ex
-            self._notify()
+            self._notify(list(ex.requests))
             start = time.monotonic()
             while len(ex.answers) < len(ex.requests) and not self.stopped:
                 if deadline is not None and len(ex.answers) >= quorum:
@@ -209,7 +213,7 @@ class RoundEngine:
                         out[site] = exc
                 else:
                     out[site] = TimeoutError(f"site {site!r} did not answer exchange {ex.seq} in time")
-            self._notify()
+            self._notify([])
             return out
 
     def stop(self) -> None:
