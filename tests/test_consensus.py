@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import labfbo
+from campaign import run_campaign
 from labfbo.messages import Array
 from labfbo.protocols.consensus import (ConsensusAggregator, ConsensusOptions, ConsensusProposal,
                                         ConsensusReply, combine, leader_matrix, sinkhorn,
@@ -160,9 +161,7 @@ def test_leader_sites_evaluate_consensus_points_and_send_no_raw_values() -> None
 
 def test_ask_n_under_consensus_returns_distinct_points() -> None:
     _, opts = _federation(n_sites=2)
-    for i, o in enumerate(opts):
-        for t in o.ask(n=3):
-            o.tell(t, _f(i, t.params))
+    run_campaign(opts, _f, 3, 0)
     batch = opts[0].ask(n=2)
     assert len(batch) == 2
     assert batch[0].params != batch[1].params

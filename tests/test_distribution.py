@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import labfbo
+from campaign import run_campaign
 from labfbo.exceptions import FederationError, ProtocolError
 from labfbo.messages import Array, parse
 from labfbo.models.figp import FIGP, GuidanceField, guidance_strength
@@ -222,16 +223,7 @@ def _f(i: int, p: dict) -> float:
 
 
 def _campaign(opts, rounds: int) -> list[list[dict]]:
-    for i, o in enumerate(opts):
-        for t in o.ask(n=4):
-            o.tell(t, _f(i, t.params))
-    props = []
-    for _ in range(rounds):
-        trials = [o.ask() for o in opts]
-        props.append([t.params for t in trials])
-        for i, (o, t) in enumerate(zip(opts, trials)):
-            o.tell(t, _f(i, t.params))
-    return props
+    return run_campaign(opts, _f, 4, rounds)
 
 
 def test_messages_are_the_papers_size_in_the_sites_own_log() -> None:
@@ -260,9 +252,7 @@ def test_same_seed_same_proposals_and_ablations_run() -> None:
 
 def test_ask_n_under_distribution_returns_distinct_points() -> None:
     _, opts = _federation(n_sites=2)
-    for i, o in enumerate(opts):
-        for t in o.ask(n=4):
-            o.tell(t, _f(i, t.params))
+    run_campaign(opts, _f, 4, 0)
     batch = opts[0].ask(n=3)
     assert len(batch) == 3
     X = np.array([[t.params[k] for k in ("x", "y", "z")] for t in batch])

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import labfbo
+from campaign import run_campaign
 from labfbo.privacy import gaussian_epsilon
 from labfbo.protocols.gradient import ScoreResponse
 
@@ -28,16 +29,7 @@ def _federation(protocol: str, **opts: object) -> tuple[labfbo.Coordinator, list
 
 def _run(protocol: str, rounds: int, **opts: object) -> tuple[labfbo.Coordinator, list[labfbo.Optimizer], list]:
     coord, sites = _federation(protocol, **opts)
-    for i, o in enumerate(sites):
-        for t in o.ask(n=4):
-            o.tell(t, _f(i, t.params))
-    proposals = []
-    for _ in range(rounds):
-        trials = [o.ask() for o in sites]
-        proposals.append([t.params for t in trials])
-        for i, (o, t) in enumerate(zip(sites, trials)):
-            o.tell(t, _f(i, t.params))
-    return coord, sites, proposals
+    return coord, sites, run_campaign(sites, _f, 4, rounds)
 
 
 def test_distributed_meta_learning_equals_centralized() -> None:

@@ -348,8 +348,10 @@ def test_to_csv_and_dataframe(cont_space, tmp_path, fast):
 def test_federated_protocol_needs_a_coordinator(cont_space, sum_protocol):
     with pytest.raises(labfbo.ConfigurationError, match="coordinator"):
         Optimizer(cont_space, protocol="test-sum")
-    with pytest.raises(labfbo.ConfigurationError):
+    with pytest.raises(labfbo.ConfigurationError, match="token"):
         Optimizer(cont_space, protocol="test-sum", coordinator="https://consortium.example:8443")
+    with pytest.raises(labfbo.ConfigurationError, match="URL"):
+        Optimizer(cont_space, protocol="test-sum", coordinator="consortium.example")
 
 
 def test_configuration_errors(cont_space):

@@ -179,29 +179,12 @@ def tables(results: Sequence[SimulationResult], jobs_: Sequence[Job]) -> str:
 
 def plot(results: Sequence[SimulationResult], jobs_: Sequence[Job], out: Path) -> list[Path]:
     """Convergence plot per (level, function): mean simple regret over sites and runs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from labfbo.benchmarks.report import plot_curves
 
     curves: dict[tuple[int, str], dict[str, list[np.ndarray]]] = {}
     for job, r in zip(jobs_, results):
         key = (int(job.problem_kwargs["heterogeneity"]), job.problem)
-        curves.setdefault(key, {}).setdefault(job.label, []).append(r.simple_regret.mean(0))
-    paths = []
-    for (level, fn), by_label in sorted(curves.items()):
-        fig, ax = plt.subplots(figsize=(6.5, 4.2), dpi=110)
-        for label, cs in by_label.items():
-            c = np.mean(cs, axis=0)
-            ax.plot(np.arange(1, len(c) + 1), c, label=label.replace("ablation:", ""), lw=1.4)
-        ax.set_xlabel("BO round")
-        ax.set_ylabel("simple regret (mean over sites and runs)")
-        ax.set_title(f"GUIDE suite: {fn}, level {level}")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = out / f"level{level}-{fn}.png"
-        fig.savefig(path)
-        plt.close(fig)
-        paths.append(path)
-    return paths
+        curves.setdefault(key, {}).setdefault(job.label.replace("ablation:", ""), []).append(r.simple_regret.mean(0))
+    return [plot_curves({label: np.mean(cs, axis=0) for label, cs in by_label.items()}, out / f"level{level}-{fn}.png",
+                        f"GUIDE suite: {fn}, level {level}", "BO round", "simple regret (mean over sites and runs)")
+            for (level, fn), by_label in sorted(curves.items())]

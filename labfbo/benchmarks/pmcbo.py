@@ -147,10 +147,7 @@ def table(results: list[SimulationResult], functions: tuple[str, ...]) -> str:
 
 def plot(results: list[SimulationResult], out: Path, functions: tuple[str, ...]) -> list[Path]:
     """One convergence plot per function and acquisition: mean simple regret vs iteration."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from labfbo.benchmarks.report import plot_curves
 
     paths = []
     for fn in functions:
@@ -158,21 +155,9 @@ def plot(results: list[SimulationResult], out: Path, functions: tuple[str, ...])
             rs = [r for r in results if r.problem == fn and r.options["label"].startswith(acq + ":")]
             if not rs:
                 continue
-            fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
             labels = list(dict.fromkeys(r.options["label"] for r in rs))
-            for label in labels:
-                curves = np.stack([r.simple_regret.mean(0) for r in rs if r.options["label"] == label])
-                ax.plot(np.arange(1, curves.shape[1] + 1), np.maximum(curves.mean(0), 1e-8),
-                        label=label.split(":", 1)[1], lw=1.5)
-            ax.set_yscale("log")
-            ax.set_xlabel("iteration")
-            ax.set_ylabel("simple regret (mean over clients and seeds)")
-            ax.set_title(f"PMCBO suite: {fn}, {acq.upper()}")
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7, ncol=2)
-            fig.tight_layout()
-            path = out / f"{fn}-{acq}.png"
-            fig.savefig(path)
-            plt.close(fig)
-            paths.append(path)
+            curves = {label.split(":", 1)[1]: np.stack([r.simple_regret.mean(0) for r in rs
+                                                        if r.options["label"] == label]).mean(0) for label in labels}
+            paths.append(plot_curves(curves, out / f"{fn}-{acq}.png", f"PMCBO suite: {fn}, {acq.upper()}", "iteration",
+                                     "simple regret (mean over clients and seeds)", log=True))
     return paths

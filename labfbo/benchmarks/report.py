@@ -68,3 +68,29 @@ def plot_convergence(results: Iterable[SimulationResult], path: str | Path, titl
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def plot_curves(curves: dict[str, np.ndarray], path: str | Path, title: str, xlabel: str, ylabel: str,
+                log: bool = False) -> Path:
+    """One line per label (``curves[label]`` is the mean curve over iterations); writes a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2), dpi=110)
+    for label, c in curves.items():
+        ax.plot(np.arange(1, len(c) + 1), np.maximum(c, 1e-8) if log else c, label=label, lw=1.4)
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2 if len(curves) > 6 else 1)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any
 
-from labfbo.exceptions import FederationError, RoundError
+from labfbo.exceptions import ConfigurationError, FederationError, RoundError
 from labfbo.messages import JoinReply, JoinRequest, parse
 from labfbo.transport.base import Handler, SiteLink
 
@@ -37,9 +37,9 @@ class HTTPCoordinator:
     def __init__(self, url: str, token: str, *, timeout: float = 10.0, retries: int = 6, backoff: float = 0.5,
                  verify: bool | str = True, poll_wait: float = POLL_WAIT) -> None:
         if not url.startswith(("http://", "https://")):
-            raise FederationError(f"coordinator url must start with http:// or https://, got {url!r}")
+            raise ConfigurationError(f"coordinator url must start with http:// or https://, got {url!r}")
         if not token:
-            raise FederationError("an HTTP coordinator needs this site's token (token=...)")
+            raise ConfigurationError("an HTTP coordinator needs this site's token (token=...)")
         self.url, self.token = url.rstrip("/"), token
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         self.verify, self.poll_wait = verify, poll_wait
