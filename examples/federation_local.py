@@ -1,16 +1,16 @@
 """Three sites and a coordinator in one Python process (the `local` transport).
 
 Each site runs the same kind of process but under its own conditions, so each has a
-different optimum. Under ``protocol="independent"`` the coordinator only admits the
-sites (checks that everyone has the same search space) and deals each site its part
-of one collaborative Latin-hypercube initial design; after that every site runs plain
-BO on its own data and nothing else crosses a site boundary.
+different optimum. The coordinator admits the sites (checks that everyone has the same
+search space and protocol options) and deals each site its part of one collaborative
+Latin-hypercube initial design. Under ``protocol="distribution"`` (GUIDE-FBO) every BO
+round each site sends one Gaussian belief about where its optimum lies (2d + 2 numbers)
+and gets up to 5 merged beliefs of the federation back; ``sent_messages()`` lists
+exactly what left each site. Swap in ``"consensus"``, ``"gradient"`` or
+``"independent"`` by changing the one ``PROTOCOL`` line.
 
-Federated protocols (gradient / distribution / consensus) are planned. They plug into
-exactly this code: the Coordinator and every Optimizer get the same ``protocol=`` name
-(and the same protocol options), and the lock-step loop stays as it is; a model-based
-``ask()`` then triggers the coordinator's round for that BO iteration through the
-transport, and ``sent_messages()`` lists the protocol's messages after the join.
+The same script runs over MPI or HTTP by giving the Optimizers another coordinator:
+see ``mpi_campaign.py`` and ``http_consortium.py``.
 
 Environment:
     LABFBO_EXAMPLE_BUDGET  BO rounds after the initial design (default 15)
@@ -49,9 +49,10 @@ def experiment(site: str, params: dict) -> float:
     return 100.0 * math.exp(-0.5 * d2)
 
 
-coordinator = labfbo.Coordinator(protocol="independent", sites=list(SITES), seed=0)
+PROTOCOL = "distribution"
+coordinator = labfbo.Coordinator(protocol=PROTOCOL, sites=list(SITES), seed=0)
 optimizers = {
-    name: labfbo.Optimizer(space, objective="maximize", protocol="independent", coordinator=coordinator,
+    name: labfbo.Optimizer(space, objective="maximize", protocol=PROTOCOL, coordinator=coordinator,
                            site=name, seed=0, n_init=6,
                            storage=os.path.join(OUT, f"{name}.journal"))
     for name in SITES
@@ -71,7 +72,7 @@ for rnd in range(BUDGET):
 
 for name, opt in optimizers.items():
     sent = opt.sent_messages()
-    kinds = [m.kind for m in sent]
+    kinds = sorted(set(m.kind for m in sent))
     print(f"{name}: best yield {opt.best.value:.2f} at "
           f"{ {k: round(v, 4) for k, v in opt.best.params.items()} }; "
           f"sent {len(sent)} message(s) {kinds}, {sum(m.nbytes() for m in sent)} bytes")

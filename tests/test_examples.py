@@ -21,7 +21,7 @@ from labfbo.trial import Trial
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 PLUGIN = EXAMPLES / "adapter_plugin"
-SCRIPTS = ("single_site", "federation_local", "simulate_custom_problem")
+SCRIPTS = ("single_site", "federation_local", "simulate_custom_problem", "http_consortium")
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,8 @@ def test_single_site(runs) -> None:
 def test_federation_local(runs) -> None:
     stdout, out = _check(runs, "federation_local")
     for site in ("site-a", "site-b", "site-c"):
-        assert re.search(rf"^{site}: best yield \d+\.\d+ at .*sent 1 message\(s\) \['join'\]", stdout, re.M), stdout
+        assert re.search(rf"^{site}: best yield \d+\.\d+ at .*sent 3 message\(s\) \['join', 'optimum_belief'\]",
+                         stdout, re.M), stdout
         assert (out / f"{site}.journal").exists()
     assert stdout.count("round ") == 2
 
@@ -74,6 +75,30 @@ def test_simulate_custom_problem(runs) -> None:
     assert re.search(r"^seed 0: final normalized regret lab-a=\d", stdout, re.M), stdout
     png = out / "convergence.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_http_consortium(runs) -> None:
+    stdout, out = _check(runs, "http_consortium")
+    for site in ("lab-a", "lab-b"):
+        assert re.search(rf"^{site}: best yield \d+\.\d+ at .*sent \['join', 'optimum_belief'\]", stdout, re.M), stdout
+        assert (out / f"{site}.journal").exists()
+    assert re.search(r"^audit log: \d+ entries", stdout, re.M)
+    assert (out / "coordinator.sqlite").exists()
+
+
+def test_mpi_campaign_example(tmp_path) -> None:
+    import shutil
+
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("mpiexec not installed (pip install 'labfbo[mpi]')")
+    env = {**os.environ, "LABFBO_EXAMPLE_BUDGET": "2", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([mpiexec, "-n", "3", sys.executable, "-m", "mpi4py", str(EXAMPLES / "mpi_campaign.py")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "coordinator: 2 sites done" in proc.stdout
+    assert len(re.findall(r"^plant-\d: best .* after 7 experiments; sent \['join', 'optimum_belief'\]",
+                          proc.stdout, re.M)) == 2, proc.stdout
 
 
 def test_examples_write_their_files_under_out(runs) -> None:
