@@ -26,6 +26,7 @@ from labfbo.protocols import SiteContext, SiteData, get_protocol, parse_options
 from labfbo.seeding import rng, stable_hash
 from labfbo.site import SiteLedger, history_rows, write_csv
 from labfbo.space import SearchSpace
+from labfbo.transport import connect
 from labfbo.trial import Observation, Trial, TrialRecord, parse_value
 
 def _plain(v: Any) -> Any:
@@ -104,7 +105,7 @@ class Optimizer:
         self._last_guidance: Message | None = None
         dp = getattr(self.options, "privacy", None)
         self._privacy = PrivacyLedger(dp, getattr(self.options, "n_particles", 1)) if dp is not None else None
-        self._link = self._connect(coordinator, token)
+        self._link = connect(coordinator, self.site, self.protocol.federated, protocol, token)
         existed = storage is not None and os.path.exists(storage)
         self._journal = MemoryJournal() if storage is None else FileJournal(storage)
         records = list(self._journal.records())
@@ -134,29 +135,6 @@ class Optimizer:
             raise
 
     # -- construction helpers ------------------------------------------------------------
-    def _connect(self, coordinator: Any, token: str | None = None) -> Any:
-        if isinstance(coordinator, str) and coordinator.startswith(("http://", "https://")):
-            from labfbo.transport.http import HTTPCoordinator
-
-            coordinator = HTTPCoordinator(coordinator, token or "")
-        if not self.protocol.federated:
-            if coordinator is None:
-                return None
-            if not hasattr(coordinator, "connect"):
-                raise ConfigurationError(
-                        f"coordinator {coordinator!r}: give a labfbo.Coordinator, an http(s):// URL with token=, "
-                    "or labfbo.transport.mpi.MPICoordinator()")
-            return coordinator.connect(self.site)
-        if coordinator is None:
-            raise ConfigurationError(
-                f"protocol {self.protocol_name!r} is federated and needs a coordinator "
-                "(coordinator=labfbo.Coordinator(...)); use protocol='independent' to run alone")
-        if not hasattr(coordinator, "connect"):
-            raise ConfigurationError(
-                f"coordinator {coordinator!r}: give a labfbo.Coordinator, an http(s):// URL with token=, "
-                "or labfbo.transport.mpi.MPICoordinator()")
-        return coordinator.connect(self.site)
-
     def _check_header(self, header: dict[str, Any]) -> None:
         if header.get("op") != "header":
             raise JournalError("journal does not start with a header record")

@@ -74,6 +74,8 @@ def test_auth_conflicts_and_limits(study) -> None:
     work = requests.get(f"{url}/v1/sites/a/work", params={"wait": 5}, headers=_h(tokens["a"]), timeout=20).json()
     assert work["type"] == "request"
     seq = work["seq"]
+    status = requests.get(f"{url}/v1/admin/status", headers=_h(admin), timeout=10).json()
+    assert status["waiting_for"] == {f"0/{seq}": ["a", "b", "c"]}
     belief = OptimumBelief(weight=0.5, mean=Array.of([0.2, 0.3]), variance=Array.of([0.01, 0.01]), value=0.1,
                            round=0).model_dump_json()
     r1 = requests.post(f"{url}/v1/sites/a/answers/{seq}", data=belief, headers=_h(tokens["a"]), timeout=10)
@@ -113,7 +115,7 @@ def test_token_rotation_without_restart(study) -> None:
     old = requests.get(f"{url}/v1/sites/a/work", headers=_h(tokens["a"]), timeout=10)
     assert old.status_code == 401
     status = requests.get(f"{url}/v1/admin/status", headers=_h(admin), timeout=10).json()
-    assert status["members"] == ["a"]
+    assert status["members"] == ["a"] and status["waiting_for"] == {}
 
 
 def test_a_silent_site_is_left_out_with_quorum(tmp_path) -> None:

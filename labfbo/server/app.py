@@ -67,6 +67,7 @@ class Status(BaseModel):
     members: list[str]
     rounds_done: list[int]
     round_errors: dict[int, str]
+    waiting_for: dict[str, list[str]] = {}  # open exchange "round/seq" -> sites that have not answered
 
 
 def check_payload(msg: Message, max_items: int) -> None:
@@ -218,7 +219,8 @@ class CoordinatorServer:
         @app.get("/v1/admin/status", response_model=Status, dependencies=[Depends(self.admin_auth)])
         def status() -> Status:
             return Status(study=cfg.study, protocol=cfg.protocol, members=sorted(self.coordinator.members),
-                          rounds_done=sorted(self.coordinator.rounds), round_errors=dict(self.engine.errors))
+                          rounds_done=sorted(self.coordinator.rounds), round_errors=dict(self.engine.errors),
+                          waiting_for=self.engine.waiting())
 
         @app.post("/v1/admin/sites/{site}/token", response_model=Rotated, dependencies=[Depends(self.admin_auth)])
         def rotate(site: str, body: TokenRotation) -> Rotated:

@@ -216,6 +216,12 @@ class RoundEngine:
             self._notify([])
             return out
 
+    def waiting(self) -> dict[str, list[str]]:
+        """Open exchanges (``"round/seq"``) and the sites they still wait for (operator status)."""
+        with self.cv:
+            return {f"{ex.round}/{ex.seq}": sorted(set(ex.requests) - set(ex.answers))
+                    for ex in self.exchanges.values() if not ex.closed}
+
     def stop(self) -> None:
         with self.cv:
             self.stopped = True
