@@ -122,7 +122,7 @@ class JoinRequest(Message):
     protocol: str
     space_hash: str
     space: dict[str, Any]
-    n_init: int = Field(ge=0, default=0)
+    n_init: int = Field(ge=0, le=100_000, default=0)
     shared_options: dict[str, Any] = Field(default_factory=dict)
 
 

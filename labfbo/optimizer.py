@@ -17,8 +17,8 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
-from labfbo.exceptions import (ConfigurationError, FederationError, JournalError, LabFBOError, RoundError, TrialError,
-                               ValidationError)
+from labfbo.exceptions import (ConfigurationError, FederationError, JournalError, LabFBOError, ProtocolError,
+                               RoundError, TrialError, ValidationError)
 from labfbo.journal import FileJournal, MemoryJournal, write_snapshot
 from labfbo.messages import Abstain, Array, JoinReply, JoinRequest, Message, parse
 from labfbo.privacy import PrivacyLedger
@@ -449,6 +449,8 @@ class Optimizer:
                 raise LabFBOError(f"site {self.site!r} was closed; reopen it from its journal to continue")
             try:
                 guidance = parse(self._link.guidance(self._round, timeout))
+                if guidance.round not in (-1, self._round):
+                    raise ProtocolError(f"site {self.site!r} got round {guidance.round}'s guidance for round {self._round}")
                 self.ledger.record_received(guidance)
                 self._last_guidance = guidance
             except (TimeoutError, FederationError, RoundError) as exc:
@@ -480,10 +482,12 @@ class Optimizer:
     def _handle(self, request_json: str) -> str:
         """Answer a coordinator request from local data (called by the transport, maybe from its thread)."""
         request = parse(request_json)
-        with self._lock, _COMPUTE:
-            self.ledger.record_received(request)
-            answer = self._logic.answer(request, self.site_data(), request.round)
+        with self._lock:
+            with _COMPUTE:
+                self.ledger.record_received(request)
+                answer = self._logic.answer(request, self.site_data(), request.round)
             answer = answer.model_copy(update={"round": request.round, "study": request.study})
+            # the operator's review runs outside the process-wide compute lock
             if self._approve is not None and not self._approve(answer):
                 answer = Abstain(reason="declined by the site's operator", round=request.round, study=request.study)
             if getattr(answer, "dp_noise_multiplier", None) is not None:

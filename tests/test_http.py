@@ -95,6 +95,12 @@ def test_auth_conflicts_and_limits(study) -> None:
                                         variance=Array.of([0.01, 0.01]), value=0.0).model_dump_json()
     assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=bad, headers=_h(tokens["b"]),
                          timeout=10).status_code == 422
+    huge = json.dumps({"kind": "optimum_belief", "weight": 0.5, "value": 0.0, "variance": {"dtype": "float64", "shape": [1], "data": ""},
+                       "mean": {"dtype": "float64", "shape": [2 ** 70], "data": ""}})
+    deep = "[" * 9_000 + "]" * 9_000  # under the 20 kB limit, deeper than the JSON parser recurses
+    for body in (huge, deep, b"\xff\xfe"):
+        assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=body, headers=_h(tokens["b"]),
+                             timeout=10).status_code == 422
     # the audit log has every decision and no token or payload
     text = audit.read_text()
     entries = [json.loads(ln) for ln in text.splitlines()]
@@ -176,6 +182,32 @@ def test_approve_mode_sends_abstain_when_declined(study) -> None:
     assert seen == ["optimum_belief"]
     assert [m.kind for m in opts[0].sent_messages()] == ["join", "abstain"]
     assert srv.server.coordinator.contributors[0] == [["b", "c"]]
+    # no site can make everyone skip rounds
+    r = requests.post(f"{srv.url}/v1/sites/a/rounds/5/want", headers=_h(tokens["a"]), timeout=10)
+    assert r.status_code == 409 and "last completed round is 0" in r.text
+
+
+def test_failing_and_leaving_sites_are_not_waited_for(study) -> None:
+    srv, tokens, _, _ = study
+    opts = [labfbo.Optimizer(SPACE, protocol="distribution", site=s, seed=0, n_init=2, **FAST, **EXTRA["distribution"],
+                             coordinator=HTTPCoordinator(srv.url, tokens[s])) for s in ("a", "b", "c")]
+    for o in opts:
+        for t in o.ask(n=2):
+            o.tell(t, t.params["x"] ** 2)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("instrument PC out of memory")
+
+    opts[1]._logic.answer = broken  # site b cannot answer: the round must not wait for it
+    opts[2].close()                  # site c leaves: the round must not wait for it either
+    import time
+
+    start = time.monotonic()
+    with pytest.warns(UserWarning, match="instrument PC out of memory"):  # no quorum: the round fails at once
+        trials = [o.ask(timeout=60) for o in opts[:2]]
+    assert time.monotonic() - start < 30
+    assert all(t.metadata["source"] == "model-local" for t in trials)
+    assert [m.kind for m in opts[1].sent_messages()] == ["join"]  # nothing but the join left site b
 
 
 def _free_port() -> int:

@@ -13,6 +13,9 @@ def test_every_subpackage_is_listed() -> None:
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "labfbo").rglob("__init__.py")}
     assert found <= listed, f"add to pyproject.toml packages: {sorted(found - listed)}"
+    # a folder of modules without __init__.py would be a namespace package the wheel leaves out
+    folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "labfbo").rglob("*.py")}
+    assert folders <= found, f"add an __init__.py to: {sorted(folders - found)}"
     assert "labfbo_adapters" in listed
 
 

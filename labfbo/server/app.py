@@ -102,8 +102,10 @@ def read_message(body: bytes, max_items: int) -> Message:
         data = json.loads(body, parse_constant=_reject_constants)
         msg = parse(data)
         check_payload(msg, max_items)
-    except (ValueError, ProtocolError) as exc:
+    except (ValueError, ProtocolError, OverflowError) as exc:  # ValueError covers UnicodeDecodeError
         raise HTTPException(422, str(exc)) from None
+    except RecursionError:
+        raise HTTPException(422, "message nested too deeply") from None
     return msg
 
 
@@ -118,7 +120,11 @@ class CoordinatorServer:
                                        study=config.study, **config.options)
         self.store = Store(config.state)
         self.audit = AuditLog(config.audit_log, config.audit_retention_days)
-        self.tokens = TokenBook({**config.sites, **self.store.tokens()}, config.admin_token_sha256)
+        # a token rotated through the API outlives a restart, unless the operator has since
+        # changed that site's digest in the config (the config then wins: revocation works)
+        rotated = {site: d for site, (d, base) in self.store.tokens().items()
+                   if site in config.sites and config.sites[site] == base}
+        self.tokens = TokenBook({**config.sites, **rotated}, config.admin_token_sha256)
         for req in self.store.joins():  # a restarted coordinator: same members, same indices
             self.coordinator.join(parse(req))  # type: ignore[arg-type]
         if self.store.rounds():
@@ -182,6 +188,8 @@ class CoordinatorServer:
                 reply = self.engine.join(msg)
             except LabFBOError as exc:
                 raise HTTPException(409, str(exc)) from None
+            except ValueError as exc:  # e.g. a search space that does not validate
+                raise HTTPException(422, str(exc)) from None
             self.store.add_join(msg.site, msg.model_dump_json())
             return Envelope(message=reply.model_dump_json())
 
@@ -192,7 +200,10 @@ class CoordinatorServer:
             if site not in self.coordinator.members:
                 raise HTTPException(409, f"site {site!r} has not joined")
             request.state.round = round
-            return Work(**await self.engine.apoll(site, round, min(wait, cfg.poll_wait_max)))
+            try:
+                return Work(**await self.engine.apoll(site, round, min(wait, cfg.poll_wait_max)))
+            except Conflict as exc:
+                raise HTTPException(409, str(exc)) from None
 
         @app.post("/v1/sites/{site}/rounds/{round}/want", response_model=Accepted, status_code=202)
         def want(site: str, round: int, request: Request, me: str = Depends(self.site_auth)) -> Accepted:
@@ -202,13 +213,32 @@ class CoordinatorServer:
             if not 0 <= round <= 10**9:
                 raise HTTPException(422, "round out of range")
             request.state.round = round
-            self.engine.want(round, site)
+            try:
+                self.engine.want(round, site)
+            except Conflict as exc:
+                raise HTTPException(409, str(exc)) from None
+            return Accepted(accepted=True)
+
+        @app.post("/v1/sites/{site}/leave", response_model=Accepted)
+        def leave(site: str, me: str = Depends(self.site_auth)) -> Accepted:
+            self._own(me, site)
+            self.engine.leave(site)
             return Accepted(accepted=True)
 
         @app.post("/v1/sites/{site}/answers/{seq}", response_model=Accepted, openapi_extra=body_doc)
         async def answer(site: str, seq: int, request: Request, me: str = Depends(self.site_auth)) -> Accepted:
             self._own(me, site)
             body = await request.body()
+            try:
+                report = json.loads(body)
+            except (ValueError, RecursionError):
+                report = None
+            if isinstance(report, dict) and "error" in report and "kind" not in report:  # the site failed
+                try:
+                    self.engine.fail(site, seq, f"{report.get('error')}: {report.get('message', '')}")
+                except Conflict as exc:
+                    raise HTTPException(409, str(exc)) from None
+                return Accepted(accepted=True)
             read_message(body, cfg.max_array_items)
             try:
                 new = self.engine.submit(site, seq, body.decode())
@@ -218,9 +248,11 @@ class CoordinatorServer:
 
         @app.get("/v1/admin/status", response_model=Status, dependencies=[Depends(self.admin_auth)])
         def status() -> Status:
-            return Status(study=cfg.study, protocol=cfg.protocol, members=sorted(self.coordinator.members),
-                          rounds_done=sorted(self.coordinator.rounds), round_errors=dict(self.engine.errors),
-                          waiting_for=self.engine.waiting())
+            waiting = self.engine.waiting()
+            with self.engine.cv:  # the round thread changes these
+                return Status(study=cfg.study, protocol=cfg.protocol, members=sorted(self.coordinator.members),
+                              rounds_done=sorted(self.engine.published & set(self.coordinator.rounds)),
+                              round_errors=dict(self.engine.errors), waiting_for=waiting)
 
         @app.post("/v1/admin/sites/{site}/token", response_model=Rotated, dependencies=[Depends(self.admin_auth)])
         def rotate(site: str, body: TokenRotation) -> Rotated:
@@ -228,8 +260,10 @@ class CoordinatorServer:
             try:
                 self.tokens.rotate(site, digest)  # type: ignore[arg-type]
             except LabFBOError as exc:
-                raise HTTPException(404 if "unknown" in str(exc) else 422, str(exc)) from None
-            self.store.set_token(site, digest)  # type: ignore[arg-type]
+                raise HTTPException(404, str(exc)) from None
+            except ValueError as exc:
+                raise HTTPException(422, str(exc)) from None
+            self.store.set_token(site, digest, cfg.sites[site])  # type: ignore[arg-type]
             return Rotated(site=site, token=token)
 
         self.fastapi = app  # the routes and their OpenAPI schema (``self.app`` adds the guard)

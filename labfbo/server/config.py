@@ -114,6 +114,7 @@ class TokenBook:
         return self.admin is not None and hmac.compare_digest(hash_token(token), self.admin)
 
     def rotate(self, site: str, digest: str) -> None:
+        """Replace ``site``'s digest (ConfigurationError: unknown site; ValueError: not a digest)."""
         if site not in self.sites:
             raise ConfigurationError(f"unknown site {site!r}")
         self.sites[site] = _check_digest(digest, "token_sha256")

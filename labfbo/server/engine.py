@@ -36,6 +36,7 @@ class _Exchange:
     round: int
     requests: dict[str, str]                       # site -> request JSON
     answers: dict[str, str] = field(default_factory=dict)   # site -> response JSON
+    failures: dict[str, str] = field(default_factory=dict)  # site -> why it could not answer
     closed: bool = False
 
 
@@ -49,7 +50,7 @@ class RoundEngine:
     def __init__(self, coordinator: "Coordinator", on_round: Callable[[int], None] | None = None) -> None:
         self.coord = coordinator
         self.cv = threading.Condition()
-        self.seq = 0
+        self.seq = time.time_ns() // 1000  # unique across restarts: an old answer never matches a new exchange
         self.exchanges: dict[int, _Exchange] = {}
         self.wanted = -1                        # highest round some site asked for
         self.asked: dict[str, int] = {}         # site -> the round whose guidance it waits for
@@ -58,38 +59,74 @@ class RoundEngine:
         self.on_round = on_round                # called (in the round thread) after each completed round
         self.stopped = False
         self.waiters: dict[str, set[tuple[Any, Any]]] = {}  # site -> (event loop, asyncio.Event) of its polls
+        self.published: set[int] = set(coordinator.rounds)  # rounds persisted and visible to sites
+        self.gone: set[str] = set()             # sites that left (closed their optimizer)
 
     # -- membership -------------------------------------------------------------------------
     def join(self, request: JoinRequest) -> JoinReply:
         with self.cv:
-            return self.coord.join(request)
+            reply = self.coord.join(request)
+            self.gone.discard(request.site)
+            return reply
+
+    def leave(self, site: str) -> None:
+        """``site`` closed its optimizer: open and later exchanges stop waiting for it."""
+        with self.cv:
+            self.gone.add(site)
+            self.asked.pop(site, None)
+            self._notify([site])  # its agent's long poll ends now
+
+    def done(self) -> int:
+        """The last completed round (-1: none)."""
+        return max(self.coord.rounds) if self.coord.rounds else -1
 
     # -- what a site sees -----------------------------------------------------------------------
-    def want(self, t: int, site: str | None = None) -> None:
-        """A site is waiting for round ``t``: run it (and any before it) if needed."""
+    def want(self, t: int, site: str | None = None, retry: bool = True) -> None:
+        """A site is waiting for round ``t``: run it if needed (``retry``: also if it failed).
+
+        Rounds run in order: with rounds completed, ``t`` may be at most one past the last
+        (a site cannot skip rounds for everyone). A coordinator with no round yet starts
+        at the first round asked for (sites resumed from their journals).
+        """
+        t = int(t)
         with self.cv:
+            done = self.done()
+            if self.coord.rounds and t > done + 1:
+                raise Conflict(f"round {t} cannot start: the last completed round is {done}")
             if site is not None:
-                self.asked[site] = int(t)
+                self.asked[site] = t
                 self._notify([site])  # its agent may be inside a long poll
-            self.wanted = max(self.wanted, int(t))
-            self.errors.pop(int(t), None)
-            if self.thread is None or not self.thread.is_alive():
+            if t in self.published:
+                return
+            if t in self.errors and not retry:
+                return
+            self.wanted = max(self.wanted, t)
+            self.errors.pop(t, None)
+            if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="labfbo-rounds", daemon=True)
                 self.thread.start()
 
     def check(self, site: str, t: int | None) -> dict[str, Any] | None:
         """Work for ``site`` right now, or None (call with ``self.cv`` held)."""
+        if site in self.gone:
+            return {"type": "wait"}  # it left: end its poll
         for ex in self.exchanges.values():
-            if not ex.closed and site in ex.requests and site not in ex.answers:
+            if not ex.closed and site in ex.requests and site not in ex.answers and site not in ex.failures:
                 return {"type": "request", "seq": ex.seq, "round": ex.round, "message": ex.requests[site]}
         t = self.asked.get(site) if t is None else t
-        if t is not None and t in self.coord.rounds:
-            if self.asked.get(site) == t:
-                del self.asked[site]
-            return {"type": "guidance", "round": t, "message": self.coord.rounds[t][site].model_dump_json()}
-        if t is not None and t in self.errors:
-            return {"type": "error", "round": t, "message": self.errors[t]}
-        return None
+        if t is None:
+            return None
+        if t in self.published and t in self.coord.rounds:
+            kind, message = "guidance", self.coord.rounds[t][site].model_dump_json()
+        elif t in self.errors:
+            kind, message = "error", self.errors[t]
+        elif self.coord.rounds and t < min(self.coord.rounds) or (t not in self.coord.rounds and t < self.done()):
+            kind, message = "error", f"round {t} is not kept by this coordinator (pruned or never run)"
+        else:
+            return None
+        if self.asked.get(site) == t:
+            del self.asked[site]
+        return {"type": kind, "round": t, "message": message}
 
     def poll(self, site: str, t: int | None, wait: float) -> dict[str, Any]:
         """Work for ``site``: ``{"type": "request"|"guidance"|"error"|"wait", ...}`` (blocking).
@@ -97,7 +134,7 @@ class RoundEngine:
         Without ``t``, the guidance returned is that of the round the site last asked for.
         """
         if t is not None:
-            self.want(t, site)
+            self.want(t, site, retry=False)
         end = time.monotonic() + max(wait, 0.0)
         with self.cv:
             while True:
@@ -114,7 +151,7 @@ class RoundEngine:
         import asyncio
 
         if t is not None:
-            self.want(t, site)
+            self.want(t, site, retry=False)  # a poll never restarts a failed round; POST .../want does
         loop = asyncio.get_running_loop()
         end = loop.time() + max(wait, 0.0)
         while True:
@@ -161,29 +198,47 @@ class RoundEngine:
                 raise Conflict(f"site {site!r} already answered exchange {seq} with a different body")
             if ex.closed:
                 raise Conflict(f"exchange {seq} of round {ex.round} has closed")
-            parse(body)  # a malformed message is refused here, before it is stored
+            msg = parse(body)  # a malformed message is refused here, before it is stored
+            if msg.round not in (-1, ex.round):
+                raise Conflict(f"the answer is for round {msg.round}, exchange {seq} is round {ex.round}")
             ex.answers[site] = body
             self._notify([])  # the round thread only
             return True
 
+    def fail(self, site: str, seq: int, reason: str) -> None:
+        """``site`` reports it cannot answer exchange ``seq``: it is left out of it at once."""
+        with self.cv:
+            ex = self.exchanges.get(seq)
+            if ex is None or site not in ex.requests or ex.closed:
+                raise Conflict(f"exchange {seq} is not open for site {site!r}")
+            if site not in ex.answers:
+                ex.failures[site] = reason[:500]
+                self._notify([])
+
     # -- the round thread -------------------------------------------------------------------------
     def _run(self) -> None:
+        """Run the wanted rounds one at a time; each is persisted before sites can see it."""
         while True:
             with self.cv:
-                done = max(self.coord.rounds) if self.coord.rounds else -1
-                t = self.wanted
+                done, t = self.done(), self.wanted
                 if t <= done or self.stopped or t in self.errors:
+                    self.thread = None  # under the lock: a later want() starts a new thread
                     return
+                first = done + 1 if self.coord.rounds else t
+            r = first
             try:
-                self.coord.run_round(t, self.gather)
-                if self.on_round is not None:
-                    for r in sorted(k for k in self.coord.rounds if k > done):
-                        self.on_round(r)
-            except Exception as exc:  # the sites waiting for t get the error, and may ask again
+                for r in range(first, t + 1):
+                    self.coord.run_round(r, self.gather)
+                    if self.on_round is not None:
+                        self.on_round(r)  # persisted before it is published
+                    with self.cv:
+                        self.published.add(r)
+                        self._notify()
+            except Exception as exc:  # the sites waiting for r..t get the error, and may ask again
                 with self.cv:
-                    self.errors[t] = f"{type(exc).__name__}: {exc}"
-            with self.cv:
-                self._notify()
+                    for k in range(r, t + 1):
+                        self.errors[k] = f"{type(exc).__name__}: {exc}"
+                    self._notify()
 
     def gather(self, requests: Mapping[str, Message], quorum: int,
                deadline: float | None) -> dict[str, Message | BaseException]:
@@ -195,7 +250,8 @@ class RoundEngine:
             self.exchanges[ex.seq] = ex
             self._notify(list(ex.requests))
             start = time.monotonic()
-            while len(ex.answers) < len(ex.requests) and not self.stopped:
+            while len(set(ex.answers) | set(ex.failures) | (set(ex.requests) & self.gone)) < len(ex.requests) \
+                    and not self.stopped:
                 if deadline is not None and len(ex.answers) >= quorum:
                     left = deadline - (time.monotonic() - start)
                     if left <= 0:
@@ -211,6 +267,10 @@ class RoundEngine:
                         out[site] = parse(ex.answers[site])
                     except ProtocolError as exc:
                         out[site] = exc
+                elif site in ex.failures:
+                    out[site] = FederationError(f"site {site!r} could not answer: {ex.failures[site]}")
+                elif site in self.gone:
+                    out[site] = FederationError(f"site {site!r} has left")
                 else:
                     out[site] = TimeoutError(f"site {site!r} did not answer exchange {ex.seq} in time")
             self._notify([])

@@ -31,7 +31,7 @@ class Store:
             self.db.execute("CREATE TABLE IF NOT EXISTS joins (n INTEGER PRIMARY KEY AUTOINCREMENT, "
                             "site TEXT UNIQUE, request TEXT)")
             self.db.execute("CREATE TABLE IF NOT EXISTS rounds (t INTEGER PRIMARY KEY, snapshot TEXT)")
-            self.db.execute("CREATE TABLE IF NOT EXISTS tokens (site TEXT PRIMARY KEY, sha256 TEXT)")
+            self.db.execute("CREATE TABLE IF NOT EXISTS tokens (site TEXT PRIMARY KEY, sha256 TEXT, base TEXT)")
 
     def _write(self, sql: str, args: tuple[Any, ...]) -> None:
         with self.lock:
@@ -59,12 +59,14 @@ class Store:
         with self.lock:
             return [json.loads(r[0]) for r in self.db.execute("SELECT snapshot FROM rounds ORDER BY t")]
 
-    def set_token(self, site: str, digest: str) -> None:
-        self._write("INSERT OR REPLACE INTO tokens (site, sha256) VALUES (?, ?)", (site, digest))
+    def set_token(self, site: str, digest: str, base: str) -> None:
+        """A rotated token; ``base`` is the config's digest for the site at rotation time."""
+        self._write("INSERT OR REPLACE INTO tokens (site, sha256, base) VALUES (?, ?, ?)", (site, digest, base))
 
-    def tokens(self) -> dict[str, str]:
+    def tokens(self) -> dict[str, tuple[str, str]]:
+        """site -> (rotated digest, the config digest it replaced)."""
         with self.lock:
-            return dict(self.db.execute("SELECT site, sha256 FROM tokens"))
+            return {r[0]: (r[1], r[2]) for r in self.db.execute("SELECT site, sha256, base FROM tokens")}
 
     def close(self) -> None:
         with self.lock:

@@ -19,6 +19,7 @@ wrong site, conflict) and raise :class:`~labfbo.exceptions.FederationError`.
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -29,6 +30,14 @@ from labfbo.messages import JoinReply, JoinRequest, parse
 from labfbo.transport.base import Handler, SiteLink
 
 POLL_WAIT = 25.0
+
+
+class Refused(FederationError):
+    """The coordinator answered 4xx: it refuses this request (not retried)."""
+
+
+class Unreachable(FederationError):
+    """No answer from the coordinator after every retry (network down, server restarting)."""
 
 
 class HTTPCoordinator:
@@ -61,6 +70,7 @@ class HTTPLink(SiteLink):
         self.agent: threading.Thread | None = None
         self.closed = False
         self.agent_error: BaseException | None = None
+        self.waiting: int | None = None  # the round whose guidance ask() waits for
 
     # -- plumbing ------------------------------------------------------------------------------
     def _call(self, method: str, path: str, *, json_body: str | None = None,
@@ -83,10 +93,10 @@ class HTTPLink(SiteLink):
                 if resp.status_code < 500:
                     detail = resp.json().get("detail", resp.text) if resp.headers.get(
                         "content-type", "").startswith("application/json") else resp.text
-                    raise FederationError(f"coordinator refused {method} {path}: {resp.status_code} {detail}")
+                    raise Refused(f"coordinator refused {method} {path}: {resp.status_code} {detail}")
                 err = FederationError(f"coordinator error {resp.status_code} on {method} {path}")
             if attempt == self.cfg.retries - 1 or self.closed:
-                raise FederationError(f"coordinator unreachable at {self.cfg.url}: {err}") from None
+                raise Unreachable(f"coordinator unreachable at {self.cfg.url}: {err}") from None
             time.sleep(random.uniform(0, delay))  # full jitter
             delay = min(delay * 2, 8.0)
         raise FederationError("unreachable")  # pragma: no cover
@@ -103,29 +113,58 @@ class HTTPLink(SiteLink):
         return reply
 
     def guidance(self, round: int, timeout: float | None = None) -> str:
+        """Wait for round ``round``'s guidance (the agent receives it).
+
+        The agent polls with this round on every poll, so a restarted coordinator learns
+        again that the site waits for it. While the coordinator is unreachable, ``ask()``
+        without a timeout keeps waiting; a refusal (4xx) raises.
+        """
         end = None if timeout is None else time.monotonic() + timeout
         with self.lock:
             if self.results.get(round, ("",))[0] == "error":
                 del self.results[round]  # a failed round: ask again
-        # tell the coordinator now (the agent may be inside a long poll): it starts the round
-        self._call("POST", f"/v1/sites/{self.site}/rounds/{int(round)}/want")
+            self.waiting = round
+            self.lock.notify_all()
+        try:
+            # tell the coordinator now (the agent may be inside a long poll): it starts the round
+            self._call("POST", f"/v1/sites/{self.site}/rounds/{int(round)}/want")
+        except Unreachable:
+            if timeout is not None:
+                raise
         with self.lock:
-            while round not in self.results:
-                if self.agent_error is not None:
-                    raise FederationError(f"site agent stopped: {self.agent_error}")
-                left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(f"no guidance for round {round} within {timeout:g} s")
-                self.lock.wait(left if left is not None else 1.0)
-            kind, text = self.results.pop(round)
+            try:
+                while round not in self.results:
+                    err = self.agent_error
+                    if isinstance(err, Refused) or (err is not None and timeout is not None):
+                        raise FederationError(f"site agent: {err}")
+                    left = None if end is None else end - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError(f"no guidance for round {round} within {timeout:g} s")
+                    self.lock.wait(left if left is not None else 1.0)
+                kind, text = self.results.pop(round)
+            finally:
+                self.waiting = None
         if kind == "error":
             raise RoundError(f"coordinator: round {round} failed: {text}")
         return text
 
     def close(self) -> None:
+        """Leave: the coordinator stops waiting for this site; the agent stops."""
         with self.lock:
+            if self.closed:
+                return
             self.closed = True
             self.lock.notify_all()
+        try:
+            self.cfg.retries, retries = 1, self.cfg.retries
+            self._call("POST", f"/v1/sites/{self.site}/leave")
+        except FederationError:
+            pass  # the coordinator is gone anyway
+        finally:
+            self.cfg.retries = retries
+        if self.agent is not None and self.agent is not threading.current_thread():
+            self.agent.join(timeout=self.cfg.poll_wait + self.cfg.timeout + 1)
+        self.session.close()
 
     # -- the agent thread ---------------------------------------------------------------------------
     def _agent(self) -> None:
@@ -133,17 +172,21 @@ class HTTPLink(SiteLink):
             with self.lock:
                 if self.closed:
                     return
+                waiting = self.waiting
             params: dict[str, Any] = {"wait": self.cfg.poll_wait}
+            if waiting is not None:
+                params["round"] = waiting
             try:
                 work = self._call("GET", f"/v1/sites/{self.site}/work", params=params, read_timeout=self.cfg.poll_wait)
                 self._do(work)
-            except Exception as exc:  # noqa: BLE001 - reported to the waiting ask()
+            except Exception as exc:  # noqa: BLE001 - reported to the waiting ask(), then retried
                 with self.lock:
                     if self.closed:
                         return
                     self.agent_error = exc
                     self.lock.notify_all()
                 time.sleep(1.0)
+            else:
                 with self.lock:
                     self.agent_error = None
 
@@ -154,8 +197,16 @@ class HTTPLink(SiteLink):
         if kind == "request":
             if self.handler is None:
                 raise FederationError(f"site {self.site!r} has not joined")
-            answer = self.handler(work["message"])
-            self._call("POST", f"/v1/sites/{self.site}/answers/{int(work['seq'])}", json_body=answer)
+            try:
+                answer = self.handler(work["message"])
+            except Exception as exc:  # noqa: BLE001 - report it: the exchange must not wait for us
+                answer = json.dumps({"error": type(exc).__name__, "message": str(exc)[:500]})
+            try:
+                self._call("POST", f"/v1/sites/{self.site}/answers/{int(work['seq'])}", json_body=answer)
+            except Refused as exc:
+                if "409" not in str(exc):
+                    raise
+                # 409: the exchange closed without us (we were late) or already has our answer
         elif kind in ("guidance", "error"):
             with self.lock:
                 self.results[int(work["round"])] = (kind, work["message"])

@@ -58,6 +58,22 @@ def _send(comm: Any, text: str, dest: int, tag: int) -> None:
     comm.Send(np.frombuffer(text.encode(), dtype=np.uint8), dest=dest, tag=tag)
 
 
+class _Outbox:
+    """Non-blocking sends (``Isend``): a busy site rank never stalls the coordinator.
+
+    Keeps each buffer alive until its send completes.
+    """
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self.pending: list[tuple[Any, np.ndarray]] = []
+
+    def send(self, text: str, dest: int, tag: int) -> None:
+        buf = np.frombuffer(text.encode(), dtype=np.uint8).copy()
+        self.pending.append((self.comm.Isend(buf, dest=dest, tag=tag), buf))
+        self.pending = [(r, b) for r, b in self.pending if not r.Test()]
+
+
 def _recv(comm: Any, source: int, tag: int, timeout: float | None = None) -> tuple[str, int, int]:
     """Wait (probe + short sleeps) for one message; returns ``(text, source, tag)``."""
     from mpi4py import MPI
@@ -127,7 +143,10 @@ class MPILink(SiteLink):
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             text, _, tag = _recv(self.comm, self.root, MPI.ANY_TAG, timeout=left)
             if tag == TAG_REPLY:
-                return _raise_if_error(text)
+                body = _raise_if_error(text)
+                if json.loads(body).get("round", round) != round:
+                    continue  # the late reply of a round this site gave up on (ask(timeout=...))
+                return body
             if tag == TAG_REQUEST:
                 seq, body = _open(text)
                 try:
@@ -155,6 +174,7 @@ class MPIServer:
         self.deferred: list[tuple[str, int, int]] = []  # guidance asked before every site joined
         self.seq = 0
         self.n_ranks = self.comm.Get_size() - 1
+        self.outbox = _Outbox(self.comm)
 
     def all_joined(self) -> bool:
         return len(self.coordinator.members) >= self.coordinator.n_sites
@@ -210,7 +230,7 @@ class MPIServer:
             if rank is None or rank in self.closed:
                 out[site] = FederationError(f"site {site!r} is not connected")
                 continue
-            _send(self.comm, _envelope(self.seq, request.model_dump_json()), rank, TAG_REQUEST)
+            self.outbox.send(_envelope(self.seq, request.model_dump_json()), rank, TAG_REQUEST)
             waiting[rank] = site
         start = time.monotonic()
         while waiting:

@@ -1,0 +1,1 @@
+"""The HTTP coordinator server (``labfbo coordinator serve``): routes, round engine, state, tokens."""
