@@ -50,7 +50,7 @@ def _run_suite(name: str, module: Any, jobs: list, out: "Path", functions: tuple
 
     cmd = f"labfbo bench {name} " + " ".join(sys.argv[3:])
     print(f"{cmd}\n{len(jobs)} runs ({sum(not Path(j.path).exists() for j in jobs)} to do), cache: {out}")
-    bar = tqdm(total=len(jobs), desc=name, unit="run")
+    bar = tqdm(total=len({j.path for j in jobs}), desc=name, unit="run")
 
     def progress(done: int, total: int) -> None:
         bar.n = done
@@ -104,10 +104,11 @@ def _cmd_bench_guide(args: argparse.Namespace) -> int:
         kw = dict(functions=tuple(args.functions), levels=tuple(args.levels), methods=tuple(args.methods),
                   seeds=range(args.seeds), n_sites=args.sites, n_init=args.n_init, budget=args.budget)
     out = Path(args.out)
-    jobs = guide.jobs(str(out), ablation=args.ablation, **kw)  # type: ignore[arg-type]
+    jobs = guide.jobs(str(out), ablation=args.ablation, ablation_functions=tuple(args.ablation_functions),
+                      **kw)  # type: ignore[arg-type]
     cmd = "labfbo bench guide " + " ".join(sys.argv[3:])
     print(f"{cmd}\n{len(jobs)} runs ({sum(not Path(j.path).exists() for j in jobs)} to do), cache: {out}")
-    bar = tqdm(total=len(jobs), desc="guide", unit="run")
+    bar = tqdm(total=len({j.path for j in jobs}), desc="guide", unit="run")
 
     def progress(done: int, total: int) -> None:
         bar.n = done
@@ -252,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     gu.add_argument("--methods", nargs="+", default=["UCB", "NEI", "TS", "GUIDE-UCB", "GUIDE-NEI", "GUIDE-TS"],
                     choices=["UCB", "NEI", "TS", "GUIDE-UCB", "GUIDE-NEI", "GUIDE-TS"])
     gu.add_argument("--ablation", action="store_true", help="add Table 3 (level 2, Ackley/Rastrigin/Zakharov/Michalewicz)")
+    gu.add_argument("--ablation-functions", nargs="+", default=["ackley", "rastrigin", "zakharov", "michalewicz"],
+                    choices=list(GUIDE_FUNCTIONS))
     gu.add_argument("--seeds", type=int, default=10)
     gu.add_argument("--sites", type=int, default=16)
     gu.add_argument("--n-init", type=int, default=30)

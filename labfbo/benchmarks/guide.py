@@ -67,7 +67,7 @@ def _slug(label: str) -> str:
 
 def jobs(out: str, functions: Sequence[str], levels: Sequence[int], methods: Sequence[str], seeds: Sequence[int],
          n_sites: int = 16, n_init: int = 30, budget: int = 50, noise_std: float = 0.1,
-         ablation: bool = False) -> list[Job]:
+         ablation: bool = False, ablation_functions: Sequence[str] = ABLATION_FUNCTIONS) -> list[Job]:
     """One cached job per (level, function, method, seed); ``ablation`` adds Table 3 (level 2)."""
     table = {m: METHODS[m] for m in methods}
     result: list[Job] = []
@@ -86,7 +86,7 @@ def jobs(out: str, functions: Sequence[str], levels: Sequence[int], methods: Seq
                 for s in seeds:
                     add(level, fn, label, protocol, opts, s)
     if ablation:
-        for fn in ABLATION_FUNCTIONS:
+        for fn in ablation_functions:
             for label, (protocol, opts) in ABLATIONS.items():
                 for s in seeds:
                     add(2, fn, f"ablation:{label}", protocol, opts, s)
@@ -159,7 +159,7 @@ def tables(results: Sequence[SimulationResult], jobs_: Sequence[Job]) -> str:
     abl = {k: v for k, v in by.items() if k[2].startswith("ablation:")}
     if abl:
         rows = list(ABLATIONS)
-        fns = [f for f in ABLATION_FUNCTIONS if any(k[1] == f for k in abl)]
+        fns = [f for f in GUIDE_NAMES if any(k[1] == f for k in abl)]
         lines += ["\n### Ablation (Table 3, level 2): final mean simple regret, ours / paper\n",
                   "| function | " + " | ".join(rows) + " |", "|---|" + "---:|" * len(rows)]
         ours_tab = {}

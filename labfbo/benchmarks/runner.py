@@ -58,10 +58,11 @@ def run_job(job: Job) -> str:
 def run_jobs(jobs: Sequence[Job], workers: int = 1,
              progress: Callable[[int, int], None] | None = None) -> list[SimulationResult]:
     """Run the jobs that are not cached yet; return every job's result (in order)."""
-    todo = [j for j in jobs if not Path(j.path).exists()]
-    done = len(jobs) - len(todo)
+    todo = list({j.path: j for j in jobs if not Path(j.path).exists()}.values())  # a shared run runs once
+    total = len({j.path for j in jobs})
+    done = total - len(todo)
     if progress:
-        progress(done, len(jobs))
+        progress(done, total)
     if todo:
         if workers <= 1:
             _init_worker()
@@ -69,7 +70,7 @@ def run_jobs(jobs: Sequence[Job], workers: int = 1,
                 run_job(j)
                 done += 1
                 if progress:
-                    progress(done, len(jobs))
+                    progress(done, total)
         else:
             import multiprocessing as mp
 
@@ -79,7 +80,7 @@ def run_jobs(jobs: Sequence[Job], workers: int = 1,
                     fut.result()
                     done += 1
                     if progress:
-                        progress(done, len(jobs))
+                        progress(done, total)
     return [load_result(j) for j in jobs]
 
 
