@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -57,11 +57,20 @@ def plot_convergence(results: Iterable[SimulationResult], path: str | Path, titl
         ax.plot(t, mean, label=label, lw=1.8)
         ax.fill_between(t, np.maximum(mean - std, 1e-6), mean + std, alpha=0.2)
     ax.set_yscale("log")
-    ax.set_xlabel("BO iteration (after the initial design)")
-    ax.set_ylabel("normalized simple regret (mean over sites)")
+    return _finish(fig, ax, path, title, "BO iteration (after the initial design)",
+                   "normalized simple regret (mean over sites)", legend={})
+
+
+def _finish(fig: Any, ax: Any, path: str | Path, title: str, xlabel: str, ylabel: str,
+            legend: dict[str, Any]) -> Path:
+    """Labels, grid and legend; write the PNG and close the figure."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    ax.legend(**legend)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,14 +92,4 @@ def plot_curves(curves: dict[str, np.ndarray], path: str | Path, title: str, xla
         ax.plot(np.arange(1, len(c) + 1), np.maximum(c, 1e-8) if log else c, label=label, lw=1.4)
     if log:
         ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2 if len(curves) > 6 else 1)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, path, title, xlabel, ylabel, legend={"fontsize": 7, "ncol": 2 if len(curves) > 6 else 1})
