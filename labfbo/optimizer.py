@@ -20,7 +20,7 @@ import numpy as np
 from labfbo.exceptions import (ConfigurationError, FederationError, JournalError, LabFBOError, ProtocolError,
                                RoundError, TrialError, ValidationError)
 from labfbo.journal import FileJournal, MemoryJournal, write_snapshot
-from labfbo.messages import Abstain, Array, JoinReply, JoinRequest, Message, parse
+from labfbo.messages import Abstain, JoinReply, JoinRequest, Message, parse
 from labfbo.privacy import PrivacyLedger
 from labfbo.protocols import SiteContext, SiteData, get_protocol, parse_options
 from labfbo.seeding import rng, stable_hash
