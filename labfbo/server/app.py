@@ -97,9 +97,20 @@ def _reject_constants(name: str) -> Any:
     raise ValueError(f"{name} is not allowed in labfbo messages")
 
 
-def read_message(body: bytes, max_items: int) -> Message:
+def read_json(body: bytes) -> Any:
+    """The JSON of a request body (422 for invalid JSON, NaN/inf, bad UTF-8, too deep)."""
     try:
-        data = json.loads(body, parse_constant=_reject_constants)
+        return json.loads(body, parse_constant=_reject_constants)
+    except ValueError as exc:  # covers UnicodeDecodeError
+        raise HTTPException(422, str(exc)) from None
+    except RecursionError:
+        raise HTTPException(422, "message nested too deeply") from None
+
+
+def read_message(body: bytes | Any, max_items: int) -> Message:
+    """A checked message from a request body (or its already-loaded JSON); 422 if it is not one."""
+    data = read_json(body) if isinstance(body, (bytes, str)) else body
+    try:
         msg = parse(data)
         check_payload(msg, max_items)
     except (ValueError, ProtocolError, OverflowError) as exc:  # ValueError covers UnicodeDecodeError
@@ -229,19 +240,16 @@ class CoordinatorServer:
         async def answer(site: str, seq: int, request: Request, me: str = Depends(self.site_auth)) -> Accepted:
             self._own(me, site)
             body = await request.body()
-            try:
-                report = json.loads(body)
-            except (ValueError, RecursionError):
-                report = None
+            report = read_json(body)
             if isinstance(report, dict) and "error" in report and "kind" not in report:  # the site failed
                 try:
                     self.engine.fail(site, seq, f"{report.get('error')}: {report.get('message', '')}")
                 except Conflict as exc:
                     raise HTTPException(409, str(exc)) from None
                 return Accepted(accepted=True)
-            read_message(body, cfg.max_array_items)
+            msg = read_message(report, cfg.max_array_items)
             try:
-                new = self.engine.submit(site, seq, body.decode())
+                new = self.engine.submit(site, seq, body.decode(), msg)
             except Conflict as exc:
                 raise HTTPException(409, str(exc)) from None
             return Accepted(accepted=True, repeat=not new)

@@ -13,13 +13,12 @@ different body (or any body for an exchange that has closed) is a conflict.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from labfbo.exceptions import FederationError, ProtocolError
+from labfbo.exceptions import FederationError
 from labfbo.messages import JoinReply, JoinRequest, Message, parse
 
 if TYPE_CHECKING:
@@ -35,13 +34,10 @@ class _Exchange:
     seq: int
     round: int
     requests: dict[str, str]                       # site -> request JSON
-    answers: dict[str, str] = field(default_factory=dict)   # site -> response JSON
+    answers: dict[str, str] = field(default_factory=dict)   # site -> response JSON (for idempotency)
+    parsed: dict[str, Message] = field(default_factory=dict)  # site -> the same, parsed once
     failures: dict[str, str] = field(default_factory=dict)  # site -> why it could not answer
     closed: bool = False
-
-
-def body_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class RoundEngine:
@@ -186,22 +182,26 @@ class RoundEngine:
                 except RuntimeError:  # its loop has closed
                     self.waiters[site].discard((loop, event))
 
-    def submit(self, site: str, seq: int, body: str) -> bool:
-        """Record ``site``'s answer to exchange ``seq``; True if new, False if a repeat."""
+    def submit(self, site: str, seq: int, body: str, msg: Message | None = None) -> bool:
+        """Record ``site``'s answer to exchange ``seq``; True if new, False if a repeat.
+
+        ``msg`` is ``body`` already parsed (and checked) by the caller, if it was.
+        """
         with self.cv:
             ex = self.exchanges.get(seq)
             if ex is None or site not in ex.requests:
                 raise Conflict(f"exchange {seq} has no request for site {site!r}")
             if site in ex.answers:
-                if body_hash(ex.answers[site]) == body_hash(body):
+                if ex.answers[site] == body:
                     return False
                 raise Conflict(f"site {site!r} already answered exchange {seq} with a different body")
             if ex.closed:
                 raise Conflict(f"exchange {seq} of round {ex.round} has closed")
-            msg = parse(body)  # a malformed message is refused here, before it is stored
+            msg = parse(body) if msg is None else msg  # a malformed message is refused before it is stored
             if msg.round not in (-1, ex.round):
                 raise Conflict(f"the answer is for round {msg.round}, exchange {seq} is round {ex.round}")
             ex.answers[site] = body
+            ex.parsed[site] = msg
             self._notify([])  # the round thread only
             return True
 
@@ -262,11 +262,8 @@ class RoundEngine:
             ex.closed = True
             out: dict[str, Message | BaseException] = {}
             for site in ex.requests:
-                if site in ex.answers:
-                    try:
-                        out[site] = parse(ex.answers[site])
-                    except ProtocolError as exc:
-                        out[site] = exc
+                if site in ex.parsed:
+                    out[site] = ex.parsed[site]
                 elif site in ex.failures:
                     out[site] = FederationError(f"site {site!r} could not answer: {ex.failures[site]}")
                 elif site in self.gone:
