@@ -1,4 +1,4 @@
-"""The ``labfbo`` command line: ``demo`` and ``bench``."""
+"""The ``labfbo`` command line: ``demo``, ``bench``, ``coordinator``, ``site``."""
 
 from __future__ import annotations
 
@@ -155,6 +155,8 @@ def _cmd_bench_round_time(args: argparse.Namespace) -> int:
 
 
 def _cmd_coordinator_serve(args: argparse.Namespace) -> int:
+    if args.mpi:
+        return _serve_mpi(args.config)
     import ipaddress
 
     import uvicorn
@@ -179,6 +181,41 @@ def _cmd_coordinator_serve(args: argparse.Namespace) -> int:
                 ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile, timeout_keep_alive=65,
                 backlog=4096)
     server.close()
+    return 0
+
+
+def _serve_mpi(config: str) -> int:
+    """The coordinator as rank 0 of an MPI job whose other ranks run sites (``coordinator: mpi``)."""
+    from labfbo.exceptions import ConfigurationError
+    from labfbo.server.config import ServerConfig
+    from labfbo.transport.mpi import serve, world
+
+    cfg = ServerConfig.load(config)
+    rank, size = world()
+    if rank != 0:
+        raise ConfigurationError(f"`coordinator serve --mpi` must run at rank 0, not {rank}")
+    print(f"labfbo coordinator: study {cfg.study!r}, protocol {cfg.protocol!r}, {len(cfg.sites)} sites, "
+          f"MPI ranks 1..{size - 1}", flush=True)
+    serve(cfg.coordinator())
+    return 0
+
+
+def _cmd_site_run(args: argparse.Namespace) -> int:
+    from labfbo.lab import SiteConfig, format_report, run_site
+
+    cfg = SiteConfig.load(args.config)
+    if args.budget is not None:
+        cfg = cfg.model_copy(update={"budget": args.budget})
+    report = run_site(cfg, args.adapter, progress=not args.no_progress)
+    print(format_report(report, cfg), flush=True)
+    return {"interrupted": 130, "failures": 3}.get(report.stopped, 0)
+
+
+def _cmd_site_adapters(args: argparse.Namespace) -> int:
+    from labfbo.adapters import discover_adapters
+
+    for name, ep in sorted(discover_adapters().items()):
+        print(f"{name:<16} {ep.value}")
     return 0
 
 
@@ -215,9 +252,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ssl-keyfile", default=None)
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback address without TLS")
     serve.add_argument("--log-level", default="warning")
+    serve.add_argument("--mpi", action="store_true",
+                       help="serve over MPI as rank 0 (mpiexec -n 1 labfbo coordinator serve --mpi ... : -n N labfbo site run ...)")
     serve.set_defaults(func=_cmd_coordinator_serve)
     tok = cosub.add_parser("token", help="print a new site/admin token and its SHA-256 for the config")
     tok.set_defaults(func=_cmd_coordinator_token)
+    site = sub.add_parser("site", help="a site's closed loop on an instrument adapter")
+    ssub = site.add_subparsers(dest="site_cmd", required=True)
+    run = ssub.add_parser("run", help="run (or resume) the campaign described by a site.yaml")
+    run.add_argument("--config", required=True, help="the site's YAML configuration")
+    run.add_argument("--adapter", default=None, help="adapter name (overrides `adapter.name` in the config)")
+    run.add_argument("--budget", type=int, default=None, help="BO experiments after the initial design")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.set_defaults(func=_cmd_site_run)
+    lst = ssub.add_parser("adapters", help="list the installed instrument adapters")
+    lst.set_defaults(func=_cmd_site_adapters)
     bench = sub.add_parser("bench", help="benchmark suites")
     bsub = bench.add_subparsers(dest="suite", required=True)
     lat = bsub.add_parser("latency", help="ask() latency of `independent` vs a plain BoTorch loop")

@@ -3,7 +3,8 @@
 Every record has ``"v"`` (schema version) and ``"op"``. The first record is the header
 (the study's space, objective, protocol, seed, site). Then, in order, one record per
 event: ``hist`` (a batch of historical observations), ``ask`` (a batch of trials),
-``enqueue``, ``tell``, ``fail``, ``join``. A record is written, flushed and ``fsync``-ed
+``enqueue``, ``tell``, ``fail``, ``note`` (JSON metadata on a pending trial, such as an
+instrument run's handle), ``join``. A record is written, flushed and ``fsync``-ed
 before the call that produced it returns, so a crash loses at most the call in progress.
 Replaying the records in order rebuilds the optimizer exactly (its random streams are
 keyed by counters that replay restores). A torn final line — the trace of a crash while

@@ -27,7 +27,7 @@ from labfbo.seeding import rng, stable_hash
 from labfbo.site import SiteLedger, history_rows, write_csv
 from labfbo.space import SearchSpace
 from labfbo.transport import connect
-from labfbo.trial import Observation, Trial, TrialRecord, parse_value
+from labfbo.trial import Observation, Trial, TrialRecord, metadata_record, parse_value
 
 def _plain(v: Any) -> Any:
     """A numpy scalar as the Python number it holds (journals are JSON)."""
@@ -197,12 +197,13 @@ class Optimizer:
                 self._next_id = max(self._next_id, t["id"] + 1)
                 self._design_used += t["source"] == "design"
             self._round += bool(rec.get("model_round", False))
-        elif op == "tell":
+        elif op in ("tell", "fail", "note"):
             tr = self._trials[rec["id"]]
-            tr.state, tr.value, tr.sem = "complete", rec["value"], rec.get("sem")
-        elif op == "fail":
-            tr = self._trials[rec["id"]]
-            tr.state, tr.reason = "failed", rec["reason"]
+            tr.metadata.update(rec.get("metadata", {}))
+            if op == "tell":
+                tr.state, tr.value, tr.sem = "complete", rec["value"], rec.get("sem")
+            elif op == "fail":
+                tr.state, tr.reason = "failed", rec["reason"]
         elif op == "release":
             if self._privacy is not None:
                 self._privacy.record(rec["round"], rec.get("steps", 1))
@@ -285,18 +286,24 @@ class Optimizer:
         out = [self._trials[t["id"]].trial() for t in trials]
         return out[0] if n is None else out
 
-    def tell(self, trial_or_id: Trial | int, value: Any) -> None:
-        """Report a measurement: a float, or ``(mean, sem)``."""
+    def tell(self, trial_or_id: Trial | int, value: Any, metadata: dict[str, Any] | None = None) -> None:
+        """Report a measurement: a float, or ``(mean, sem)``; ``metadata`` is kept with the trial."""
         rec = self._record(trial_or_id)
         mean, sem = parse_value(value)
-        self._commit({"op": "tell", "id": rec.id, "value": mean, "sem": sem})
+        self._commit({"op": "tell", "id": rec.id, "value": mean, "sem": sem, **metadata_record(metadata)})
 
-    def tell_failed(self, trial_or_id: Trial | int, reason: str = "") -> None:
+    def tell_failed(self, trial_or_id: Trial | int, reason: str = "", metadata: dict[str, Any] | None = None) -> None:
         """Mark a trial as failed (it is never proposed as pending again)."""
         rec = self._record(trial_or_id)
         if not isinstance(reason, str):
             raise ValidationError("reason must be a string")
-        self._commit({"op": "fail", "id": rec.id, "reason": reason})
+        self._commit({"op": "fail", "id": rec.id, "reason": reason, **metadata_record(metadata)})
+
+    def annotate(self, trial_or_id: Trial | int, **metadata: Any) -> Trial:
+        """Journal JSON metadata on a pending trial (e.g. an instrument's run handle); returns it updated."""
+        rec = self._record(trial_or_id)
+        self._commit({"op": "note", "id": rec.id, **metadata_record(metadata)})
+        return rec.trial()
 
     @property
     def observations(self) -> tuple[Observation, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -86,3 +87,18 @@ def parse_value(value: Any) -> tuple[float, float | None]:
     if isinstance(value, np.ndarray) and value.size == 1:
         value = value.item()
     return _number(value, "measured value"), None
+
+
+def metadata_record(metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """``{"metadata": ...}`` for a journal record, checked to be JSON (``{}`` when empty)."""
+    if not metadata:
+        return {}
+    if not isinstance(metadata, dict) or not all(isinstance(k, str) for k in metadata):
+        raise ValidationError("metadata must be a dict with string keys")
+    if {"source", "round"} & set(metadata):
+        raise ValidationError("metadata keys 'source' and 'round' are labfbo's own")
+    try:
+        json.dumps(metadata, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"metadata must be JSON-serializable ({exc})") from None
+    return {"metadata": metadata}

@@ -6,16 +6,20 @@ adapter plugin template is imported by path, never pip-installed.
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from labfbo.adapter import ENTRY_POINT_GROUP, InstrumentAdapter
+from labfbo.adapters import ENTRY_POINT_GROUP, Adapter
 from labfbo.trial import Trial
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,8 +91,6 @@ def test_http_consortium(runs) -> None:
 
 
 def test_mpi_campaign_example(tmp_path) -> None:
-    import shutil
-
     mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
     if mpiexec is None:
         pytest.skip("mpiexec not installed (pip install 'labfbo[mpi]')")
@@ -135,11 +137,60 @@ def test_adapter_plugin_template() -> None:
     assert eps == {"toy_reactor": "labfbo_toy_reactor.reactor:ToyReactorAdapter"}
     module, attr = eps["toy_reactor"].split(":")
     cls = getattr(_load_by_path(module), attr)
-    assert issubclass(cls, InstrumentAdapter)
+    assert issubclass(cls, Adapter)
 
     adapter = cls(replicates=3)
-    mean, sem = adapter.run(Trial(id=0, params={"temperature": 185.0, "residence_time": 4.5}))
-    assert 0.0 < mean <= 91.0 and sem >= 0.0
-    with pytest.raises(RuntimeError, match="interlock"):
-        adapter.run(Trial(id=1, params={"temperature": 260.0, "residence_time": 4.5}))
+    m = adapter.run(Trial(id=0, params={"temperature": 185.0, "residence_time": 4.5}))
+    assert not m.failed and 0.0 < m.value <= 91.0 and m.sem >= 0.0 and m.metadata["replicates"] == 3
+    m = adapter.run(Trial(id=1, params={"temperature": 260.0, "residence_time": 4.5}))
+    assert m.failed and "interlock" in m.reason
     adapter.close()
+
+
+def _site_run(folder: Path, config: str, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return subprocess.run([str(Path(sys.executable).parent / "labfbo"), "site", "run", "--config", config,
+                           "--no-progress", *extra], cwd=folder, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_closed_loop_example(tmp_path) -> None:
+    shutil.copytree(EXAMPLES / "closed_loop", tmp_path, dirs_exist_ok=True)
+    proc = _site_run(tmp_path, "site.yaml", "--budget", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^stopped\s+(budget|target)$", proc.stdout, re.M), proc.stdout
+    assert (tmp_path / "lab-a.journal").exists() and (tmp_path / "lab-a.runs.log").exists()
+
+
+def test_closed_loop_csv_example_with_an_operator_filling_in_results(tmp_path) -> None:
+    """The file-drop example, with a thread playing the operator who types results into results.csv."""
+    shutil.copytree(EXAMPLES / "closed_loop", tmp_path, dirs_exist_ok=True)
+    cfg = tmp_path / "csv_site.yaml"
+    cfg.write_text(cfg.read_text().replace("poll_interval: 10", "poll_interval: 0.1"))
+    stop = threading.Event()
+
+    def operator() -> None:
+        done: set[str] = set()
+        while not stop.is_set():
+            queue = tmp_path / "queue.csv"
+            rows = list(csv.DictReader(queue.open())) if queue.exists() else []
+            with open(tmp_path / "results.csv", "a") as fh:
+                if fh.tell() == 0:
+                    fh.write("trial_id,value,failed,reason\n")
+                for row in rows:
+                    if row["trial_id"] not in done:
+                        done.add(row["trial_id"])
+                        t = float(row["temperature"])
+                        fh.write(f"{row['trial_id']},,1,flask broke\n" if row["trial_id"] == "2" else
+                                 f"{row['trial_id']},{90 - (t - 55) ** 2 / 10 + (row['catalyst'] == 'Pt')}\n")
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=operator)
+    thread.start()
+    try:
+        proc = _site_run(tmp_path, "csv_site.yaml", "--budget", "2")
+    finally:
+        stop.set()
+        thread.join()
+    assert proc.returncode == 0, proc.stderr
+    assert "6 of 6 (5 measured, 1 failed)" in proc.stdout and "trial 2: flask broke" in proc.stdout

@@ -230,3 +230,28 @@ def test_load_refuses_non_snapshots(tmp_path):
     path.write_text('{"v":1,"op":"tell","id":0,"value":1.0}\n')
     with pytest.raises(labfbo.JournalError):
         Optimizer.load(str(path))
+
+
+def test_annotate_and_tell_metadata_are_journaled_and_validated(cont_space, tmp_path, fast):
+    path = tmp_path / "j"
+    opt = labfbo.Optimizer(cont_space, storage=str(path), seed=0, n_init=2, **fast)
+    a, b = opt.ask(n=2)
+    assert opt.annotate(a, dispatch={"state": "submitted", "handle": {"run": "r-1"}}).metadata["dispatch"]["handle"] == {"run": "r-1"}
+    n_records = len(path.read_text().splitlines())
+    for bad, match in (({"x": float("nan")}, "JSON-serializable"), ({"x": object()}, "JSON-serializable"),
+                       ({"source": "me"}, "labfbo's own")):
+        with pytest.raises(labfbo.exceptions.ValidationError, match=match):
+            opt.annotate(a, **bad)
+    with pytest.raises(labfbo.exceptions.ValidationError, match="JSON-serializable"):
+        opt.tell(a, 1.0, metadata={"t": {1, 2}})
+    assert len(path.read_text().splitlines()) == n_records and opt._trials[a.id].state == "pending"  # nothing changed
+    opt.tell(a, 1.0, metadata={"operator": "kf"})
+    opt.tell_failed(b, "pump blocked", metadata={"code": 7})
+    with pytest.raises(labfbo.exceptions.TrialError, match="already complete"):
+        opt.annotate(a, late=True)
+    opt.close()
+    again = labfbo.Optimizer(cont_space, storage=str(path), seed=0, n_init=2, **fast)
+    meta = {t.id: t.metadata for t in again.trials}
+    assert meta[a.id]["dispatch"]["state"] == "submitted" and meta[a.id]["operator"] == "kf"
+    assert meta[b.id]["code"] == 7 and meta[a.id]["source"] == "design"
+    again.close()

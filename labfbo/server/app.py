@@ -27,13 +27,11 @@ from typing import Any, Literal
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from pydantic import BaseModel
 
-from labfbo.coordinator import Coordinator
 from labfbo.exceptions import FederationError, LabFBOError, ProtocolError
 from labfbo.messages import Array, JoinRequest, Message, parse
 from labfbo.server.config import ServerConfig, TokenBook, new_token
 from labfbo.server.engine import Conflict, RoundEngine
 from labfbo.server.store import AuditLog, Store
-from labfbo.space import SearchSpace
 
 
 class Work(BaseModel):
@@ -125,17 +123,15 @@ class CoordinatorServer:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        space = SearchSpace.model_validate(config.space) if config.space is not None else None
-        self.coordinator = Coordinator(config.protocol, sites=list(config.sites), space=space, seed=config.seed,
-                                       horizon=config.horizon, quorum=config.quorum, deadline=config.deadline,
-                                       study=config.study, **config.options)
+        digests = config.token_digests()
+        self.coordinator = config.coordinator()
         self.store = Store(config.state)
         self.audit = AuditLog(config.audit_log, config.audit_retention_days)
         # a token rotated through the API outlives a restart, unless the operator has since
         # changed that site's digest in the config (the config then wins: revocation works)
         rotated = {site: d for site, (d, base) in self.store.tokens().items()
-                   if site in config.sites and config.sites[site] == base}
-        self.tokens = TokenBook({**config.sites, **rotated}, config.admin_token_sha256)
+                   if site in digests and digests[site] == base}
+        self.tokens = TokenBook({**digests, **rotated}, config.admin_token_sha256)
         for req in self.store.joins():  # a restarted coordinator: same members, same indices
             self.coordinator.join(parse(req))  # type: ignore[arg-type]
         if self.store.rounds():
@@ -271,7 +267,7 @@ class CoordinatorServer:
                 raise HTTPException(404, str(exc)) from None
             except ValueError as exc:
                 raise HTTPException(422, str(exc)) from None
-            self.store.set_token(site, digest, cfg.sites[site])  # type: ignore[arg-type]
+            self.store.set_token(site, digest, cfg.token_digests()[site])  # type: ignore[arg-type]
             return Rotated(site=site, token=token)
 
         self.fastapi = app  # the routes and their OpenAPI schema (``self.app`` adds the guard)

@@ -24,11 +24,14 @@ import hashlib
 import hmac
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from labfbo.exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from labfbo.coordinator import Coordinator
 
 
 def hash_token(token: str) -> str:
@@ -51,7 +54,8 @@ class ServerConfig(BaseModel):
     deadline: float | None = Field(None, gt=0)
     options: dict[str, Any] = Field(default_factory=dict)
     space: dict[str, Any] | None = None
-    sites: dict[str, str] = Field(description="site name -> SHA-256 hex digest of its token")
+    sites: dict[str, str] | list[str] = Field(
+        description="site name -> SHA-256 hex digest of its token (HTTP); a plain list of names under MPI")
     admin_token_sha256: str | None = None
     state: str | None = Field(None, description="SQLite file for durable state (None: memory only)")
     audit_log: str | None = None
@@ -63,12 +67,32 @@ class ServerConfig(BaseModel):
 
     @field_validator("sites")
     @classmethod
-    def _digests(cls, v: dict[str, str]) -> dict[str, str]:
+    def _digests(cls, v: dict[str, str] | list[str]) -> dict[str, str] | list[str]:
         if not v:
             raise ValueError("a consortium needs at least one site")
+        if isinstance(v, list):
+            if len(set(v)) != len(v):
+                raise ValueError("site names must be unique")
+            return v
         for site, digest in v.items():
             _check_digest(digest, f"sites.{site}")
         return v
+
+    def coordinator(self) -> "Coordinator":
+        """The study's :class:`labfbo.Coordinator` (its rounds, aggregation and schedules)."""
+        from labfbo.coordinator import Coordinator
+        from labfbo.space import SearchSpace
+
+        space = SearchSpace.model_validate(self.space) if self.space is not None else None
+        return Coordinator(self.protocol, sites=list(self.sites), space=space, seed=self.seed, horizon=self.horizon,
+                           quorum=self.quorum, deadline=self.deadline, study=self.study, **self.options)
+
+    def token_digests(self) -> dict[str, str]:
+        """The sites' token digests; an HTTP server refuses a config without them."""
+        if isinstance(self.sites, list):
+            raise ConfigurationError("an HTTP coordinator needs a token digest per site (sites: {name: sha256}); "
+                                     "a plain list of site names is for MPI only (`coordinator serve --mpi`)")
+        return self.sites
 
     @field_validator("admin_token_sha256")
     @classmethod
