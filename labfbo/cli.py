@@ -144,6 +144,14 @@ def _cmd_bench_http_rounds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_site_loop(args: argparse.Namespace) -> int:
+    from labfbo.benchmarks.site_loop import report
+
+    print("labfbo bench site-loop " + " ".join(sys.argv[3:]) + "\n")
+    print(report(args.problem, args.n_init, args.budget, args.repeats, args.in_flight, tuple(args.csv_rows)))
+    return 0
+
+
 def _cmd_bench_round_time(args: argparse.Namespace) -> int:
     from labfbo.benchmarks.round_time import format_rows, measure
 
@@ -321,6 +329,14 @@ def build_parser() -> argparse.ArgumentParser:
     hr.add_argument("--sites", nargs="+", type=int, default=[10, 100, 500])
     hr.add_argument("--rounds", type=int, default=5)
     hr.set_defaults(func=_cmd_bench_http_rounds)
+    sl = bsub.add_parser("site-loop", help="labfbo site run's loop against a plain ask/tell loop; restart; csv polls")
+    sl.add_argument("--problem", default="branin")
+    sl.add_argument("--n-init", type=int, default=5)
+    sl.add_argument("--budget", type=int, default=20)
+    sl.add_argument("--repeats", type=int, default=3)
+    sl.add_argument("--in-flight", type=int, default=8)
+    sl.add_argument("--csv-rows", type=int, nargs="+", default=[100, 1000, 10000])
+    sl.set_defaults(func=_cmd_bench_site_loop)
     rt = bsub.add_parser("round-time", help="seconds per gradient-protocol round: meta-update vs acquisition")
     rt.add_argument("--sites", type=int, default=5)
     rt.add_argument("--particles", type=int, default=10)

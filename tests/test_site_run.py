@@ -263,3 +263,38 @@ def test_a_plugin_package_is_discovered_after_pip_install(tmp_path: Path) -> Non
                           "--no-progress"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "4 of 4 (4 measured, 0 failed)" in run.stdout
+
+
+def test_runs_in_flight_on_another_adapter_are_not_touched(tmp_path: Path) -> None:
+    journal, started = tmp_path / "j", []
+    opt = _opt(journal)
+    with pytest.raises(KeyboardInterrupt):
+        CampaignLoop(opt, Bench(started, crash_on=(("poll", 0),)), budget=2).run()
+    opt.close()
+    size = journal.stat().st_size
+
+    class Other(Bench):
+        name = "other"
+
+    with _opt(journal) as opt:
+        with pytest.raises(labfbo.exceptions.ConfigurationError, match="in flight on adapter bench; resume with"):
+            CampaignLoop(opt, Other([]), budget=2).run()
+    assert journal.stat().st_size == size
+
+
+def test_ctrl_c_stops_cleanly_and_the_next_run_re_polls(tmp_path: Path) -> None:
+    cfg = _site_yaml(tmp_path / "site.yaml", n_init=2, budget=0)
+    cfg.write_text(cfg.read_text().replace("run_time: 0.6", "run_time: 3.0"))
+    journal = tmp_path / "lab-a.journal"
+    proc = _labfbo("site", "run", "--config", str(cfg), "--no-progress", cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (journal.exists() and '"submitted"' in journal.read_text()):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and re.search(r"^stopped\s+interrupted$", out, re.M), out + err
+    assert "signal again to stop now" in err
+    proc = _labfbo("site", "run", "--config", str(cfg), "--no-progress", cwd=tmp_path)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "2 of 2 (2 measured, 0 failed)" in out, out + err
+    assert int(out.split("re-attached after restart")[1].split()[0]) >= 1

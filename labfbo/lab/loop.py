@@ -22,6 +22,7 @@ Exceptions from the instrument become failed trials with the exception as the re
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from labfbo.adapters import Adapter, AdapterContext, Handle, InstrumentBusy, Measurement
+from labfbo.exceptions import ConfigurationError
 from labfbo.lab.config import StopRule
 from labfbo.optimizer import Optimizer
 from labfbo.trial import Observation, Trial
@@ -196,6 +198,11 @@ class CampaignLoop:
     def _recover(self) -> None:
         """Pick up the pending trials a previous (crashed) run of this campaign left."""
         can_poll = type(self.adapter).poll is not Adapter.poll
+        elsewhere = sorted({d["adapter"] for t in self.opt.pending if (d := t.metadata.get("dispatch"))
+                            and d.get("adapter") != self.adapter.name})
+        if elsewhere:  # refuse before changing anything: those runs belong to another instrument
+            raise ConfigurationError(f"the journal has runs in flight on adapter {', '.join(elsewhere)}; "
+                                     f"resume with that adapter, not {self.adapter.name!r}")
         for trial in self.opt.pending:
             dispatch = trial.metadata.get("dispatch")
             if dispatch is None:
@@ -259,7 +266,13 @@ def handle_signals(loop: CampaignLoop) -> Callable[[], None]:
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def interrupt(signum: int, frame: Any) -> None:
+        # the first signal stops at the next step; a second one (say, while ask() waits for
+        # the federation) stops at once — the journal already holds everything
         loop.interrupt()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        print("labfbo: stopping after the current step (runs in flight stay journaled); "
+              "signal again to stop now", file=sys.stderr, flush=True)
 
     def restore() -> None:
         for s, h in old.items():
