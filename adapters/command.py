@@ -17,18 +17,19 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
 import subprocess
 from typing import Any
 
-from labfbo.adapters import Adapter, Measurement
+from labfbo.adapters import Adapter, AdapterContext, Measurement
 from labfbo.exceptions import ConfigurationError
 from labfbo.trial import Trial
 
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")  # only {name}: other braces (JSON, code) stay as they are
-_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.\-]*)\}")  # only {name}: other braces (JSON, code) stay as they are
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?\b(?:nan|inf(?:inity)?)\b", re.IGNORECASE)
 
 
 class CommandAdapter(Adapter):
@@ -50,7 +51,15 @@ class CommandAdapter(Adapter):
                 raise ConfigurationError(f"command adapter: parse is not a regular expression: {exc}") from None
             if "value" not in self._regex.groupindex:
                 raise ConfigurationError("command adapter: the parse pattern needs a named group (?P<value>...)")
-        self.timeout, self.cwd, self.env = timeout, cwd, dict(env or {})
+        self.timeout, self.cwd = timeout, cwd
+        self.env = {str(k): str(v) for k, v in (env or {}).items()}
+
+    def prepare(self, context: AdapterContext) -> None:
+        known = {*context.space.names, "trial_id"}
+        unknown = sorted({m.group(1) for arg in self.command for m in _PLACEHOLDER.finditer(arg)} - known)
+        if unknown:
+            raise ConfigurationError(f"command adapter: placeholders {unknown} in {self.command} are neither "
+                                     f"parameters ({', '.join(context.space.names)}) nor trial_id")
 
     def _argv(self, trial: Trial) -> list[str]:
         values = {**{k: str(v) for k, v in trial.params.items()}, "trial_id": str(trial.id)}
@@ -103,4 +112,6 @@ class CommandAdapter(Adapter):
         numbers = _NUMBER.findall(stdout)
         if not numbers:
             return Measurement.failure(f"no number in the output: {stdout[-200:]!r}")
+        if not math.isfinite(float(numbers[-1])):
+            return Measurement.failure(f"the last number in the output is {numbers[-1]}: {stdout[-200:]!r}")
         return Measurement.ok(float(numbers[-1]))

@@ -8,10 +8,13 @@ The contract (paths and field names configurable)::
                            -> {"status": "failed", "reason": "pump blocked"}   (failed)
     GET  {url}/runs?key=lab-a/7  -> the run submitted with that key, or 404    (crash recovery)
 
-``key`` is the site and trial id, so an instrument that honours it never starts the same
-trial twice — the adapter re-sends a submission whose answer it did not get. Network
-errors, time-outs and 5xx answers are transient (the loop retries); a 4xx answer to a
-submission fails the trial with the instrument's message.
+``key`` is the site, the campaign's id and the trial id, so an instrument that honours
+it never starts the same trial twice — the adapter re-sends a submission whose answer it
+did not get (a 409 answer then means "already have it": the run is looked up by key).
+Network errors, time-outs, 408/425/429 and 5xx answers are transient (the loop retries),
+and so are 401/403 answers to a status request (the run goes on while a token is
+renewed); any other 4xx answer to a submission fails the trial with the instrument's
+message, and 404 for a run fails it as unknown to the instrument.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from labfbo.adapters import Adapter, AdapterContext, Handle, InstrumentBusy, Mea
 from labfbo.exceptions import ConfigurationError
 from labfbo.trial import Trial
 
+TRANSIENT = (408, 425, 429)  # time-out, too early, too many requests: ask again later
 DONE = ("done", "completed", "complete", "succeeded", "success")
 FAILED = ("failed", "error", "aborted", "cancelled", "canceled")
 
@@ -60,18 +64,18 @@ class RestInstrumentAdapter(Adapter):
             if not token:
                 raise ConfigurationError(f"http adapter: environment variable {token_env} is not set")
             self._session.headers["Authorization"] = f"Bearer {token}"
-        self._site = "site"
+        self._site, self._campaign = "site", ""
 
     def prepare(self, context: AdapterContext) -> None:
-        self._site = context.site
+        self._site, self._campaign = context.site, context.campaign
 
     def _request(self, method: str, path: str, **kw: Any) -> requests.Response:
         try:
             response = self._session.request(method, self.url + path, timeout=self.timeout, verify=self.verify, **kw)
         except requests.RequestException as exc:
             raise InstrumentBusy(f"instrument unreachable: {exc}") from exc
-        if response.status_code >= 500:
-            raise InstrumentBusy(f"instrument error {response.status_code}: {response.text[:200]}")
+        if response.status_code >= 500 or response.status_code in TRANSIENT:
+            raise InstrumentBusy(f"instrument answered {response.status_code}: {response.text[:200]}")
         return response
 
     def _json(self, response: requests.Response) -> dict[str, Any]:
@@ -84,11 +88,16 @@ class RestInstrumentAdapter(Adapter):
         return body
 
     def _key(self, trial: Trial) -> str:
-        return f"{self._site}/{trial.id}"
+        """Unique per site, campaign and trial: an earlier campaign's run 7 is never taken for ours."""
+        return f"{self._site}/{self._campaign}/{trial.id}" if self._campaign else f"{self._site}/{trial.id}"
 
     def submit(self, trial: Trial) -> Handle:
         response = self._request("POST", self.submit_path,
                                  json={"key": self._key(trial), "trial_id": trial.id, "params": trial.params})
+        if response.status_code == 409:  # "already submitted": a re-sent submission; find the run
+            handle = self.recover(trial)
+            if handle is not None:
+                return handle
         if response.status_code >= 400:
             raise RuntimeError(f"instrument refused the run ({response.status_code}): {response.text[:300]}")
         body = self._json(response)
@@ -107,6 +116,8 @@ class RestInstrumentAdapter(Adapter):
 
     def poll(self, handle: Handle) -> Measurement | None:
         response = self._request("GET", self.status_path.format(id=handle["id"]))
+        if response.status_code in (401, 403):  # e.g. a rotated token: the run goes on, keep asking
+            raise InstrumentBusy(f"instrument refused the status request ({response.status_code}); check the token")
         if response.status_code >= 400:
             return Measurement.failure(f"instrument has no run {handle['id']} ({response.status_code})")
         body = self._json(response)

@@ -209,14 +209,37 @@ def _serve_mpi(config: str) -> int:
 
 
 def _cmd_site_run(args: argparse.Namespace) -> int:
+    import warnings
+
+    from labfbo.exceptions import ConfigurationError
     from labfbo.lab import SiteConfig, format_report, run_site
 
     cfg = SiteConfig.load(args.config)
+    # a site works in its config's folder: the adapter's files, commands and modules are found there
+    os.chdir(cfg.base_dir)
+    sys.path.insert(0, str(cfg.base_dir))
+    _quiet_warnings(warnings)
     if args.budget is not None:
+        if args.budget < 0:
+            raise ConfigurationError(f"--budget must be >= 0, got {args.budget}")
         cfg = cfg.model_copy(update={"budget": args.budget})
     report = run_site(cfg, args.adapter, progress=not args.no_progress)
     print(format_report(report, cfg), flush=True)
     return {"interrupted": 130, "failures": 3}.get(report.stopped, 0)
+
+
+def _quiet_warnings(warnings: Any) -> None:
+    """A lab console shows labfbo's warnings as one line each, without the model libraries' numerics."""
+    for category in ("linear_operator.utils.warnings.NumericalWarning", "botorch.exceptions.warnings.InputDataWarning",
+                     "botorch.exceptions.warnings.BadInitialCandidatesWarning",
+                     "botorch.exceptions.warnings.OptimizationWarning", "gpytorch.utils.warnings.GPInputWarning"):
+        module, _, name = category.rpartition(".")
+        try:
+            warnings.filterwarnings("ignore", category=getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            pass
+    warnings.filterwarnings("ignore", message=".*[Nn]egative variance.*")
+    warnings.formatwarning = lambda message, *args, **kw: f"labfbo: warning: {message}\n"
 
 
 def _cmd_site_adapters(args: argparse.Namespace) -> int:

@@ -99,6 +99,7 @@ class Coordinator:
         self.space = space
         if space is not None:
             self.protocol_cls.check_space(space)
+        self.protocol_cls.check_study(self.options, self.n_sites)
         if self.protocol_cls.needs_horizon and not horizon:
             raise ConfigurationError(f"protocol {protocol!r} needs the planned number of rounds: "
                                      "Coordinator(..., horizon=T) (simulate sets it to budget)")

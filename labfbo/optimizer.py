@@ -23,7 +23,7 @@ from labfbo.journal import FileJournal, MemoryJournal, write_snapshot
 from labfbo.messages import Abstain, JoinReply, JoinRequest, Message, parse
 from labfbo.privacy import PrivacyLedger
 from labfbo.protocols import SiteContext, SiteData, get_protocol, parse_options
-from labfbo.seeding import rng, stable_hash
+from labfbo.seeding import campaign_id, rng, stable_hash
 from labfbo.site import SiteLedger, history_rows, write_csv
 from labfbo.space import SearchSpace
 from labfbo.transport import connect
@@ -337,6 +337,11 @@ class Optimizer:
             raise LabFBOError("predict needs at least one completed observation")
         mean, std = self._logic.predict(data, X)
         return self._sign * mean, std
+
+    @property
+    def campaign_id(self) -> str:
+        """A stable id of this site's campaign (its journal): a hash of the site and its private secret."""
+        return campaign_id(self.site, self._secret)
 
     def sent_messages(self) -> list[Message]:
         """Exactly what this site has sent across its boundary, in order."""

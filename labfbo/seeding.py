@@ -32,3 +32,8 @@ def rng(seed: int, site: int, round: int, purpose: str) -> np.random.Generator:
 def int_seed(seed: int, site: int, round: int, purpose: str) -> int:
     """A 31-bit integer seed for one stream (for torch / BoTorch)."""
     return int(seed_sequence(seed, site, round, purpose).generate_state(1, np.uint32)[0] >> 1)
+
+
+def campaign_id(site: str, secret: int) -> str:
+    """A stable, public id of one site's campaign (its journal): 12 hex digits of a hash of its private secret."""
+    return hashlib.sha256(f"labfbo-campaign/{site}/{int(secret)}".encode()).hexdigest()[:12]

@@ -16,7 +16,7 @@ from labfbo.trial import Trial
 from tests.fake_instrument import FakeInstrument
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Categorical("solvent", ["water", "ethanol"])])
-CTX = AdapterContext(site="lab-a", space=SPACE)
+CTX = AdapterContext(site="lab-a", space=SPACE, campaign="c0ffee")
 
 
 def total(params: dict) -> float:
@@ -109,7 +109,7 @@ def test_csv_queue_results_partial_writes_duplicates_and_recovery(tmp_path: Path
     a.prepare(CTX)
     h0, h1 = a.submit(_trial(0)), a.submit(_trial(1, 0.5, "ethanol"))
     a.submit(_trial(0))  # idempotent
-    assert q.read_text() == "trial_id,x,solvent\n0,0.25,water\n1,0.5,ethanol\n"
+    assert q.read_text() == "trial_id,campaign,x,solvent\n0,c0ffee,0.25,water\n1,c0ffee,0.5,ethanol\n"
     assert a.poll(h0) is None and a.recover(_trial(1)) == h1 and a.recover(_trial(2)) is None
 
     r.write_bytes(b"\xef\xbb\xbftrial_id,value,sem,operator\r\n0,1.5")  # BOM, CRLF, a half-written row
@@ -124,15 +124,26 @@ def test_csv_queue_results_partial_writes_duplicates_and_recovery(tmp_path: Path
 
     with pytest.warns(UserWarning, match="trial 1.*waiting for a corrected row"):
         with open(r, "a") as fh:
-            fh.write("1,abc,,\n")
-        assert a.poll(h1) is None
-    with open(r, "w") as fh:
-        fh.write("trial_id,value,failed,reason\n1,,yes,column blocked\n")
+            fh.write("1,abc,,,too,many,fields\n")  # unparsable, and longer than the header
+        assert a.poll(h1) is None and a.poll(h0).value == 1.5  # one bad row fails nobody
+    with open(r, "a") as fh:
+        fh.write("1,2.5,,\n")  # the correction, appended
+    assert a.poll(h1).value == 2.5
+    r.write_text("Trial_ID ; Value ; Failed ; Reason\n1;;yes;column blocked\n")  # another spreadsheet's dialect
     assert a.poll(h1) == Measurement.failure("column blocked")
+    r.write_text("id,value\n1,3.0\n")
+    with pytest.warns(UserWarning, match="no trial_id column"):
+        assert a.poll(h1) is None
 
+    with pytest.raises(ConfigurationError, match="holds trials of another campaign \\(c0ffee; this one is 'beef'"):
+        load_adapter("csv", queue=str(q), results=str(r)).prepare(CTX.model_copy(update={"campaign": "beef"}))
+    with open(q, "ab") as fh:
+        fh.write(b"2,c0ffee,0.1,water")  # an operator saved the queue without a final newline
+    a.submit(_trial(3))
+    assert q.read_text().endswith("2,c0ffee,0.1,water\n3,c0ffee,0.25,water\n")
     other = labfbo.SearchSpace([labfbo.Real("y", 0.0, 1.0)])
     with pytest.raises(ConfigurationError, match="use another queue file"):
-        load_adapter("csv", queue=str(q), results=str(r)).prepare(AdapterContext(site="a", space=other))
+        load_adapter("csv", queue=str(q), results=str(r)).prepare(AdapterContext(site="a", space=other, campaign="c0ffee"))
     with pytest.raises(ConfigurationError, match="different files"):
         load_adapter("csv", queue=str(q), results=str(q))
 
@@ -159,6 +170,7 @@ def test_command_failures_become_failed_measurements() -> None:
     assert m.failed and "status 4" in m.reason and "no sample loaded" in m.reason
     assert "timed out" in load_adapter("command", command=_cmd("import time; time.sleep(5)"), timeout=0.5).run(_trial(0)).reason
     assert "no number" in load_adapter("command", command=_cmd("print('done')")).run(_trial(0)).reason
+    assert "is nan" in load_adapter("command", command=_cmd("print('step 3/10 done; purity nan')")).run(_trial(0)).reason
     assert load_adapter("command", command=_cmd("print('{\"failed\": true, \"reason\": \"clog\"}')"),
                         parse="json").run(_trial(0)).reason == "clog"
     assert "could not start" in load_adapter("command", command=["/no/such/program"]).run(_trial(0)).reason
@@ -166,6 +178,9 @@ def test_command_failures_become_failed_measurements() -> None:
         load_adapter("command", command="echo 1", parse=r"\d+")
     with pytest.raises(ConfigurationError, match="temperature} in .* is neither a parameter"):
         load_adapter("command", command="echo {temperature}").run(_trial(0))
+    with pytest.raises(ConfigurationError, match=r"placeholders \['flow-rate'\] .* are neither parameters"):
+        load_adapter("command", command="echo {flow-rate} {x}").prepare(CTX)  # refused before any trial runs
+    assert load_adapter("command", command=_cmd("import os; print(os.environ['GAIN'])"), env={"GAIN": 2}).run(_trial(0)).value == 2
 
 
 # -- http (a fake REST instrument on 127.0.0.1) ---------------------------------------------------------
@@ -175,7 +190,7 @@ def test_http_adapter_submits_polls_and_never_starts_a_trial_twice(monkeypatch: 
         a = load_adapter("http", url=inst.url, token_env="INSTRUMENT_TOKEN", poll_interval=0.01)
         a.prepare(CTX)
         h = a.submit(_trial(0, 0.3))
-        assert a.submit(_trial(0, 0.3)) == h and inst.started == ["lab-a/0"]  # the key makes submit idempotent
+        assert a.submit(_trial(0, 0.3)) == h and inst.started == ["lab-a/c0ffee/0"]  # the key makes submit idempotent
         assert a.poll(h) is None and a.poll(h) is None
         m = a.poll(h)
         assert m.value == pytest.approx(3.0) and m.sem == 0.01 and m.metadata == {"instrument_run": h["id"]}
@@ -189,6 +204,10 @@ def test_http_adapter_submits_polls_and_never_starts_a_trial_twice(monkeypatch: 
         with pytest.raises(InstrumentBusy, match="503"):
             a.poll(h)
         inst.busy = False
+        inst.token = "rotated"
+        with pytest.raises(InstrumentBusy, match="401.*check the token"):
+            a.poll(h)  # the run goes on while the token is renewed
+        inst.token = "s3cret"
         monkeypatch.setenv("INSTRUMENT_TOKEN", "wrong")
         bad = load_adapter("http", url=inst.url, token_env="INSTRUMENT_TOKEN")
         with pytest.raises(RuntimeError, match="refused the run \\(401\\)"):

@@ -155,11 +155,13 @@ def _site_run(folder: Path, config: str, *extra: str, timeout: float = 240) -> s
 
 
 def test_closed_loop_example(tmp_path) -> None:
-    shutil.copytree(EXAMPLES / "closed_loop", tmp_path, dirs_exist_ok=True)
-    proc = _site_run(tmp_path, "site.yaml", "--budget", "2")
+    shutil.copytree(EXAMPLES / "closed_loop", tmp_path / "lab", dirs_exist_ok=True)
+    proc = _site_run(tmp_path, "lab/site.yaml", "--budget", "2")  # run from another folder than the config's
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^stopped\s+(budget|target)$", proc.stdout, re.M), proc.stdout
-    assert (tmp_path / "lab-a.journal").exists() and (tmp_path / "lab-a.runs.log").exists()
+    # the site works in its config's folder: journal and instrument log land next to site.yaml
+    assert (tmp_path / "lab" / "lab-a.journal").exists() and (tmp_path / "lab" / "lab-a.runs.log").exists()
+    assert not (tmp_path / "lab-a.runs.log").exists()
 
 
 def test_closed_loop_csv_example_with_an_operator_filling_in_results(tmp_path) -> None:

@@ -19,13 +19,14 @@ from labfbo.transport.http import HTTPCoordinator
 pytest.importorskip("fastapi")
 FAST = {"num_restarts": 2, "raw_samples": 32}
 EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_steps": 5, "svgd_steps": 2},
+         "gradient-sa": {"warmup_steps": 5, "svgd_steps": 2, "secure_aggregation": True},  # masked uplink
          "consensus": {}, "independent": {}}
 SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1)])
 
 
-@pytest.mark.parametrize("protocol", ["independent", "consensus", "distribution", "gradient"])
+@pytest.mark.parametrize("protocol", ["independent", "consensus", "distribution", "gradient", "gradient-sa"])
 def test_http_gives_the_same_proposals_as_local(protocol: str) -> None:
-    kw = dict(problem="branin", protocol=protocol, n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
+    kw = dict(problem="branin", protocol=protocol.removesuffix("-sa"), n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
     http = labfbo.simulate(transport="http", **kw)
     local = labfbo.simulate(**kw)
     np.testing.assert_array_equal(http.proposals, local.proposals)

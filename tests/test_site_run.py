@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -220,7 +221,9 @@ def test_site_run_federated_over_http_with_the_http_instrument(tmp_path: Path, m
             t.start()
         for t in threads:
             t.join(timeout=240)
-        assert sorted(inst.started) == sorted(f"{s}/{i}" for s in tokens for i in range(6))
+        keys = [k.split("/") for k in inst.started]  # site / campaign / trial id
+        assert sorted((site, int(i)) for site, _, i in keys) == [(s, i) for s in sorted(tokens) for i in range(6)]
+        assert len({(site, c) for site, c, _ in keys}) == 2  # one campaign id per site
     for name, report in reports.items():
         assert report.stopped == "budget" and report.completed == 6, name
     assert set(reports) == set(tokens)
@@ -298,3 +301,59 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_re_polls(tmp_path: Path) -> None:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and "2 of 2 (2 measured, 0 failed)" in out, out + err
     assert int(out.split("re-attached after restart")[1].split()[0]) >= 1
+
+
+def test_busy_instruments_non_json_metadata_and_restarts(tmp_path: Path) -> None:
+    """Busy at submission -> deferred and re-sent after a restart; busy during recovery -> asked again,
+    never guessed; metadata that is not JSON is dropped, the measurement kept."""
+    journal, started = tmp_path / "j", []
+
+    class Busy(Bench):
+        poll_interval = 0.01
+
+        def __init__(self, *a: Any, busy_submits: int = 0, busy_recovers: int = 0, **kw: Any) -> None:
+            super().__init__(*a, **kw)
+            self.busy_submits, self.busy_recovers = busy_submits, busy_recovers
+
+        def submit(self, trial: Trial) -> dict:
+            if self.busy_submits:
+                self.busy_submits -= 1
+                raise InstrumentBusy("autosampler busy")
+            return super().submit(trial)
+
+        def recover(self, trial: Trial) -> dict | None:
+            if self.busy_recovers:
+                self.busy_recovers -= 1
+                raise InstrumentBusy("instrument unreachable")
+            return super().recover(trial)
+
+        def poll(self, handle: dict) -> Any:
+            return Measurement.ok(_f(handle), when=np.datetime64("2026-01-01"))  # not JSON
+
+    opt = _opt(journal)
+    loop = CampaignLoop(opt, Busy(started, busy_submits=10), budget=2)
+    with pytest.warns(UserWarning, match="autosampler busy; retrying with back-off"):
+        threading.Timer(0.3, loop.interrupt).start()
+        assert loop.run().stopped == "interrupted"
+    assert opt.pending[0].metadata["dispatch"]["state"] == "deferred" and not started
+    opt.close()
+    # the deferred trial never started: a restart sends it (then a crash right after the instrument
+    # started trial 2), and the next restart finds trial 2 while the instrument is unreachable at first
+    with _opt(journal) as opt:
+        with pytest.raises(KeyboardInterrupt):
+            CampaignLoop(opt, Busy(started, crash_on=(("submit-after", 2),)), budget=2).run()
+    with _opt(journal) as opt, pytest.warns(UserWarning, match="metadata dropped"):
+        adapter = Busy(started, busy_recovers=2)
+        report = CampaignLoop(opt, adapter, budget=2).run()
+        assert report.stopped == "budget" and report.completed == 5 and report.abandoned == 0
+        assert report.recovered == 1
+        assert sorted(started) == [0, 1, 2, 3, 4] and "instrument" not in opt.trials[0].metadata
+
+
+def test_a_refused_configuration_leaves_no_journal(tmp_path: Path) -> None:
+    cfg = SiteConfig.model_validate({"site": "lab-a", "space": [{"name": "temperature", "type": "real", "low": 0,
+                                                                   "high": 1}], "base_dir": tmp_path,
+                                     "adapter": {"name": "simulated", "config": {"problem": "branin"}}})
+    with pytest.raises(labfbo.exceptions.ConfigurationError, match="not the simulated problem's"):
+        run_site(cfg, progress=False)
+    assert not (tmp_path / "lab-a.journal").exists()

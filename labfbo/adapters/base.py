@@ -16,7 +16,7 @@ import time
 from abc import ABC
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from labfbo.exceptions import LabFBOError
 from labfbo.space import SearchSpace
@@ -40,6 +40,8 @@ class AdapterContext(BaseModel):
     site: str
     space: SearchSpace
     objective: str = "minimize"
+    campaign: str = Field("", description="a stable id of this site's campaign (its journal): tag the runs "
+                                          "with it, so files or jobs of an earlier campaign are never taken for ours")
 
 
 class Measurement(BaseModel):

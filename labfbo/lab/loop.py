@@ -6,14 +6,17 @@ describes happens:
 
 1. ``{"state": "submitting"}`` — written before the adapter is called;
 2. ``{"state": "submitted", "handle": ...}`` — written once an asynchronous adapter has
-   accepted the run (the handle is what ``poll`` needs);
+   accepted the run (the handle is what ``poll`` needs), or ``{"state": "deferred"}``
+   when the instrument answered :class:`~labfbo.adapters.InstrumentBusy` (not started);
 3. then ``tell`` or ``tell_failed``.
 
 A restarted loop reads the pending trials: a *submitted* one is re-polled; a
 *submitting* one may or may not have started, so the adapter is asked to find it
-(``recover``); if it cannot, the trial is marked failed with the reason — an experiment
-is never run twice behind the scientist's back. A pending trial without a dispatch
-record was proposed but never sent, and is sent now.
+(``recover``; an ``InstrumentBusy`` answer is retried, never guessed); if it cannot, the
+trial is marked failed with the reason — an experiment is never run twice behind the
+scientist's back. A pending trial without a dispatch record, or *deferred*, never
+reached the instrument and is sent now. The stop rules' counters (failures in a row,
+runs since the best, time since the first dispatch) are rebuilt from the journal.
 
 Exceptions from the instrument become failed trials with the exception as the reason;
 :class:`~labfbo.adapters.InstrumentBusy` means "try again later".
@@ -21,6 +24,7 @@ Exceptions from the instrument become failed trials with the exception as the re
 
 from __future__ import annotations
 
+import collections
 import signal
 import sys
 import threading
@@ -30,10 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from labfbo.adapters import Adapter, AdapterContext, Handle, InstrumentBusy, Measurement
-from labfbo.exceptions import ConfigurationError
+from labfbo.exceptions import ConfigurationError, ValidationError
 from labfbo.lab.config import StopRule
 from labfbo.optimizer import Optimizer
-from labfbo.trial import Observation, Trial
+from labfbo.trial import Observation, Trial, metadata_record
 
 INTERRUPTED = ("interrupted: the site stopped while this run was being started and the instrument "
                "cannot tell whether it ran; not re-run automatically")
@@ -86,10 +90,11 @@ class CampaignLoop:
         self.on_progress = on_progress
         self._in_flight: dict[int, Handle] = {}
         self._unsent: dict[int, tuple[Trial, float]] = {}  # proposed, not yet accepted: (trial, retry time)
-        self._streak = 0  # consecutive failures
-        self._since_best = 0  # completed runs since the best improved
-        self._interrupted = threading.Event()
-        self._started = time.monotonic()
+        self._recovering: dict[int, tuple[Trial, float]] = {}  # to look for on the instrument: (trial, retry time)
+        self._attempts: collections.Counter[int] = collections.Counter()  # "busy" answers per trial (back-off)
+        self._interrupted = False
+        self._clock = time.monotonic()
+        self._streak, self._since_best, self._first_dispatch = self._history()
         self.report = LoopReport(stopped="", experiments=self.total, completed=0, failed=0)
 
     # -- bookkeeping ---------------------------------------------------------------------
@@ -103,19 +108,37 @@ class CampaignLoop:
         """Runs started on the instrument and not yet finished."""
         return len(self._in_flight)
 
-    def _done(self) -> int:
-        return sum(self.counts())
+    def _history(self) -> tuple[int, int, float]:
+        """The stop rules' state rebuilt from the journal, so restarts do not reset them:
+        (trailing failures, completed runs since the best, wall time of the first dispatch)."""
+        complete = {o.trial_id for o in self.opt.observations if o.trial_id is not None}
+        pending = {t.id for t in self.opt.pending}
+        best = self.opt.best
+        streak = since_best = 0
+        for t in sorted(self.opt.trials, key=lambda t: t.id):
+            if t.id in pending:
+                continue
+            if t.id in complete:
+                streak = 0
+                since_best = 0 if best is not None and t.id == best.trial_id else since_best + 1
+            else:
+                streak += 1
+        times = [d["at"] for t in self.opt.trials if (d := t.metadata.get("dispatch")) and "at" in d]
+        return streak, since_best, min(times, default=time.time())
+
+    def _launched(self) -> int:
+        """Runs that count against the budget: finished, in flight, or being looked for after a restart."""
+        return sum(self.counts()) + len(self._in_flight) + len(self._recovering)
 
     def _refresh(self) -> None:
         r = self.report
         r.completed, r.failed = self.counts()
-        r.best, r.seconds = self.opt.best, time.monotonic() - self._started
+        r.best, r.seconds = self.opt.best, time.monotonic() - self._clock
 
-    def _stop_reason(self) -> str:
-        if self._interrupted.is_set():
+    def _stop_rule(self) -> str:
+        """Why no new run may start ("" if none): an interruption or a stop rule (the budget is apart)."""
+        if self._interrupted:
             return "interrupted"
-        if self._done() + len(self._in_flight) + len(self._unsent) >= self.total:
-            return "budget"
         rule, best = self.stop, self.opt.best
         if rule.target is not None and best is not None:
             if (best.value <= rule.target) if self.opt.objective == "minimize" else (best.value >= rule.target):
@@ -124,49 +147,58 @@ class CampaignLoop:
             return "patience"
         if rule.max_consecutive_failures is not None and self._streak >= rule.max_consecutive_failures:
             return "failures"
-        if rule.max_hours is not None and time.monotonic() - self._started >= 3600 * rule.max_hours:
+        if rule.max_hours is not None and time.time() - self._first_dispatch >= 3600 * rule.max_hours:
             return "max_hours"
         return ""
 
     # -- one trial's way through the instrument --------------------------------------------
+    def _note(self, trial: Trial, state: str, **extra: Any) -> None:
+        self.opt.annotate(trial, dispatch={"state": state, "adapter": self.adapter.name, "at": time.time(), **extra})
+
     def _dispatch(self, trial: Trial) -> None:
-        self.opt.annotate(trial, dispatch={"state": "submitting", "adapter": self.adapter.name, "at": time.time()})
-        if not self.adapter.asynchronous:
-            try:
-                result: Any = self.adapter.run(trial)
-            except InstrumentBusy as exc:  # it did not start: try again later
-                self._later(trial, exc)
-                return
-            except Exception as exc:  # noqa: BLE001 — an instrument error is a failed trial, not a crash
-                result = Measurement.failure(_failure_reason(exc))
-            self._finish(trial.id, result)
-            return
+        self._note(trial, "submitting")  # before the instrument hears of it: a crash now is detectable
         try:
-            handle = self.adapter.submit(trial)
-        except InstrumentBusy as exc:
+            if self.adapter.asynchronous:
+                self._submitted(trial, self.adapter.submit(trial))
+                return
+            result: Any = self.adapter.run(trial)
+        except InstrumentBusy as exc:  # by contract the run did not start: try again later
             self._later(trial, exc)
             return
-        except Exception as exc:  # noqa: BLE001
-            self._finish(trial.id, Measurement.failure(_failure_reason(exc)))
-            return
-        self._submitted(trial, handle)
+        except Exception as exc:  # noqa: BLE001 — an instrument error is a failed trial, not a crash
+            result = Measurement.failure(_failure_reason(exc))
+        self._finish(trial.id, result)
+
+    def _backoff(self, trial_id: int) -> float:
+        self._attempts[trial_id] += 1
+        return time.monotonic() + min(max(self.poll_interval, 0.05) * 2 ** (self._attempts[trial_id] - 1), 60.0)
 
     def _later(self, trial: Trial, exc: BaseException) -> None:
-        warnings.warn(f"trial {trial.id}: {exc}; retrying in {self.poll_interval:g} s", stacklevel=3)
-        self._unsent[trial.id] = (trial, time.monotonic() + self.poll_interval)
+        when = self._backoff(trial.id)
+        if self._attempts[trial.id] == 1:
+            warnings.warn(f"trial {trial.id}: {exc}; retrying with back-off", stacklevel=3)
+        self._note(trial, "deferred", reason=str(exc))  # not started: a restart sends it again
+        self._unsent[trial.id] = (trial, when)
 
     def _submitted(self, trial: Trial, handle: Handle) -> None:
-        self.opt.annotate(trial, dispatch={"state": "submitted", "adapter": self.adapter.name, "handle": handle,
-                                           "at": time.time()})
+        self._note(trial, "submitted", handle=handle)
         self._in_flight[trial.id] = handle
+        if self.on_progress is not None:
+            self.on_progress(self.report)
 
     def _finish(self, trial_id: int, result: Any) -> None:
         self._in_flight.pop(trial_id, None)
+        self._recovering.pop(trial_id, None)
         try:
             m = Measurement.coerce(result)
         except Exception as exc:  # noqa: BLE001 — e.g. NaN from the instrument
             m = Measurement.failure(f"unusable measurement {result!r}: {exc}")
         meta = {"instrument": m.metadata} if m.metadata else None
+        try:
+            metadata_record(meta)
+        except ValidationError as exc:  # never lose a measurement over its metadata
+            warnings.warn(f"trial {trial_id}: instrument metadata dropped ({exc})", stacklevel=2)
+            meta = None
         if m.failed:
             self.opt.tell_failed(trial_id, m.reason, metadata=meta)
             self._streak += 1
@@ -195,63 +227,86 @@ class CampaignLoop:
                 finished = True
         return finished
 
+    def _look_for(self, trial: Trial) -> None:
+        """After a crash mid-submission: re-attach the run if the instrument has it, else fail the trial."""
+        try:
+            handle = self.adapter.recover(trial) if type(self.adapter).poll is not Adapter.poll else None
+        except InstrumentBusy:  # cannot tell yet: ask again later, never guess
+            self._recovering[trial.id] = (trial, self._backoff(trial.id))
+            return
+        except Exception as exc:  # noqa: BLE001
+            warnings.warn(f"trial {trial.id}: recovery failed ({_failure_reason(exc)})", stacklevel=2)
+            handle = None
+        self._recovering.pop(trial.id, None)
+        if handle is not None:
+            self._submitted(trial, handle)
+            self.report.recovered += 1
+        else:
+            self._finish(trial.id, Measurement.failure(INTERRUPTED))
+            self.report.abandoned += 1
+
     def _recover(self) -> None:
         """Pick up the pending trials a previous (crashed) run of this campaign left."""
-        can_poll = type(self.adapter).poll is not Adapter.poll
         elsewhere = sorted({d["adapter"] for t in self.opt.pending if (d := t.metadata.get("dispatch"))
                             and d.get("adapter") != self.adapter.name})
         if elsewhere:  # refuse before changing anything: those runs belong to another instrument
             raise ConfigurationError(f"the journal has runs in flight on adapter {', '.join(elsewhere)}; "
                                      f"resume with that adapter, not {self.adapter.name!r}")
         for trial in self.opt.pending:
-            dispatch = trial.metadata.get("dispatch")
-            if dispatch is None:
+            dispatch = trial.metadata.get("dispatch") or {"state": "proposed"}
+            if dispatch["state"] in ("proposed", "deferred"):  # never reached the instrument
                 self._unsent[trial.id] = (trial, 0.0)
-            elif dispatch["state"] == "submitted" and can_poll:
+            elif dispatch["state"] == "submitted" and type(self.adapter).poll is not Adapter.poll:
                 self._in_flight[trial.id] = dispatch["handle"]
                 self.report.recovered += 1
             else:
-                try:
-                    handle = self.adapter.recover(trial) if can_poll else None
-                except Exception as exc:  # noqa: BLE001
-                    warnings.warn(f"trial {trial.id}: recovery failed ({exc})", stacklevel=2)
-                    handle = None
-                if handle is not None:
-                    self._submitted(trial, handle)
-                    self.report.recovered += 1
-                else:
-                    self._finish(trial.id, Measurement.failure(INTERRUPTED))
-                    self.report.abandoned += 1
+                self._look_for(trial)
 
     # -- the loop ---------------------------------------------------------------------------
     def interrupt(self) -> None:
         """Stop at the next step; runs in flight stay journaled and are re-polled on restart."""
-        self._interrupted.set()
+        self._interrupted = True
 
-    def run(self) -> LoopReport:
-        self.adapter.prepare(AdapterContext(site=self.opt.site, space=self.opt.space, objective=self.opt.objective))
+    def _sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self._interrupted and (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, 0.1))
+
+    def run(self, prepare: bool = True) -> LoopReport:
+        """Run until the budget is spent, a stop rule fires or :meth:`interrupt`; ``prepare=False``
+        when the caller has already called ``adapter.prepare``."""
+        if prepare:
+            self.adapter.prepare(AdapterContext(site=self.opt.site, space=self.opt.space, objective=self.opt.objective,
+                                                campaign=self.opt.campaign_id))
         self._recover()
         self._refresh()
         while True:
-            reason = self._stop_reason()
-            if reason == "interrupted":
+            rule = self._stop_rule()
+            if rule == "interrupted":
                 break
-            sending = reason in ("", "budget")  # after target/patience/failures: nothing new goes out
-            due = [t for t, when in self._unsent.values() if when <= time.monotonic()]
-            if sending and due and len(self._in_flight) < self.slots:
+            now = time.monotonic()
+            looking = [t for t, when in self._recovering.values() if when <= now]
+            if looking:
+                self._look_for(looking[0])
+                continue
+            room = not rule and self._launched() < self.total and len(self._in_flight) < self.slots
+            due = [t for t, when in self._unsent.values() if when <= now]
+            if room and due:
                 self._dispatch(self._unsent.pop(due[0].id)[0])
                 continue
-            free = min(self.slots - len(self._in_flight) - len(self._unsent),
-                       self.total - self._done() - len(self._in_flight) - len(self._unsent))
-            if not reason and free > 0:
-                for trial in self.opt.ask(n=free, timeout=self.ask_timeout):
+            if room and not self._unsent:
+                n = min(self.slots - len(self._in_flight), self.total - self._launched())
+                for trial in self.opt.ask(n=n, timeout=self.ask_timeout):
                     self._unsent[trial.id] = (trial, 0.0)
                 continue
-            if not self._in_flight and not (sending and self._unsent):
-                break
+            if not self._in_flight and not self._recovering and (rule or self._launched() >= self.total):
+                break  # trials proposed but not sent stay pending: a later run sends them
             if not self._poll():
-                self._interrupted.wait(self.poll_interval)
-        self.report.stopped = reason or "budget"
+                waits = [when - now for _, when in [*self._unsent.values(), *self._recovering.values()]]
+                if self._in_flight:
+                    waits.append(self.poll_interval)
+                self._sleep(min(waits, default=self.poll_interval))
+        self.report.stopped = rule or "budget"
         self._refresh()
         return self.report
 

@@ -2,28 +2,55 @@
 
 from __future__ import annotations
 
+import json
+import secrets
 from typing import Any
 
-from labfbo.adapters import Adapter, load_adapter
+from labfbo.adapters import Adapter, AdapterContext, load_adapter
 from labfbo.exceptions import ConfigurationError
 from labfbo.lab.config import SiteConfig
 from labfbo.lab.loop import CampaignLoop, LoopReport, handle_signals
 from labfbo.optimizer import Optimizer
+from labfbo.protocols import get_protocol
+from labfbo.seeding import campaign_id
 
 
-def open_optimizer(config: SiteConfig, adapter: Adapter) -> Optimizer:
-    """The site's Optimizer, resumed from its journal if it exists.
+def _journal_secret(path: str) -> int:
+    """The site secret of an existing journal (its header), or a new one for a new journal."""
+    try:
+        with open(path, "rb") as fh:
+            header = json.loads(fh.readline())
+        return int(header["secret"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return secrets.randbits(63)  # no journal yet (a broken one is the Optimizer's to report)
 
-    The search space (and, for a simulated instrument, the objective's direction) come
-    from the config, else from the adapter when it carries them (``adapter.space``).
-    """
+
+def campaign_context(config: SiteConfig, adapter: Adapter, secret: int) -> AdapterContext:
+    """The campaign as the adapter sees it. The search space (and, for a simulated instrument,
+    the objective's direction) come from the config, else from the adapter (``adapter.space``);
+    the campaign id is a hash of the site and its journal's secret."""
     space = config.space if config.space is not None else getattr(adapter, "space", None)
     if space is None:
         raise ConfigurationError("site config has no space and the adapter defines none: add `space:`")
     objective = config.objective or getattr(getattr(adapter, "problem", None), "objective", None) or "minimize"
-    return Optimizer(space, objective=objective, protocol=config.protocol, coordinator=config.connector(),
+    return AdapterContext(site=config.site, space=space, objective=objective, campaign=campaign_id(config.site, secret))
+
+
+def _check_coordinator(config: SiteConfig) -> None:
+    if config.coordinator is None and get_protocol(config.protocol).federated:
+        raise ConfigurationError(f"protocol {config.protocol!r} is federated: give the site config a `coordinator:` "
+                                 "(the consortium's https:// URL, or mpi), or use protocol: independent")
+
+
+def open_optimizer(config: SiteConfig, adapter: Adapter, secret: int | None = None) -> Optimizer:
+    """The site's Optimizer, resumed from its journal if it exists."""
+    _check_coordinator(config)
+    secret = _journal_secret(config.storage_path()) if secret is None else secret
+    ctx = campaign_context(config, adapter, secret)
+    return Optimizer(ctx.space, objective=ctx.objective, protocol=config.protocol, coordinator=config.connector(),
                      site=config.site, seed=config.seed, storage=config.storage_path(), n_init=config.n_init,
-                     horizon=config.horizon or config.budget or None, token=config.token(), **config.options)
+                     horizon=config.horizon or config.budget or None, token=config.token(), secret=secret,
+                     **config.options)
 
 
 def run_site(config: SiteConfig, adapter_name: str | None = None, progress: bool = True,
@@ -38,14 +65,17 @@ def run_site(config: SiteConfig, adapter_name: str | None = None, progress: bool
         raise ConfigurationError("no adapter: give --adapter NAME or `adapter: {name: ...}` in the site config")
     adapter = load_adapter(name, **{**config.adapter.config, **adapter_overrides})
     try:
-        opt = open_optimizer(config, adapter)
+        secret = _journal_secret(config.storage_path())
+        _check_coordinator(config)
+        adapter.prepare(campaign_context(config, adapter, secret))  # before a journal exists: a refusal leaves nothing
+        opt = open_optimizer(config, adapter, secret)
         try:
             loop = CampaignLoop(opt, adapter, config.budget, config.max_in_flight, config.stop,
                                 config.poll_interval, config.ask_timeout)
             bar = _progress_bar(loop, opt.site) if progress else None
             restore = handle_signals(loop)
             try:
-                return loop.run()
+                return loop.run(prepare=False)
             finally:
                 restore()
                 if bar is not None:

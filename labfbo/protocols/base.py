@@ -156,6 +156,10 @@ class Protocol:
     shared_options: ClassVar[tuple[str, ...]] = ()  # options every site must share with the coordinator
 
     @classmethod
+    def check_study(cls, options: BaseModel, n_sites: int) -> None:
+        """Refuse a study these options cannot run (called when the coordinator is created)."""
+
+    @classmethod
     def check_space(cls, space: SearchSpace) -> None:
         bad = sorted(space.kinds() - cls.supported_types)
         if bad:

@@ -24,16 +24,20 @@ from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.gp import predict
 from labfbo.models.pacoh import (PacohConfig, ParticleMixtureGP, init_particles, meta_score, site_score,
                                  svgd_update)
-from labfbo.privacy import DP, privatize
+from labfbo.exceptions import ConfigurationError, ProtocolError
+from labfbo.privacy import DP, privatize, secagg
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.seeding import rng
+
+
+MIN_COHORT = 3  # with two sites, each can recover the other's scores from the SVGD update
 
 
 @register
@@ -43,6 +47,34 @@ class ParticlesRequest(Message):
     kind: Literal["particles_request"] = "particles_request"
     step: int
     particles: Array
+    cohort: dict[str, str] | None = Field(None, description="secure aggregation: member -> public key")
+
+
+@register
+class KeyRequest(Message):
+    """Coordinator -> site (secure aggregation): send your X25519 public key."""
+
+    kind: Literal["secagg_key_request"] = "secagg_key_request"
+
+
+@register
+class PublicKeyShare(Message):
+    """Site -> coordinator (secure aggregation): the site's X25519 public key (base64, 32 bytes)."""
+
+    kind: Literal["secagg_public_key"] = "secagg_public_key"
+    public_key: str = Field(min_length=44, max_length=44)
+
+
+@register
+class MaskedScores(Message):
+    """Site -> coordinator (secure aggregation): ``enc([A_i.ravel(), 1/n_i, [n_i > 0]])`` plus pairwise
+    masks, in Z_{2^64}. Alone it is uniform noise; only the cohort's sum means anything."""
+
+    kind: Literal["masked_score"] = "masked_score"
+    step: int
+    masked: Array
+    dp_clip: float | None = None
+    dp_noise_multiplier: float | None = None
 
 
 @register
@@ -80,6 +112,7 @@ class GradientOptions(ModelOptions):
     svgd_steps: int = Field(20, ge=0)
     warmup_steps: int = Field(500, ge=0, description="SVGD steps of the first round (fresh particles)")
     privacy: DP | None = None
+    secure_aggregation: bool = Field(False, description="pairwise-masked sums: the coordinator sees only sum_i A_i")
 
     def pacoh(self) -> PacohConfig:
         return PacohConfig(n_particles=self.n_particles, hidden=self.hidden, feature_dim=self.feature_dim,
@@ -94,8 +127,21 @@ def meta_step(particles: torch.Tensor, scores: Sequence[torch.Tensor], n_obs: Se
     G = torch.zeros_like(particles)
     for A in scores:
         G = G + A
-    score = meta_score(particles, G, len(scores), cfg, n_points=list(n_obs))
-    return svgd_update(particles, score, cfg)
+    return svgd_update(particles, meta_score(particles, G, len(scores), cfg, n_points=list(n_obs)), cfg)
+
+
+def secure_meta_step(particles: torch.Tensor, total: np.ndarray, cfg: PacohConfig) -> torch.Tensor | None:
+    r"""One SVGD step from a secure-aggregated sum ``[sum_i A_i, sum_i 1/n_i, #sites with data]``.
+
+    The meta-weight's :math:`\beta` (the harmonic mean of the :math:`n_i`) needs only the
+    two sums, so the coordinator never sees a single site's count. None: no site had data.
+    """
+    count = int(round(total[-1]))
+    if count < 1:
+        return None
+    G = torch.as_tensor(total[:-2].reshape(particles.shape))
+    harmonic = count / total[-2]
+    return svgd_update(particles, meta_score(particles, G, count, cfg, n_points=[harmonic] * count), cfg)
 
 
 # -- site side -------------------------------------------------------------------------------
@@ -107,8 +153,12 @@ class GradientSite(LocalGPSite):
     _mixture: ParticleMixtureGP | None = None
 
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
+        if isinstance(request, KeyRequest):
+            return PublicKeyShare(public_key=secagg.public_key(self.context.secret, self.context.site))
         if not isinstance(request, ParticlesRequest):
             return super().answer(request, data, round)
+        if self.options.secure_aggregation:
+            return self._masked_answer(request, data, round)
         if data.n == 0:
             return Abstain(reason="no observations yet")
         theta = torch.as_tensor(request.particles.numpy())
@@ -119,6 +169,27 @@ class GradientSite(LocalGPSite):
         gen = self.context.private_rng(round, f"dp-noise/{request.step}")  # never from the study seed
         return ScoreResponse(step=request.step, scores=Array.of(privatize(A, dp, gen)), n_obs=data.n,
                              dp_clip=dp.clip, dp_noise_multiplier=dp.noise_multiplier)
+
+    def _masked_answer(self, request: ParticlesRequest, data: SiteData, round: int) -> Message:
+        """The scores (privatized first under DP), with 1/n and a has-data flag, encoded and masked."""
+        cohort, me = request.cohort or {}, self.context.site
+        if me not in cohort or len(cohort) < MIN_COHORT:
+            return Abstain(reason=f"secure aggregation needs a cohort of >= {MIN_COHORT} sites including "
+                                  f"{me!r}, got {sorted(cohort)}")
+        theta = torch.as_tensor(request.particles.numpy())
+        dp: DP | None = self.options.privacy if data.n else None
+        if data.n:
+            A = site_score(theta, data.X, data.y, self.options.pacoh()).numpy()
+            if dp is not None:
+                A = privatize(A, dp, self.context.private_rng(round, f"dp-noise/{request.step}"))
+        else:  # no data: a zero contribution keeps the cohort's masks complete
+            A = np.zeros(tuple(theta.shape))
+        payload = np.concatenate([A.ravel(), [1.0 / data.n if data.n else 0.0, float(data.n > 0)]])
+        info = secagg.context(request.study, round, request.step, list(cohort))
+        masked = secagg.mask(secagg.encode(payload, len(cohort)), me, self.context.secret, cohort, info)
+        return MaskedScores(step=request.step, masked=Array.of(masked, dtype="uint64"),
+                            dp_clip=None if dp is None else dp.clip,
+                            dp_noise_multiplier=None if dp is None else dp.noise_multiplier)
 
     def mixture(self, data: SiteData) -> ParticleMixtureGP | None:
         """The particle-mixture model on local data (cached per particles and data)."""
@@ -147,58 +218,115 @@ class GradientSite(LocalGPSite):
 
 # -- coordinator side --------------------------------------------------------------------------
 class GradientAggregator(Aggregator):
-    """Runs ``svgd_steps`` exchanges per round on warm-started particles."""
+    """Runs ``svgd_steps`` exchanges per round on warm-started particles.
+
+    With ``secure_aggregation`` it first collects the sites' public keys (once per site),
+    then each step asks the *cohort* (the sites with keys) for masked scores and sums
+    them. If a member does not answer, the sum is useless (its masks do not cancel): the
+    step is asked again of the sites that did, with fresh masks, as long as at least
+    :data:`MIN_COHORT` remain; otherwise the round ends without further updates.
+    """
 
     def __init__(self, options: GradientOptions, sites: Sequence[str], seed: int, horizon: int | None,
                  space: Any) -> None:
         super().__init__(options, sites, seed, horizon, space)
+        GradientProtocol.check_study(options, len(self.sites))
         self.cfg = options.pacoh()
         self.particles = init_particles(self.cfg, space.dim, int(rng(seed, 0, 0, "pacoh-init").integers(2**31)))
         self.step = 0
         self.trained = False
+        self.keys: dict[str, str] = {}
+        self.phase: Literal["start", "keys", "scores"] = "start"
+        self.cohort: list[str] = []  # the sites asked for masked scores in this round
+        self.redone = 0  # steps asked again because a cohort member dropped out
 
     def _request(self) -> Exchange:
-        msg = ParticlesRequest(step=self.step, particles=Array.of(self.particles.numpy()))
-        return Exchange({s: msg for s in self.sites})
+        if not self.options.secure_aggregation:
+            msg = ParticlesRequest(step=self.step, particles=Array.of(self.particles.numpy()))
+            return Exchange({s: msg for s in self.sites})
+        missing = [s for s in self.sites if s not in self.keys]
+        if self.phase == "start" and missing:  # once per site (keys are long-lived), retried each round
+            self.phase = "keys"
+            return Exchange({s: KeyRequest() for s in missing})
+        self.phase = "scores"
+        self.cohort = self.cohort or [s for s in self.sites if s in self.keys]
+        if len(self.cohort) < MIN_COHORT:
+            return self._finish()
+        msg = ParticlesRequest(step=self.step, particles=Array.of(self.particles.numpy()),
+                               cohort={s: self.keys[s] for s in self.cohort})
+        return Exchange({s: msg for s in self.cohort})
 
     def _finish(self) -> Finish:
+        self.cohort, self.phase = [], "start"
         reply = ParticlesReply(particles=Array.of(self.particles.numpy()))
         return Finish({s: reply for s in self.sites})
 
     def state(self) -> dict[str, Any]:
-        return {"particles": Array.of(self.particles.numpy()).model_dump(mode="json"), "trained": self.trained}
+        return {"particles": Array.of(self.particles.numpy()).model_dump(mode="json"), "trained": self.trained,
+                "keys": self.keys}
 
     def restore(self, state: dict[str, Any]) -> None:
         if state:
             self.particles = torch.as_tensor(Array.model_validate(state["particles"]).numpy())
             self.trained = bool(state["trained"])
+            self.keys = dict(state.get("keys", {}))
 
     def steps_in_round(self) -> int:
         """``warmup_steps`` until the particles have been trained once, then ``svgd_steps``."""
         return self.options.warmup_steps if not self.trained else self.cfg.svgd_steps
 
     def open_round(self, t: int) -> Step:
-        self.step = 0
+        self.step, self.cohort, self.phase = 0, [], "start"
         return self._request() if self.steps_in_round() else self._finish()
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
+        if self.options.secure_aggregation:
+            return self._on_masked(responses)
         answers = [responses[s] for s in self.sites if isinstance(responses.get(s), ScoreResponse)]
-        steps = self.steps_in_round()
         if answers:
             self.particles = meta_step(self.particles, [torch.as_tensor(a.scores.numpy()) for a in answers],
                                        [a.n_obs for a in answers], self.cfg)
+        return self._next(bool(answers))
+
+    def _next(self, updated: bool) -> Step:
         self.step += 1
-        if not answers or self.step >= steps:
-            self.trained = self.trained or bool(answers)
+        if not updated or self.step >= self.steps_in_round():
+            self.trained = self.trained or updated
             return self._finish()
         return self._request()
+
+    def _on_masked(self, responses: Mapping[str, Message]) -> Step:
+        if self.phase == "keys":
+            for s, r in responses.items():
+                if isinstance(r, PublicKeyShare):
+                    self.keys[s] = r.public_key
+            return self._request()
+        answered = [s for s in self.cohort if isinstance(responses.get(s), MaskedScores)]
+        if len(answered) < len(self.cohort):  # a dropout: its masks would not cancel
+            self.cohort, self.redone = answered, self.redone + 1
+            return self._request() if len(answered) >= MIN_COHORT else self._finish()
+        size = self.particles.numel() + 2
+        masked = [responses[s].masked.numpy().reshape(-1) for s in answered]  # type: ignore[union-attr]
+        if any(m.size != size for m in masked):
+            raise ProtocolError(f"masked scores must have {size} entries")
+        new = secure_meta_step(self.particles, secagg.decode(secagg.aggregate(masked)), self.cfg)
+        if new is not None:
+            self.particles = new
+        return self._next(new is not None)
 
 
 class GradientProtocol(Protocol):
     name = "gradient"
     federated = True
-    shared_options = ("n_particles", "hidden", "feature_dim", "learn_mean", "prior_std", "beta_meta", "lam")
+    shared_options = ("n_particles", "hidden", "feature_dim", "learn_mean", "prior_std", "beta_meta", "lam",
+                      "secure_aggregation")
     supported_types = frozenset({"real", "integer"})
     Options = GradientOptions
     site_logic = GradientSite
     aggregator = GradientAggregator
+
+    @classmethod
+    def check_study(cls, options: BaseModel, n_sites: int) -> None:
+        if getattr(options, "secure_aggregation", False) and n_sites < MIN_COHORT:
+            raise ConfigurationError(f"secure aggregation needs at least {MIN_COHORT} sites (got {n_sites}): with "
+                                     "two, each site could recover the other's exact scores from the particle update")

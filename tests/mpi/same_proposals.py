@@ -9,11 +9,12 @@ import labfbo
 
 FAST = {"num_restarts": 2, "raw_samples": 32}
 EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_steps": 5, "svgd_steps": 2},
+         "gradient-sa": {"warmup_steps": 5, "svgd_steps": 2, "secure_aggregation": True},  # masked uplink
          "consensus": {}, "independent": {}}
 
 out = {}
 for protocol in sys.argv[1:]:
-    kw = dict(problem="branin", protocol=protocol, n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
+    kw = dict(problem="branin", protocol=protocol.removesuffix("-sa"), n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
     res = labfbo.simulate(transport="mpi", **kw)
     if res is not None:
         local = labfbo.simulate(**kw)
