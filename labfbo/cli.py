@@ -144,6 +144,28 @@ def _cmd_bench_http_rounds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_privacy_utility(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from labfbo.benchmarks import privacy_utility
+    from labfbo.benchmarks.runner import run_jobs
+
+    jobs = privacy_utility.jobs(args.pacd_out, args.guide_out, range(args.seeds), tuple(args.gradient_sigmas),
+                                tuple(args.distribution_sigmas))
+    cmd = "labfbo bench privacy-utility " + " ".join(sys.argv[3:])
+    print(f"{cmd}\n{len({j.path for j in jobs})} runs ({sum(not Path(j.path).exists() for j in jobs)} to do)")
+    bar = tqdm(total=len({j.path for j in jobs}), desc="privacy-utility", unit="run")
+
+    def progress(done: int, total: int) -> None:
+        bar.n = done
+        bar.refresh()
+
+    results = run_jobs(jobs, workers=args.workers, progress=progress)
+    bar.close()
+    print(privacy_utility.table(results, jobs))
+    return 0
+
+
 def _cmd_bench_site_loop(args: argparse.Namespace) -> int:
     from labfbo.benchmarks.site_loop import report
 
@@ -352,6 +374,14 @@ def build_parser() -> argparse.ArgumentParser:
     hr.add_argument("--sites", nargs="+", type=int, default=[10, 100, 500])
     hr.add_argument("--rounds", type=int, default=5)
     hr.set_defaults(func=_cmd_bench_http_rounds)
+    pu = bsub.add_parser("privacy-utility", help="DP on gradient and distribution, side by side with no DP (cached)")
+    pu.add_argument("--seeds", type=int, default=3)
+    pu.add_argument("--gradient-sigmas", type=float, nargs="+", default=[2.0, 8.0])
+    pu.add_argument("--distribution-sigmas", type=float, nargs="+", default=[1.0, 4.0])
+    pu.add_argument("--pacd-out", default="runs/bench/pacd")
+    pu.add_argument("--guide-out", default="runs/bench/guide")
+    pu.add_argument("--workers", type=int, default=2)
+    pu.set_defaults(func=_cmd_bench_privacy_utility)
     sl = bsub.add_parser("site-loop", help="labfbo site run's loop against a plain ask/tell loop; restart; csv polls")
     sl.add_argument("--problem", default="branin")
     sl.add_argument("--n-init", type=int, default=5)

@@ -22,6 +22,8 @@ from labfbo.exceptions import (ConfigurationError, FederationError, JournalError
 from labfbo.journal import FileJournal, MemoryJournal, write_snapshot
 from labfbo.messages import Abstain, JoinReply, JoinRequest, Message, parse
 from labfbo.privacy import PrivacyLedger
+from labfbo.privacy.report import release_record
+from labfbo.privacy.report import report as privacy_report
 from labfbo.protocols import SiteContext, SiteData, get_protocol, parse_options
 from labfbo.seeding import campaign_id, rng, stable_hash
 from labfbo.site import SiteLedger, history_rows, write_csv
@@ -39,6 +41,7 @@ def _plain(v: Any) -> Any:
 # answering the coordinator must not interleave with a lab script's proposal.
 _COMPUTE = threading.RLock()
 
+_NOT_RELEASES = ("abstain", "secagg_public_key")  # messages that carry nothing computed from the data
 _HEADER_KEYS = ("space_hash", "objective", "protocol", "seed", "site", "n_init")
 
 
@@ -105,6 +108,7 @@ class Optimizer:
         self._last_guidance: Message | None = None
         dp = getattr(self.options, "privacy", None)
         self._privacy = PrivacyLedger(dp, getattr(self.options, "n_particles", 1)) if dp is not None else None
+        self._releases: list[dict[str, Any]] = []
         self._link = connect(coordinator, self.site, self.protocol.federated, protocol, token)
         existed = storage is not None and os.path.exists(storage)
         self._journal = MemoryJournal() if storage is None else FileJournal(storage)
@@ -205,7 +209,8 @@ class Optimizer:
             elif op == "fail":
                 tr.state, tr.reason = "failed", rec["reason"]
         elif op == "release":
-            if self._privacy is not None:
+            self._releases.append(rec)
+            if self._privacy is not None and rec.get("dp", True):
                 self._privacy.record(rec["round"], rec.get("steps", 1))
         elif op == "join":
             self._join_reply = JoinReply.model_validate(rec["reply"])
@@ -356,10 +361,11 @@ class Optimizer:
         return None if self._privacy is None else self._privacy.epsilon()
 
     def privacy_report(self) -> list[dict[str, Any]]:
-        """The privacy ledger: one row per round with the cumulative (epsilon, delta)."""
-        if self._privacy is None:
-            raise LabFBOError("this optimizer releases nothing under DP (no privacy= option)")
-        return self._privacy.report()
+        """Every release of data-derived information (journaled, so across restarts): round, message,
+        mechanism and parameters, sensitivity, neighbouring relation, secure aggregation, and the
+        cumulative (epsilon, delta) — infinite once a release carried no DP noise."""
+        return privacy_report(self._releases, getattr(self.options, "privacy", None),
+                              getattr(self.options, "n_particles", 1), self.space.dim)
 
     def to_dataframe(self) -> Any:
         """The history as a pandas DataFrame (needs ``labfbo[dataframe]``)."""
@@ -502,8 +508,8 @@ class Optimizer:
             # the operator's review runs outside the process-wide compute lock
             if self._approve is not None and not self._approve(answer):
                 answer = Abstain(reason="declined by the site's operator", round=request.round, study=request.study)
-            if getattr(answer, "dp_noise_multiplier", None) is not None:
-                self._commit({"op": "release", "round": request.round, "steps": 1})  # accounted before it leaves
+            if answer.kind not in _NOT_RELEASES:
+                self._commit(release_record(answer))  # accounted before it leaves
             self.ledger.record_sent(answer)
         return answer.model_dump_json()
 

@@ -55,6 +55,8 @@ from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.figp import FIGP, GuidanceField, guidance_strength
 from labfbo.models.gp import predict
 from labfbo.models.optimum_belief import candidate_set, fit_belief, optimum_samples
+from labfbo.privacy import DP
+from labfbo.privacy.belief_dp import privatize_belief
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.seeding import rng
@@ -82,6 +84,8 @@ class OptimumBelief(Message):
     mean: Array
     variance: Array
     value: float
+    dp_clip: float | None = None  # under DP: the bound of |value|, and the noise multiplier
+    dp_noise_multiplier: float | None = None
 
     @model_validator(mode="after")
     def _shapes(self) -> "OptimumBelief":
@@ -143,6 +147,7 @@ class DistributionOptions(ModelOptions):
     merging: bool = True
     agent_specific: bool = True
     spatial: bool = True
+    privacy: DP | None = Field(None, description="Gaussian mechanism on the uplink (labfbo.privacy.belief_dp)")
 
 
 # -- coordinator-side math ------------------------------------------------------------------
@@ -216,8 +221,14 @@ class DistributionSite(LocalGPSite):
         mean, sd = predict(model, belief.means[k:k + 1])
         y_sd = float(np.std(data.y)) or 1.0
         value = float((mean[0] - o.kappa * sd[0] - np.mean(data.y)) / y_sd)
-        return OptimumBelief(weight=float(belief.weights[k]), mean=Array.of(belief.means[k]),
-                             variance=Array.of(belief.variances[k]), value=value)
+        weight, centre, variance = float(belief.weights[k]), belief.means[k], belief.variances[k]
+        dp: DP | None = o.privacy
+        if dp is not None:  # the site-private stream, never the study seed
+            gen = self.context.private_rng(round, "dp-belief")
+            weight, centre, variance, value = privatize_belief(weight, centre, variance, value, dp, gen)
+        return OptimumBelief(weight=weight, mean=Array.of(centre), variance=Array.of(variance), value=value,
+                             dp_clip=None if dp is None else dp.clip,
+                             dp_noise_multiplier=None if dp is None else dp.noise_multiplier)
 
     def figp(self, data: SiteData, guidance: Message | None, round: int) -> FIGP:
         """The FI-GP of this round (an empty field, i.e. the local GP, without guidance)."""

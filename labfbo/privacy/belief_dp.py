@@ -1,0 +1,58 @@
+r"""Differential privacy of the `distribution` uplink (GUIDE-FBO leaves it as future work).
+
+A site's belief :math:`(\pi, \mu, \sigma_{1..d}, v)` — the weight, centre and standard
+deviations of its top mixture component and its value score — is mapped to the unit cube
+:math:`[0, 1]^{2d+2}`, one coordinate per scalar, after clipping each to a fixed range:
+
+* :math:`\pi \in [0, 1]`, :math:`\mu \in [0, 1]^d` (model coordinates) as they are;
+* :math:`\sigma_j \in [\sigma_{\min}, \sigma_{\max}] = [0.01, 0.5]`, scaled to [0, 1];
+* :math:`v \in [-C, C]` (``DP.clip`` bounds the standardized value score), scaled to [0, 1].
+
+Neighbouring datasets differ in the site's whole dataset (task level, as for
+`gradient`), which may move every coordinate across its range, so the :math:`\ell_2`
+sensitivity is the cube's diameter :math:`\Delta = \sqrt{2d + 2}`. The Gaussian
+mechanism adds :math:`\mathcal N(0, (\sigma_{\rm DP}\Delta)^2)` to every coordinate; the
+result is clipped back to the cube and mapped back (post-processing). One release per BO
+round: a unit-sensitivity Gaussian with multiplier :math:`\sigma_{\rm DP}`, composed over
+rounds in the same PLD ledger as `gradient` (``PrivacyLedger(dp, n_particles=1)``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from labfbo.privacy.dp import DP
+
+SD_MIN, SD_MAX = 0.01, 0.5
+
+
+def sensitivity(dim: int) -> float:
+    """:math:`\\Delta = \\sqrt{2d + 2}`: the diameter of the normalized belief's cube."""
+    return math.sqrt(2 * dim + 2)
+
+
+def to_unit(weight: float, mean: np.ndarray, variance: np.ndarray, value: float, clip: float) -> np.ndarray:
+    """The belief as a point of :math:`[0, 1]^{2d+2}` (each scalar clipped to its range first)."""
+    sd = np.clip(np.sqrt(np.asarray(variance, dtype=float)), SD_MIN, SD_MAX)
+    return np.clip(np.concatenate([[weight], np.asarray(mean, dtype=float), (sd - SD_MIN) / (SD_MAX - SD_MIN),
+                                   [(value + clip) / (2 * clip)]]), 0.0, 1.0)
+
+
+def from_unit(z: np.ndarray, clip: float) -> tuple[float, np.ndarray, np.ndarray, float]:
+    """Inverse of :func:`to_unit` on the clipped cube: ``(weight, mean, variance, value)``."""
+    z = np.clip(np.asarray(z, dtype=float), 0.0, 1.0)
+    d = (len(z) - 2) // 2
+    sd = SD_MIN + z[1 + d:1 + 2 * d] * (SD_MAX - SD_MIN)
+    weight = max(float(z[0]), 1e-6)  # a message's weight must be > 0
+    return weight, z[1:1 + d], sd ** 2, float(z[-1] * 2 * clip - clip)
+
+
+def privatize_belief(weight: float, mean: np.ndarray, variance: np.ndarray, value: float, dp: DP,
+                     rng: np.random.Generator) -> tuple[float, np.ndarray, np.ndarray, float]:
+    """The Gaussian mechanism on the normalized belief; returns the released ``(weight, mean, variance, value)``."""
+    z = to_unit(weight, mean, variance, value, dp.clip)
+    if dp.noise_multiplier:
+        z = z + rng.normal(0.0, dp.noise_multiplier * sensitivity(len(mean)), size=z.shape)
+    return from_unit(z, dp.clip)
