@@ -42,15 +42,16 @@ def _cmd_bench_latency(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_suite(name: str, module: Any, jobs: list, out: "Path", functions: tuple[str, ...], workers: int) -> int:
-    """Run (or resume) a suite's cached jobs, then print and save its table and plots."""
+def _run_cached(name: str, jobs: list, workers: int, cache: str) -> tuple[str, list]:
+    """Run (or resume) cached benchmark jobs with a progress bar; returns (command line, results)."""
     from tqdm.auto import tqdm
 
     from labfbo.benchmarks.runner import run_jobs
 
     cmd = f"labfbo bench {name} " + " ".join(sys.argv[3:])
-    print(f"{cmd}\n{len(jobs)} runs ({sum(not Path(j.path).exists() for j in jobs)} to do), cache: {out}")
-    bar = tqdm(total=len({j.path for j in jobs}), desc=name, unit="run")
+    paths = {j.path for j in jobs}
+    print(f"{cmd}\n{len(paths)} runs ({sum(not Path(p).exists() for p in paths)} to do), cache: {cache}")
+    bar = tqdm(total=len(paths), desc=name, unit="run")
 
     def progress(done: int, total: int) -> None:
         bar.n = done
@@ -58,6 +59,12 @@ def _run_suite(name: str, module: Any, jobs: list, out: "Path", functions: tuple
 
     results = run_jobs(jobs, workers=workers, progress=progress)
     bar.close()
+    return cmd, results
+
+
+def _run_suite(name: str, module: Any, jobs: list, out: "Path", functions: tuple[str, ...], workers: int) -> int:
+    """Run (or resume) a suite's cached jobs, then print and save its table and plots."""
+    cmd, results = _run_cached(name, jobs, workers, str(out))
     table = module.table(results, functions)
     plots = module.plot(results, out, functions)
     (out / "summary.md").write_text(f"# {name} suite\n\n`{cmd}`\n\n{table}\n")
@@ -92,10 +99,7 @@ def _cmd_bench_pacd(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_guide(args: argparse.Namespace) -> int:
-    from tqdm.auto import tqdm
-
     from labfbo.benchmarks import guide
-    from labfbo.benchmarks.runner import run_jobs
 
     if args.quick:
         kw = dict(functions=guide.QUICK_FUNCTIONS, levels=(2,), methods=("UCB", "GUIDE-UCB"), seeds=range(3),
@@ -106,17 +110,8 @@ def _cmd_bench_guide(args: argparse.Namespace) -> int:
     out = Path(args.out)
     jobs = guide.jobs(str(out), ablation=args.ablation, ablation_functions=tuple(args.ablation_functions),
                       **kw)  # type: ignore[arg-type]
-    cmd = "labfbo bench guide " + " ".join(sys.argv[3:])
-    print(f"{cmd}\n{len(jobs)} runs ({sum(not Path(j.path).exists() for j in jobs)} to do), cache: {out}")
-    bar = tqdm(total=len({j.path for j in jobs}), desc="guide", unit="run")
-
-    def progress(done: int, total: int) -> None:
-        bar.n = done
-        bar.refresh()
-
     t0 = time.perf_counter()
-    results = run_jobs(jobs, workers=args.workers, progress=progress)
-    bar.close()
+    cmd, results = _run_cached("guide", jobs, args.workers, str(out))
     table = guide.tables(results, jobs)
     plots = guide.plot(results, jobs, out)
     cpu = sum(r.wall_time for r in results)
@@ -145,23 +140,11 @@ def _cmd_bench_http_rounds(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_privacy_utility(args: argparse.Namespace) -> int:
-    from tqdm.auto import tqdm
-
     from labfbo.benchmarks import privacy_utility
-    from labfbo.benchmarks.runner import run_jobs
 
     jobs = privacy_utility.jobs(args.pacd_out, args.guide_out, range(args.seeds), tuple(args.gradient_sigmas),
                                 tuple(args.distribution_sigmas))
-    cmd = "labfbo bench privacy-utility " + " ".join(sys.argv[3:])
-    print(f"{cmd}\n{len({j.path for j in jobs})} runs ({sum(not Path(j.path).exists() for j in jobs)} to do)")
-    bar = tqdm(total=len({j.path for j in jobs}), desc="privacy-utility", unit="run")
-
-    def progress(done: int, total: int) -> None:
-        bar.n = done
-        bar.refresh()
-
-    results = run_jobs(jobs, workers=args.workers, progress=progress)
-    bar.close()
+    _, results = _run_cached("privacy-utility", jobs, args.workers, f"{args.pacd_out}, {args.guide_out}")
     print(privacy_utility.table(results, jobs))
     return 0
 
@@ -177,10 +160,17 @@ def _cmd_bench_site_loop(args: argparse.Namespace) -> int:
 def _cmd_bench_round_time(args: argparse.Namespace) -> int:
     from labfbo.benchmarks.round_time import format_rows, measure
 
+    import statistics
+
+    print("labfbo bench round-time " + " ".join(sys.argv[3:]) + "\n")
     rows = measure(args.sites, args.particles, args.n_obs, args.steps, args.repeats, args.dim)
-    print(f"labfbo bench round-time --sites {args.sites} --particles {args.particles} --n-obs {args.n_obs} "
-          f"--steps {args.steps} --dim {args.dim} --repeats {args.repeats}\n")
     print(format_rows(rows))
+    if args.secure_aggregation:  # the same rounds with masked uploads, measured in the same run
+        masked = measure(args.sites, args.particles, args.n_obs, args.steps, args.repeats, args.dim, True)
+        print("\nwith secure_aggregation=True:\n\n" + format_rows(masked))
+        ratio = (statistics.median(r.meta_update_s for r in masked[1:])
+                 / statistics.median(r.meta_update_s for r in rows[1:]))
+        print(f"\nmeta-update with / without secure aggregation: {ratio:.2f}x (median over rounds >= 1)")
     return 0
 
 
@@ -397,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("--steps", type=int, default=20)
     rt.add_argument("--dim", type=int, default=2)
     rt.add_argument("--repeats", type=int, default=3)
+    rt.add_argument("--secure-aggregation", action="store_true", help="also time masked rounds; print the ratio")
     rt.set_defaults(func=_cmd_bench_round_time)
     return parser
 

@@ -33,10 +33,11 @@ class RoundRow:
     round_s: float        # meta-update + all sites' acquisitions, as sequential in one process
 
 
-def measure(n_sites: int, particles: int, n_obs: int, steps: int, repeats: int, dim: int = 2) -> list[RoundRow]:
+def measure(n_sites: int, particles: int, n_obs: int, steps: int, repeats: int, dim: int = 2,
+            secure_aggregation: bool = False) -> list[RoundRow]:
     space = labfbo.SearchSpace([labfbo.Real(f"x{j}", 0.0, 1.0) for j in range(dim)])
     names = [f"site-{i}" for i in range(n_sites)]
-    opts = {"n_particles": particles, "svgd_steps": steps}
+    opts = {"n_particles": particles, "svgd_steps": steps, "secure_aggregation": secure_aggregation}
     coord = labfbo.Coordinator("gradient", sites=names, seed=0, **opts)
     sites = [labfbo.Optimizer(space, protocol="gradient", coordinator=coord, site=n, seed=0, n_init=0, **opts)
              for n in names]
