@@ -26,7 +26,7 @@ from labfbo.privacy.report import release_record
 from labfbo.privacy.report import report as privacy_report
 from labfbo.protocols import SiteContext, SiteData, get_protocol, parse_options
 from labfbo.seeding import campaign_id, rng, stable_hash
-from labfbo.site import SiteLedger, history_rows, write_csv
+from labfbo.site import SiteLedger, build_site_data, history_rows, write_csv
 from labfbo.space import SearchSpace
 from labfbo.transport import connect
 from labfbo.trial import Observation, Trial, TrialRecord, metadata_record, parse_value
@@ -41,7 +41,7 @@ def _plain(v: Any) -> Any:
 # answering the coordinator must not interleave with a lab script's proposal.
 _COMPUTE = threading.RLock()
 
-_NOT_RELEASES = ("abstain", "secagg_public_key")  # messages that carry nothing computed from the data
+_NOT_RELEASES = ("abstain", "secagg_public_key", "secagg_self_mask")  # nothing computed from the data
 _HEADER_KEYS = ("space_hash", "objective", "protocol", "seed", "site", "n_init")
 
 
@@ -114,7 +114,9 @@ class Optimizer:
         self._journal = MemoryJournal() if storage is None else FileJournal(storage)
         records = list(self._journal.records())
         self._secret = secrets.randbits(63) if secret is None else int(secret)
-        self._header = {"op": "header", "secret": self._secret, "space_hash": space.fingerprint(),
+        self._key_seed = secrets.token_bytes(32)  # secure-aggregation key material, never derived from a seed
+        self._header = {"op": "header", "secret": self._secret, "key_seed": self._key_seed.hex(),
+                        "space_hash": space.fingerprint(),
                         "space": space.model_dump(mode="json"), "objective": objective, "protocol": protocol, "seed": self.seed, "site": self.site,
                         "n_init": self.n_init, "options": self.options.model_dump(mode="json")}
         try:
@@ -123,6 +125,7 @@ class Optimizer:
                 if secret is not None and records[0].get("secret") not in (None, secret):
                     raise JournalError("secret= differs from the one in the journal")
                 self._secret = records[0].get("secret", self._secret)
+                self._key_seed = bytes.fromhex(records[0].get("key_seed", self._key_seed.hex()))
             else:
                 self._journal.append(self._header)
             self._join_reply: JoinReply | None = None
@@ -173,7 +176,8 @@ class Optimizer:
             ctx_index, n_sites = self._join_reply.site_index, self._join_reply.n_sites
             self.horizon = self.horizon if self.horizon is not None else self._join_reply.horizon
         self.context = SiteContext(site=self.site, site_index=ctx_index, n_sites=n_sites, seed=self.seed,
-                                   horizon=self.horizon, objective=self.objective, secret=self._secret)
+                                   horizon=self.horizon, objective=self.objective, secret=self._secret,
+                                   key_seed=self._key_seed)
         self._logic = self.protocol.site_logic(self.space, self.options, self.context)
 
     # -- journal ---------------------------------------------------------------------------
@@ -393,6 +397,11 @@ class Optimizer:
                   site=head["site"], seed=head["seed"], n_init=head["n_init"], storage=storage,
                   secret=options.pop("secret", head.get("secret")),
                   coordinator=coordinator, **{**saved, **options})
+        for key in ("privacy", "n_particles"):  # the snapshot's releases were accounted with these
+            if opt._header["options"].get(key) != head.get("options", {}).get(key):
+                opt.close()
+                raise JournalError(f"the snapshot's DP releases were made with {key}="
+                                   f"{head.get('options', {}).get(key)!r}; load it with the same setting")
         if any(r["op"] not in ("header", "join") for r in opt._journal.records()):
             raise JournalError("load() into a storage that already has history")
         for rec in records[1:]:
@@ -429,15 +438,7 @@ class Optimizer:
                         pending=np.vstack([cached.pending, extra_pending]))
 
     def _build_site_data(self) -> SiteData:
-        done = [t for t in self._trials.values() if t.state == "complete"]
-        X = np.array(self._hist_x + [t.x for t in done]).reshape(-1, self.space.dim)
-        values = [o.value for o in self._historical] + [t.value for t in done]
-        sems = [o.sem for o in self._historical] + [t.sem for t in done]
-        y = self._sign * np.asarray(values, dtype=np.float64)
-        yvar = None if not sems or any(s is None for s in sems) else np.square(np.asarray(sems, dtype=np.float64))
-        pend = [t.x for t in self._trials.values() if t.state == "pending"]
-        P = np.array(pend).reshape(-1, self.space.dim)
-        return SiteData(space=self.space, X=X, y=y, yvar=yvar, pending=P)
+        return build_site_data(self.space, self._sign, self._hist_x, self._historical, list(self._trials.values()))
 
     def _design_rows(self) -> np.ndarray:
         if self._join_reply is not None:

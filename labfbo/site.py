@@ -7,10 +7,15 @@ import json
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from labfbo.messages import Message
+from labfbo.protocols.base import SiteData
 
 if TYPE_CHECKING:
     from labfbo.optimizer import Optimizer
+    from labfbo.space import SearchSpace
+    from labfbo.trial import Observation, TrialRecord
 
 
 class SiteLedger:
@@ -70,3 +75,18 @@ def write_csv(path: str, rows: list[dict[str, Any]]) -> None:
         writer.writeheader()
         for r in rows:
             writer.writerow({k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in r.items()})
+
+
+def build_site_data(space: "SearchSpace", sign: float, hist_x: list[np.ndarray], historical: list["Observation"],
+                    trials: list["TrialRecord"]) -> SiteData:
+    """A site's data in model coordinates: historical then completed trials (``sign`` makes every
+    objective a maximization), their variances when every one has a standard error, and the
+    pending points."""
+    done = [t for t in trials if t.state == "complete"]
+    X = np.array(hist_x + [t.x for t in done]).reshape(-1, space.dim)
+    values = [o.value for o in historical] + [t.value for t in done]
+    sems = [o.sem for o in historical] + [t.sem for t in done]
+    y = sign * np.asarray(values, dtype=np.float64)
+    yvar = None if not sems or any(s is None for s in sems) else np.square(np.asarray(sems, dtype=np.float64))
+    pending = np.array([t.x for t in trials if t.state == "pending"]).reshape(-1, space.dim)
+    return SiteData(space=space, X=X, y=y, yvar=yvar, pending=pending)

@@ -81,3 +81,14 @@ def test_the_report_lists_every_release_and_says_when_there_is_no_guarantee() ->
     assert rows[-1]["epsilon"] == pytest.approx(gaussian_epsilon(4.0 / 2.0, GRAD["warmup_steps"], 1e-5))
     assert "task level" in rows[0]["neighbouring"]
     assert _run("consensus", 1, {"num_restarts": 2, "raw_samples": 32})[0].privacy_report()[0]["epsilon"] == math.inf
+
+
+def test_load_refuses_other_dp_settings(tmp_path) -> None:
+    dp = labfbo.DP(clip=3.0, noise_multiplier=2.0)
+    sites = _run("distribution", 1, {**DIST, "privacy": dp})
+    sites[0].save(str(tmp_path / "snap"))
+    coord = labfbo.Coordinator("distribution", sites=SITES, seed=0, **DIST)
+    with pytest.raises(labfbo.exceptions.JournalError, match="made with privacy="):
+        labfbo.Optimizer.load(str(tmp_path / "snap"), coordinator=coord, privacy=labfbo.DP(clip=3.0, noise_multiplier=50.0))
+    again = labfbo.Optimizer.load(str(tmp_path / "snap"), coordinator=coord)
+    assert again.epsilon() == pytest.approx(sites[0].epsilon()) and again.privacy_report() == sites[0].privacy_report()

@@ -10,7 +10,8 @@ from scipy import stats
 import labfbo
 from campaign import run_campaign
 from labfbo.privacy import secagg
-from labfbo.protocols.gradient import MaskedScores, ScoreResponse, meta_step, secure_meta_step
+from labfbo.protocols.gradient import ScoreResponse, meta_step, secure_meta_step
+from labfbo.protocols.secure_sum import MaskedScores
 
 FAST = {"num_restarts": 2, "raw_samples": 32, "n_particles": 4, "hidden": (8, 8), "warmup_steps": 4, "svgd_steps": 3}
 SPACE = labfbo.SearchSpace([labfbo.Real("x", -2.0, 2.0), labfbo.Real("y", 0.0, 1.0)])
@@ -30,24 +31,49 @@ def _run(rounds: int, sites: list[str] = SITES, **opts: object):
     return coord, opt, run_campaign(opt, _f, 4, rounds)
 
 
+def _seeds(names: str) -> dict[str, bytes]:
+    return {s: bytes([i + 1]) * 32 for i, s in enumerate(names)}
+
+
 def test_masks_cancel_to_fixed_point_precision_and_a_single_upload_is_uniform() -> None:
-    secrets = {"a": 5, "b": 6, "c": 7}
-    cohort = {s: secagg.public_key(k, s) for s, k in secrets.items()}
-    info = secagg.context("study", 2, 0, list(cohort))
-    x = {s: np.random.default_rng(i).normal(scale=50.0, size=4000) for i, s in enumerate(secrets)}
-    y = {s: secagg.mask(secagg.encode(x[s], 3), s, secrets[s], cohort, info) for s in secrets}
-    total = secagg.decode(secagg.aggregate(list(y.values())))
+    keys = _seeds("abc")
+    cohort = {s: secagg.public_key(k) for s, k in keys.items()}
+    info = secagg.context("study", 2, 0, list(cohort), b"particles")
+    x = {s: np.random.default_rng(i).normal(scale=50.0, size=4000) for i, s in enumerate(keys)}
+    y = {s: secagg.mask(secagg.encode(x[s], 3), s, keys[s], cohort, info) for s in keys}
+    seeds = [secagg.self_mask_seed(keys[s], info) for s in keys]
+    total = secagg.decode(secagg.aggregate(list(y.values()), seeds))
     assert np.max(np.abs(total - sum(x.values()))) <= 3 * 2.0 ** -33 + 1e-12
     # one site's masked vector: its bytes are uniform and it says nothing about the site's values
     counts = np.bincount(y["a"].view(np.uint8), minlength=256)
     assert stats.chisquare(counts).pvalue > 1e-4
     assert abs(np.corrcoef(secagg.decode(y["a"]), x["a"])[0, 1]) < 0.1
-    assert secagg.decode(secagg.aggregate([y["a"], y["b"]])).std() > 1e8  # a partial sum is noise too
-    # other context (round / cohort): other masks
-    assert not np.array_equal(y["a"], secagg.mask(secagg.encode(x["a"], 3), "a", 5, cohort,
-                                                  secagg.context("study", 3, 0, list(cohort))))
+    assert secagg.decode(secagg.aggregate([y["a"], y["b"]], seeds[:2])).std() > 1e8  # a partial sum is noise
+    assert secagg.decode(secagg.aggregate(list(y.values()), [])).std() > 1e8  # so is the sum before unmasking
+    # other context (round, cohort, particles): other masks
+    for other in (secagg.context("study", 3, 0, list(cohort), b"particles"),
+                  secagg.context("study", 2, 0, list(cohort), b"other particles")):
+        assert not np.array_equal(y["a"], secagg.mask(secagg.encode(x["a"], 3), "a", keys["a"], cohort, other))
     with pytest.raises(labfbo.exceptions.ProtocolError, match="too large"):
         secagg.encode(np.array([1e9]), 3)
+
+
+def test_a_late_upload_of_a_dropped_site_stays_hidden() -> None:
+    """Cohort abcd; d's upload comes too late, so the step is redone with abc. The coordinator then
+    holds all four first uploads and the unmasked sum of abc: their difference is not x_d."""
+    keys = _seeds("abcd")
+    pub = {s: secagg.public_key(k) for s, k in keys.items()}
+    x = {s: np.random.default_rng(i).normal(size=500) for i, s in enumerate(keys)}
+    first = secagg.context("st", 0, 0, list(pub), b"p")
+    ups = [secagg.mask(secagg.encode(x[s], 4), s, keys[s], pub, first) for s in keys]
+    abc = {s: pub[s] for s in "abc"}
+    redo = secagg.context("st", 0, 0, list(abc), b"p")
+    ups2 = [secagg.mask(secagg.encode(x[s], 3), s, keys[s], abc, redo) for s in abc]
+    sum_abc = secagg.aggregate(ups2, [secagg.self_mask_seed(keys[s], redo) for s in abc])
+    np.testing.assert_allclose(secagg.decode(sum_abc), x["a"] + x["b"] + x["c"], atol=1e-8)
+    with np.errstate(over="ignore"):
+        guess = secagg.decode(secagg.aggregate(ups, []) - sum_abc)  # the first attempt was never unmasked
+    assert abs(np.corrcoef(guess, x["d"])[0, 1]) < 0.2 and np.abs(guess).std() > 1e8
 
 
 def test_a_secure_meta_update_equals_the_plain_one_to_fixed_point_precision() -> None:
@@ -58,7 +84,7 @@ def test_a_secure_meta_update_equals_the_plain_one_to_fixed_point_precision() ->
     n_obs = [5, 7, 9]
     plain = meta_step(theta, scores, n_obs, agg.cfg)
     uploads = [secagg.encode(np.concatenate([a.numpy().ravel(), [1 / n, 1.0]]), 3) for a, n in zip(scores, n_obs)]
-    secure = secure_meta_step(theta, secagg.decode(secagg.aggregate(uploads)), agg.cfg)
+    secure = secure_meta_step(theta, secagg.decode(secagg.aggregate(uploads, [])), agg.cfg)
     assert torch.linalg.norm(secure - plain) / torch.linalg.norm(plain - theta) <= 1e-9
 
 
@@ -73,12 +99,11 @@ def test_a_campaign_with_secure_aggregation_equals_the_plain_one() -> None:
         for a, b in zip(rp, rs):
             assert a == pytest.approx(b, abs=1e-4)
     kinds = [m.kind for m in sa[0].sent_messages()]
-    assert kinds[:3] == ["join", "secagg_public_key", "masked_score"] and "score" not in kinds
+    assert kinds[:4] == ["join", "secagg_public_key", "masked_score", "secagg_self_mask"] and "score" not in kinds
     assert kinds.count("secagg_public_key") == 1  # keys are exchanged once
     up = [m for m in sa[0].sent_messages() if isinstance(m, MaskedScores)][0]
     plain_up = [m for m in plain[0].sent_messages() if isinstance(m, ScoreResponse)][0]
     assert up.masked.dtype == "uint64" and up.masked.shape == (plain_up.scores.n_scalars + 2,)
-    assert "n_obs" not in up.model_dump()  # the count is summed too
 
 
 def _declining(secure: bool) -> tuple[labfbo.Coordinator, list[int]]:
@@ -112,3 +137,20 @@ def test_a_dropout_redoes_the_step_without_the_site() -> None:
 def test_secure_aggregation_needs_three_sites() -> None:
     with pytest.raises(labfbo.exceptions.ConfigurationError, match="at least 3 sites"):
         labfbo.Coordinator("gradient", sites=["a", "b"], seed=0, secure_aggregation=True, **FAST)
+
+
+def test_a_stale_key_is_replaced_and_the_round_goes_on() -> None:
+    """The coordinator holds an old key of lab-a (say lab-a restarted from a fresh journal): lab-a sends
+    its current key instead of scores, the step is redone without it, and the next round includes it."""
+    coord, sites, _ = _run(1, secure_aggregation=True)
+    agg = coord.aggregator()
+    true_key = agg.secure.keys["lab-a"]
+    agg.secure.keys["lab-a"] = secagg.public_key(b"\x07" * 32)
+    before = agg.redone
+    for _ in range(2):  # two more rounds
+        trials = [o.ask() for o in sites]
+        for i, (o, t) in enumerate(zip(sites, trials)):
+            o.tell(t, _f(i, t.params))
+    assert agg.secure.keys["lab-a"] == true_key and agg.redone == before + 1
+    kinds = [m.kind for m in sites[0].sent_messages()]
+    assert kinds.count("secagg_public_key") == 2 and kinds[-1] == "secagg_self_mask"

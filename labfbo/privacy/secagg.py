@@ -16,15 +16,23 @@ the coordinator learns the sum and nothing else about a single :math:`x_i` (each
 the decoded sum equals the float sum to :math:`\le n\,2^{-33}` per coordinate. A value
 that could overflow the ring in a sum of ``n_parties`` is refused.
 
-What is *not* here: the secret sharing of each site's mask seed that lets Bonawitz et al.
-finish a round without a site that dropped out. Our coordinator instead redoes the step
-with the sites that answered (fresh masks, since the cohort is part of the context).
+Every upload also carries a *self mask* :math:`b_i` (Bonawitz et al.'s double masking),
+whose seed the site reveals only when the coordinator asks, after every upload of that
+release arrived. If a member drops out, the coordinator redoes the step with the others
+under a new context; the first attempt's uploads stay hidden behind their self masks,
+so even a late upload of the dropped site cannot be isolated by subtracting two sums.
+
+What is *not* here: the secret sharing of each site's mask seeds that lets Bonawitz et
+al. finish a round *without* redoing it. The key material is 32 random bytes per site,
+kept in its journal.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import os
 from typing import Mapping
 
 import numpy as np
@@ -52,25 +60,46 @@ def _hkdf(material: bytes, info: bytes, length: int = 32) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=info).derive(material)
 
 
-def private_key(secret: int, site: str):
-    """The site's X25519 key, derived from its private secret (so a resumed site has the same one)."""
+def new_key_seed() -> bytes:
+    """32 random bytes from the OS: a site's secure-aggregation key material (kept in its journal)."""
+    return os.urandom(32)
+
+
+def private_key(key_seed: bytes):
+    """The site's X25519 key, derived from its 32-byte key seed (so a resumed site has the same one)."""
     _, X25519PrivateKey, *_ = _crypto()
-    seed = _hkdf(int(secret).to_bytes(8, "little", signed=False), b"labfbo/secagg/key/" + site.encode())
-    return X25519PrivateKey.from_private_bytes(seed)
+    return X25519PrivateKey.from_private_bytes(_hkdf(key_seed, b"labfbo/secagg/x25519"))
 
 
-def public_key(secret: int, site: str) -> str:
+def public_key(key_seed: bytes) -> str:
     """The site's public key, base64 (what it sends the coordinator)."""
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-    raw = private_key(secret, site).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    raw = private_key(key_seed).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     return base64.b64encode(raw).decode("ascii")
 
 
-def context(study: str, round: int, step: int, cohort: list[str]) -> bytes:
-    """What makes one release's masks unique: study, round, step and the exact cohort."""
-    digest = hashlib.sha256("\x00".join(sorted(cohort)).encode()).hexdigest()
-    return f"labfbo/secagg/{study}/{round}/{step}/{digest}".encode()
+def _peer(public: str):
+    _, _, X25519PublicKey, *_ = _crypto()
+    try:
+        return X25519PublicKey.from_public_bytes(base64.b64decode(public, validate=True))
+    except Exception as exc:  # noqa: BLE001 — any malformed key is a protocol error
+        raise ProtocolError(f"secure aggregation: malformed public key ({exc})") from None
+
+
+def valid_public_key(public: str) -> bool:
+    try:
+        _peer(public)
+        return True
+    except ProtocolError:
+        return False
+
+
+def context(study: str, round: int, step: int, cohort: list[str], particles: bytes) -> bytes:
+    """What makes one release's masks unique: study, round, step, the exact cohort and the
+    particles the scores were computed on (a re-run of a step on other particles gets other masks)."""
+    fields = [study, int(round), int(step), sorted(cohort), hashlib.sha256(particles).hexdigest()]
+    return b"labfbo/secagg/" + json.dumps(fields, separators=(",", ":")).encode()
 
 
 def encode(x: np.ndarray, n_parties: int) -> np.ndarray:
@@ -90,40 +119,44 @@ def decode(total: np.ndarray) -> np.ndarray:
     return np.asarray(total, dtype=np.uint64).view(np.int64).astype(np.float64) / _SCALE
 
 
-def _pair_mask(me: str, secret: int, peer_public: str, info: bytes, size: int) -> np.ndarray:
-    _, _, X25519PublicKey, Cipher, algorithms, _ = _crypto()
-    try:
-        peer = X25519PublicKey.from_public_bytes(base64.b64decode(peer_public, validate=True))
-    except Exception as exc:  # noqa: BLE001 — any malformed key is a protocol error
-        raise ProtocolError(f"secure aggregation: malformed public key ({exc})") from None
-    shared = private_key(secret, me).exchange(peer)
-    key = _hkdf(shared, info)
-    stream = Cipher(algorithms.ChaCha20(key, b"\x00" * 16), mode=None).encryptor().update(b"\x00" * (8 * size))
-    return np.frombuffer(stream, dtype="<u8").astype(np.uint64)
+def _stream(key: bytes, size: int) -> np.ndarray:
+    *_, Cipher, algorithms, _ = _crypto()
+    data = Cipher(algorithms.ChaCha20(key, b"\x00" * 16), mode=None).encryptor().update(b"\x00" * (8 * size))
+    return np.frombuffer(data, dtype="<u8").astype(np.uint64)
 
 
-def mask(encoded: np.ndarray, me: str, secret: int, cohort: Mapping[str, str], info: bytes) -> np.ndarray:
-    """``encoded`` plus this site's signed pairwise masks with every other member of ``cohort``.
+def self_mask_seed(key_seed: bytes, info: bytes) -> bytes:
+    """The seed of a site's own mask for one release; revealed only once every upload of that release arrived."""
+    return _hkdf(key_seed, b"self/" + info)
+
+
+def mask(encoded: np.ndarray, me: str, key_seed: bytes, cohort: Mapping[str, str], info: bytes) -> np.ndarray:
+    """``encoded`` plus this site's self mask and its signed pairwise masks with every other member.
 
     ``cohort`` maps each member (``me`` included) to its base64 public key.
     """
     if me not in cohort:
         raise ProtocolError(f"secure aggregation: {me!r} is not in the cohort")
-    out = np.asarray(encoded, dtype=np.uint64).copy()
+    mine = private_key(key_seed)
+    out = np.asarray(encoded, dtype=np.uint64).reshape(-1).copy()
     with np.errstate(over="ignore"):
+        out = out + _stream(self_mask_seed(key_seed, info), out.size)
         for peer in sorted(cohort):
             if peer == me:
                 continue
-            pair = info + b"/" + "\x00".join(sorted((me, peer))).encode()
-            m = _pair_mask(me, secret, cohort[peer], pair, out.size).reshape(out.shape)
+            pair = info + b"/pair/" + json.dumps(sorted((me, peer))).encode()
+            m = _stream(_hkdf(mine.exchange(_peer(cohort[peer])), pair), out.size)
             out = out + m if me < peer else out - m
-    return out
+    return out.reshape(np.shape(encoded))
 
 
-def aggregate(masked: list[np.ndarray]) -> np.ndarray:
-    """The sum of the sites' masked vectors in Z_{2^64} (the masks cancel)."""
-    total = np.zeros_like(np.asarray(masked[0], dtype=np.uint64))
+def aggregate(masked: list[np.ndarray], self_seeds: list[bytes]) -> np.ndarray:
+    """The sum of the sites' masked vectors in Z_{2^64}, less their revealed self masks (the pairwise
+    masks cancel in the sum)."""
+    total = np.zeros(np.asarray(masked[0]).size, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for y in masked:
-            total = total + np.asarray(y, dtype=np.uint64)
+            total = total + np.asarray(y, dtype=np.uint64).reshape(-1)
+        for seed in self_seeds:
+            total = total - _stream(seed, total.size)
     return total

@@ -66,6 +66,7 @@ class SiteContext:
     horizon: int | None = None
     objective: Literal["minimize", "maximize"] = "minimize"
     secret: int = 0  # site-private: seeds draws the coordinator must not predict (DP noise)
+    key_seed: bytes = b""  # site-private, 32 random bytes: secure-aggregation keys and self masks
 
     def seed_for(self, round: int, purpose: str) -> int:
         return int_seed(self.seed, self.site_index, round, purpose)

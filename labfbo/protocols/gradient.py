@@ -34,10 +34,9 @@ from labfbo.exceptions import ConfigurationError, ProtocolError
 from labfbo.privacy import DP, privatize, secagg
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
+from labfbo.protocols.secure_sum import (MIN_COHORT, KeyRequest, MaskedScores, PublicKeyShare, SecureSum,
+                                         UnmaskRequest, check_cohort, digest, reveal, upload)
 from labfbo.seeding import rng
-
-
-MIN_COHORT = 3  # with two sites, each can recover the other's scores from the SVGD update
 
 
 @register
@@ -49,32 +48,11 @@ class ParticlesRequest(Message):
     particles: Array
     cohort: dict[str, str] | None = Field(None, description="secure aggregation: member -> public key")
 
-
-@register
-class KeyRequest(Message):
-    """Coordinator -> site (secure aggregation): send your X25519 public key."""
-
-    kind: Literal["secagg_key_request"] = "secagg_key_request"
-
-
-@register
-class PublicKeyShare(Message):
-    """Site -> coordinator (secure aggregation): the site's X25519 public key (base64, 32 bytes)."""
-
-    kind: Literal["secagg_public_key"] = "secagg_public_key"
-    public_key: str = Field(min_length=44, max_length=44)
-
-
-@register
-class MaskedScores(Message):
-    """Site -> coordinator (secure aggregation): ``enc([A_i.ravel(), 1/n_i, [n_i > 0]])`` plus pairwise
-    masks, in Z_{2^64}. Alone it is uniform noise; only the cohort's sum means anything."""
-
-    kind: Literal["masked_score"] = "masked_score"
-    step: int
-    masked: Array
-    dp_clip: float | None = None
-    dp_noise_multiplier: float | None = None
+    @property
+    def dp_purpose(self) -> str:
+        """The DP noise stream of this request: keyed by the step *and* the particles, so an answer
+        to other particles never reuses noise (their difference would cancel it)."""
+        return f"dp-noise/{self.step}/{digest(self.particles)[:32]}"
 
 
 @register
@@ -153,43 +131,30 @@ class GradientSite(LocalGPSite):
     _mixture: ParticleMixtureGP | None = None
 
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
+        ctx = self.context
         if isinstance(request, KeyRequest):
-            return PublicKeyShare(public_key=secagg.public_key(self.context.secret, self.context.site))
+            return PublicKeyShare(public_key=secagg.public_key(ctx.key_seed))
+        if isinstance(request, UnmaskRequest):
+            return reveal(request, ctx.site, ctx.key_seed, request.study, round)
         if not isinstance(request, ParticlesRequest):
             return super().answer(request, data, round)
-        if self.options.secure_aggregation:
-            return self._masked_answer(request, data, round)
         if data.n == 0:
             return Abstain(reason="no observations yet")
+        if self.options.secure_aggregation and (refusal := check_cohort(request.cohort, ctx.site, ctx.key_seed)):
+            return refusal
         theta = torch.as_tensor(request.particles.numpy())
         A = site_score(theta, data.X, data.y, self.options.pacoh()).numpy()
         dp: DP | None = self.options.privacy
-        if dp is None:
-            return ScoreResponse(step=request.step, scores=Array.of(A), n_obs=data.n)
-        gen = self.context.private_rng(round, f"dp-noise/{request.step}")  # never from the study seed
-        return ScoreResponse(step=request.step, scores=Array.of(privatize(A, dp, gen)), n_obs=data.n,
-                             dp_clip=dp.clip, dp_noise_multiplier=dp.noise_multiplier)
-
-    def _masked_answer(self, request: ParticlesRequest, data: SiteData, round: int) -> Message:
-        """The scores (privatized first under DP), with 1/n and a has-data flag, encoded and masked."""
-        cohort, me = request.cohort or {}, self.context.site
-        if me not in cohort or len(cohort) < MIN_COHORT:
-            return Abstain(reason=f"secure aggregation needs a cohort of >= {MIN_COHORT} sites including "
-                                  f"{me!r}, got {sorted(cohort)}")
-        theta = torch.as_tensor(request.particles.numpy())
-        dp: DP | None = self.options.privacy if data.n else None
-        if data.n:
-            A = site_score(theta, data.X, data.y, self.options.pacoh()).numpy()
-            if dp is not None:
-                A = privatize(A, dp, self.context.private_rng(round, f"dp-noise/{request.step}"))
-        else:  # no data: a zero contribution keeps the cohort's masks complete
-            A = np.zeros(tuple(theta.shape))
-        payload = np.concatenate([A.ravel(), [1.0 / data.n if data.n else 0.0, float(data.n > 0)]])
-        info = secagg.context(request.study, round, request.step, list(cohort))
-        masked = secagg.mask(secagg.encode(payload, len(cohort)), me, self.context.secret, cohort, info)
-        return MaskedScores(step=request.step, masked=Array.of(masked, dtype="uint64"),
-                            dp_clip=None if dp is None else dp.clip,
-                            dp_noise_multiplier=None if dp is None else dp.noise_multiplier)
+        if dp is not None:
+            A = privatize(A, dp, ctx.private_rng(round, request.dp_purpose))  # never from the study seed
+        dp_fields = {"dp_clip": None if dp is None else dp.clip,
+                     "dp_noise_multiplier": None if dp is None else dp.noise_multiplier}
+        if not self.options.secure_aggregation:
+            return ScoreResponse(step=request.step, scores=Array.of(A), n_obs=data.n, **dp_fields)
+        # the count travels inside the sum: the meta-weight needs only sum(1/n_i) and the number of sites
+        masked = upload(np.concatenate([A.ravel(), [1.0 / data.n, 1.0]]), ctx.site, ctx.key_seed, request.cohort or {},
+                        request.study, round, request.step, digest(request.particles))
+        return MaskedScores(step=request.step, masked=masked, **dp_fields)
 
     def mixture(self, data: SiteData) -> ParticleMixtureGP | None:
         """The particle-mixture model on local data (cached per particles and data)."""
@@ -220,11 +185,10 @@ class GradientSite(LocalGPSite):
 class GradientAggregator(Aggregator):
     """Runs ``svgd_steps`` exchanges per round on warm-started particles.
 
-    With ``secure_aggregation`` it first collects the sites' public keys (once per site),
-    then each step asks the *cohort* (the sites with keys) for masked scores and sums
-    them. If a member does not answer, the sum is useless (its masks do not cancel): the
-    step is asked again of the sites that did, with fresh masks, as long as at least
-    :data:`MIN_COHORT` remain; otherwise the round ends without further updates.
+    With ``secure_aggregation`` each step is a secure sum over the cohort
+    (:class:`~labfbo.protocols.secure_sum.SecureSum`: masked uploads, then the self masks'
+    seeds); a member that drops out makes the step run again with the others, and a round
+    that cannot keep :data:`MIN_COHORT` members ends without further updates.
     """
 
     def __init__(self, options: GradientOptions, sites: Sequence[str], seed: int, horizon: int | None,
@@ -235,53 +199,50 @@ class GradientAggregator(Aggregator):
         self.particles = init_particles(self.cfg, space.dim, int(rng(seed, 0, 0, "pacoh-init").integers(2**31)))
         self.step = 0
         self.trained = False
-        self.keys: dict[str, str] = {}
-        self.phase: Literal["start", "keys", "scores"] = "start"
-        self.cohort: list[str] = []  # the sites asked for masked scores in this round
-        self.redone = 0  # steps asked again because a cohort member dropped out
+        self.updated = False  # some step of this round changed the particles
+        self.secure = SecureSum(self.sites)
 
-    def _request(self) -> Exchange:
+    @property
+    def redone(self) -> int:
+        return self.secure.redone
+
+    def _request(self) -> Step:
+        particles = Array.of(self.particles.numpy())
         if not self.options.secure_aggregation:
-            msg = ParticlesRequest(step=self.step, particles=Array.of(self.particles.numpy()))
+            msg = ParticlesRequest(step=self.step, particles=particles)
             return Exchange({s: msg for s in self.sites})
-        missing = [s for s in self.sites if s not in self.keys]
-        if self.phase == "start" and missing:  # once per site (keys are long-lived), retried each round
-            self.phase = "keys"
-            return Exchange({s: KeyRequest() for s in missing})
-        self.phase = "scores"
-        self.cohort = self.cohort or [s for s in self.sites if s in self.keys]
-        if len(self.cohort) < MIN_COHORT:
-            return self._finish()
-        msg = ParticlesRequest(step=self.step, particles=Array.of(self.particles.numpy()),
-                               cohort={s: self.keys[s] for s in self.cohort})
-        return Exchange({s: msg for s in self.cohort})
+        exchange = self.secure.first(lambda cohort: ParticlesRequest(step=self.step, particles=particles, cohort=cohort))
+        return self._finish() if exchange is None else Exchange(exchange)
 
     def _finish(self) -> Finish:
-        self.cohort, self.phase = [], "start"
+        self.trained = self.trained or self.updated
+        self.updated = False
+        self.secure.reset()
         reply = ParticlesReply(particles=Array.of(self.particles.numpy()))
         return Finish({s: reply for s in self.sites})
 
     def state(self) -> dict[str, Any]:
         return {"particles": Array.of(self.particles.numpy()).model_dump(mode="json"), "trained": self.trained,
-                "keys": self.keys}
+                "keys": self.secure.keys}
 
     def restore(self, state: dict[str, Any]) -> None:
         if state:
             self.particles = torch.as_tensor(Array.model_validate(state["particles"]).numpy())
             self.trained = bool(state["trained"])
-            self.keys = dict(state.get("keys", {}))
+            self.secure.keys = dict(state.get("keys", {}))
 
     def steps_in_round(self) -> int:
         """``warmup_steps`` until the particles have been trained once, then ``svgd_steps``."""
         return self.options.warmup_steps if not self.trained else self.cfg.svgd_steps
 
     def open_round(self, t: int) -> Step:
-        self.step, self.cohort, self.phase = 0, [], "start"
+        self.step, self.updated = 0, False
+        self.secure.reset()
         return self._request() if self.steps_in_round() else self._finish()
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
         if self.options.secure_aggregation:
-            return self._on_masked(responses)
+            return self._on_secure(responses)
         answers = [responses[s] for s in self.sites if isinstance(responses.get(s), ScoreResponse)]
         if answers:
             self.particles = meta_step(self.particles, [torch.as_tensor(a.scores.numpy()) for a in answers],
@@ -289,27 +250,20 @@ class GradientAggregator(Aggregator):
         return self._next(bool(answers))
 
     def _next(self, updated: bool) -> Step:
+        self.updated = self.updated or updated
         self.step += 1
         if not updated or self.step >= self.steps_in_round():
-            self.trained = self.trained or updated
             return self._finish()
         return self._request()
 
-    def _on_masked(self, responses: Mapping[str, Message]) -> Step:
-        if self.phase == "keys":
-            for s, r in responses.items():
-                if isinstance(r, PublicKeyShare):
-                    self.keys[s] = r.public_key
-            return self._request()
-        answered = [s for s in self.cohort if isinstance(responses.get(s), MaskedScores)]
-        if len(answered) < len(self.cohort):  # a dropout: its masks would not cancel
-            self.cohort, self.redone = answered, self.redone + 1
-            return self._request() if len(answered) >= MIN_COHORT else self._finish()
-        size = self.particles.numel() + 2
-        masked = [responses[s].masked.numpy().reshape(-1) for s in answered]  # type: ignore[union-attr]
-        if any(m.size != size for m in masked):
-            raise ProtocolError(f"masked scores must have {size} entries")
-        new = secure_meta_step(self.particles, secagg.decode(secagg.aggregate(masked)), self.cfg)
+    def _on_secure(self, responses: Mapping[str, Message]) -> Step:
+        out = self.secure.on_responses(self.step, digest(Array.of(self.particles.numpy())),
+                                       self.particles.numel() + 2, responses)
+        if isinstance(out, str):
+            return self._request() if out == "redo" else self._finish()
+        if isinstance(out, dict):
+            return Exchange(out)
+        new = secure_meta_step(self.particles, out, self.cfg)
         if new is not None:
             self.particles = new
         return self._next(new is not None)

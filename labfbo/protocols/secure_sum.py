@@ -1,0 +1,184 @@
+"""Secure aggregation inside a protocol: its messages, the site's answers and the coordinator's bookkeeping.
+
+One secure sum takes two exchanges with the *cohort* (the members with known keys):
+
+1. ``ParticlesRequest(cohort=...)`` -> each member uploads ``MaskedScores`` (its vector plus
+   its self mask and pairwise masks, :mod:`labfbo.privacy.secagg`);
+2. once every member's upload arrived, ``UnmaskRequest`` -> each member reveals the seed of
+   its self mask (``SelfMaskSeed``), and the coordinator removes the self masks from the sum.
+
+If a member is missing at either exchange, the step is redone with those that answered,
+under a new context (the cohort is part of it): fresh masks, and the abandoned attempt's
+uploads stay hidden behind self masks that were never revealed. Public keys are asked of
+the sites that have none (or sent a new one) along with the first request of a round.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import warnings
+from typing import Callable, Literal, Mapping
+
+import numpy as np
+from pydantic import Field
+
+from labfbo.exceptions import ProtocolError
+from labfbo.messages import Abstain, Array, Message, register
+from labfbo.privacy import secagg
+
+MIN_COHORT = 3  # with two sites, each can recover the other's vector from the sum
+
+
+@register
+class KeyRequest(Message):
+    """Coordinator -> site (secure aggregation): send your X25519 public key."""
+
+    kind: Literal["secagg_key_request"] = "secagg_key_request"
+
+
+@register
+class PublicKeyShare(Message):
+    """Site -> coordinator (secure aggregation): the site's X25519 public key (base64, 32 bytes)."""
+
+    kind: Literal["secagg_public_key"] = "secagg_public_key"
+    public_key: str = Field(min_length=44, max_length=44)
+
+
+@register
+class MaskedScores(Message):
+    """Site -> coordinator (secure aggregation): ``enc([A_i.ravel(), 1/n_i, 1])`` plus the site's
+    self mask and pairwise masks, in Z_{2^64}. Alone it is uniform noise."""
+
+    kind: Literal["masked_score"] = "masked_score"
+    step: int
+    masked: Array
+    dp_clip: float | None = None
+    dp_noise_multiplier: float | None = None
+
+
+@register
+class UnmaskRequest(Message):
+    """Coordinator -> site: every upload of this release arrived; reveal your self mask's seed."""
+
+    kind: Literal["secagg_unmask_request"] = "secagg_unmask_request"
+    step: int
+    cohort: dict[str, str]
+    particles_sha256: str
+
+
+@register
+class SelfMaskSeed(Message):
+    """Site -> coordinator: the 32-byte seed of the site's self mask for one release (base64)."""
+
+    kind: Literal["secagg_self_mask"] = "secagg_self_mask"
+    step: int
+    seed: str = Field(min_length=44, max_length=44)
+
+
+def digest(particles: Array) -> str:
+    """The SHA-256 of the particles as sent (their base64 payload): part of every mask's context."""
+    return hashlib.sha256(particles.data.encode("ascii")).hexdigest()
+
+
+# -- site side -------------------------------------------------------------------------------------
+def check_cohort(cohort: Mapping[str, str] | None, me: str, key_seed: bytes) -> Message | None:
+    """Why this site must not upload into ``cohort`` (an answer to send instead), or None."""
+    cohort = cohort or {}
+    mine = secagg.public_key(key_seed)
+    if me in cohort and cohort[me] != mine:  # the coordinator holds an old key of ours: send the current one
+        return PublicKeyShare(public_key=mine)
+    if me not in cohort or len(cohort) < MIN_COHORT:
+        return Abstain(reason=f"secure aggregation needs a cohort of >= {MIN_COHORT} sites including "
+                              f"{me!r}, got {sorted(cohort)}")
+    return None
+
+
+def upload(values: np.ndarray, me: str, key_seed: bytes, cohort: Mapping[str, str], study: str, round: int,
+           step: int, particles_sha256: str) -> Array:
+    """``values`` encoded and masked for this release."""
+    info = secagg.context(study, round, step, list(cohort), particles_sha256.encode())
+    return Array.of(secagg.mask(secagg.encode(values, len(cohort)), me, key_seed, cohort, info), dtype="uint64")
+
+
+def reveal(request: UnmaskRequest, me: str, key_seed: bytes, study: str, round: int) -> Message:
+    """The self mask's seed of the release ``request`` names (only for a cohort this site is in)."""
+    if me not in request.cohort:
+        return Abstain(reason=f"{me!r} is not in that cohort")
+    info = secagg.context(study, round, request.step, list(request.cohort), request.particles_sha256.encode())
+    return SelfMaskSeed(step=request.step, seed=base64.b64encode(secagg.self_mask_seed(key_seed, info)).decode())
+
+
+# -- coordinator side --------------------------------------------------------------------------------
+class SecureSum:
+    """The coordinator's state of secure sums over ``sites``: their keys, this round's cohort, the phase."""
+
+    def __init__(self, sites: list[str]) -> None:
+        self.sites = sites
+        self.keys: dict[str, str] = {}
+        self.cohort: list[str] = []
+        self.phase: Literal["start", "keys", "upload", "unmask"] = "start"
+        self.uploads: dict[str, np.ndarray] = {}
+        self.keys_asked = False  # keys are asked at most once per round
+        self.redone = 0  # steps asked again because a member dropped out
+
+    def reset(self) -> None:
+        self.cohort, self.phase, self.uploads, self.keys_asked = [], "start", {}, False
+
+    def learn_keys(self, responses: Mapping[str, Message]) -> None:
+        for site, r in responses.items():
+            if isinstance(r, PublicKeyShare) and site in self.sites:
+                if secagg.valid_public_key(r.public_key):
+                    self.keys[site] = r.public_key
+                else:
+                    warnings.warn(f"secure aggregation: {site!r} sent an invalid public key", stacklevel=3)
+
+    def first(self, make: Callable[[dict[str, str]], Message]) -> dict[str, Message] | None:
+        """The exchange of a step: ``make(cohort keys)`` to the cohort, and key requests to the
+        sites without a key once per round. None: fewer than :data:`MIN_COHORT` members, so no
+        secure sum this round."""
+        missing = [] if self.keys_asked else [s for s in self.sites if s not in self.keys]
+        self.keys_asked = True
+        self.cohort = self.cohort or [s for s in self.sites if s in self.keys]
+        if len(self.cohort) < MIN_COHORT:
+            if missing:  # a keys-only exchange, then the cohort is formed again
+                self.phase = "keys"
+                return {s: KeyRequest() for s in missing}
+            return None
+        self.phase = "upload"
+        request = make(self.cohort_keys())
+        return {**{s: KeyRequest() for s in missing}, **{s: request for s in self.cohort}}
+
+    def cohort_keys(self) -> dict[str, str]:
+        return {s: self.keys[s] for s in self.cohort}
+
+    def on_responses(self, step: int, particles_sha256: str, size: int,
+                     responses: Mapping[str, Message]) -> dict[str, Message] | np.ndarray | str:
+        """The next exchange, the decoded sum (``size`` floats), ``"redo"`` (ask the step again of
+        the smaller cohort) or ``"stop"`` (no secure sum possible this round)."""
+        self.learn_keys(responses)
+        if self.phase == "keys":
+            self.phase, self.cohort = "upload", []
+            return "redo"
+        want = MaskedScores if self.phase == "upload" else SelfMaskSeed
+        answered = [s for s in self.cohort if isinstance(responses.get(s), want)]
+        if len(answered) < len(self.cohort):  # a dropout: its masks would not cancel
+            self.cohort, self.redone, self.phase, self.uploads = answered, self.redone + 1, "upload", {}
+            return "redo" if len(answered) >= MIN_COHORT else "stop"
+        if self.phase == "upload":
+            self.uploads = {s: responses[s].masked.numpy().reshape(-1) for s in answered}  # type: ignore[union-attr]
+            if any(u.size != size for u in self.uploads.values()):
+                raise ProtocolError(f"masked uploads must have {size} entries")
+            self.phase = "unmask"
+            req = UnmaskRequest(step=step, cohort=self.cohort_keys(), particles_sha256=particles_sha256)
+            return {s: req for s in self.cohort}
+        seeds = [base64.b64decode(responses[s].seed) for s in answered]  # type: ignore[union-attr]
+        total = secagg.decode(secagg.aggregate([self.uploads[s] for s in answered], seeds))
+        self.phase, self.uploads = "upload", {}
+        if abs(total[-1] - len(answered)) > 1e-6:  # every member counts 1: anything else is a corrupt sum
+            warnings.warn("secure aggregation: the sum does not check out (a stale or wrong key?); "
+                          "keys will be asked again", stacklevel=3)
+            for s in answered:
+                self.keys.pop(s, None)
+            return "stop"
+        return total
