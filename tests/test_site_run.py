@@ -357,3 +357,24 @@ def test_a_refused_configuration_leaves_no_journal(tmp_path: Path) -> None:
     with pytest.raises(labfbo.exceptions.ConfigurationError, match="not the simulated problem's"):
         run_site(cfg, progress=False)
     assert not (tmp_path / "lab-a.journal").exists()
+
+
+def test_the_loop_does_not_spin_while_runs_are_in_flight(tmp_path: Path) -> None:
+    """One slot, a long run in flight and a proposed trial waiting for the slot: the loop polls the
+    run at the poll interval instead of spinning."""
+
+    class Slow(Bench):
+        poll_interval = 0.05
+
+        def submit(self, trial: Trial) -> dict:
+            return {**super().submit(trial), "t": time.monotonic()}
+
+        def poll(self, handle: dict) -> Any:
+            self.polls[handle["id"]] += 1
+            return 0.0 if time.monotonic() - handle["t"] >= 0.5 else None  # a 0.5 s run
+
+    with _opt(tmp_path / "j") as opt:
+        opt.ask(n=2)  # two proposed trials, one slot: the second waits while the first runs
+        adapter = Slow([])
+        report = CampaignLoop(opt, adapter, budget=0, max_in_flight=1).run()
+        assert report.completed == 3 and adapter.polls[0] <= 15  # ~ one poll per 0.05 s, not thousands

@@ -301,11 +301,13 @@ class CampaignLoop:
                 continue
             if not self._in_flight and not self._recovering and (rule or self._launched() >= self.total):
                 break  # trials proposed but not sent stay pending: a later run sends them
-            if not self._poll():
-                waits = [when - now for _, when in [*self._unsent.values(), *self._recovering.values()]]
+            if not self._poll():  # wait for the next due retry, or the next poll; never spin
+                waits = [when - now for _, when in self._recovering.values()]
+                if room:
+                    waits += [when - now for _, when in self._unsent.values()]
                 if self._in_flight:
                     waits.append(self.poll_interval)
-                self._sleep(min(waits, default=self.poll_interval))
+                self._sleep(max(min(waits, default=self.poll_interval), 0.01))
         self.report.stopped = rule or "budget"
         self._refresh()
         return self.report
