@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import labfbo
-from labfbo import Categorical, Integer, Optimizer, Real, SearchSpace
+from labfbo import Integer, Optimizer, Real, SearchSpace
 
 
 def snapshot(opt: Optimizer, storage=None):

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 from typing import Literal, Mapping
 
-import torch
 from pydantic import model_validator
 
 from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.pacoh import site_score
-from labfbo.protocols.base import Finish, Protocol, SiteData, Step
+from labfbo.protocols.base import Exchange, Protocol, SiteData, Step
 from labfbo.protocols.gradient import (GradientAggregator, GradientOptions, GradientProtocol, GradientSite,
                                        meta_step)
-from labfbo.protocols.base import Exchange
 
 
 @register

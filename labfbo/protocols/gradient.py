@@ -30,7 +30,7 @@ from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.gp import predict
 from labfbo.models.pacoh import (PacohConfig, ParticleMixtureGP, init_particles, meta_score, site_score,
                                  svgd_update)
-from labfbo.exceptions import ConfigurationError, ProtocolError
+from labfbo.exceptions import ConfigurationError
 from labfbo.privacy import DP, privatize, secagg
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
