@@ -201,13 +201,14 @@ class GradientAggregator(Aggregator):
         self.trained = False
         self.updated = False  # some step of this round changed the particles
         self.secure = SecureSum(self.sites)
+        self._sent: Array | None = None  # the particles of the exchange in progress, as sent
 
     @property
     def redone(self) -> int:
         return self.secure.redone
 
     def _request(self) -> Step:
-        particles = Array.of(self.particles.numpy())
+        particles = self._sent = Array.of(self.particles.numpy())  # encoded once; the secure sum hashes it
         if not self.options.secure_aggregation:
             msg = ParticlesRequest(step=self.step, particles=particles)
             return Exchange({s: msg for s in self.sites})
@@ -257,8 +258,7 @@ class GradientAggregator(Aggregator):
         return self._request()
 
     def _on_secure(self, responses: Mapping[str, Message]) -> Step:
-        out = self.secure.on_responses(self.step, digest(Array.of(self.particles.numpy())),
-                                       self.particles.numel() + 2, responses)
+        out = self.secure.on_responses(self.step, digest(self._sent), self.particles.numel() + 2, responses)
         if isinstance(out, str):
             return self._request() if out == "redo" else self._finish()
         if isinstance(out, dict):
