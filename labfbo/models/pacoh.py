@@ -76,7 +76,8 @@ from labfbo.models.gp import DTYPE
 from labfbo.models.svgd import median_bandwidth, svgd_direction
 
 __all__ = ["PacohConfig", "n_params", "param_layout", "init_particles", "site_log_evidence",
-           "site_score", "log_hyperprior", "hyperprior_score", "meta_weight", "meta_score",
+           "site_score", "mean_jacobian", "mean_block_names", "mean_block_index", "prior_mean_cov",
+           "log_hyperprior", "hyperprior_score", "meta_weight", "meta_score",
            "svgd_direction", "median_bandwidth", "svgd_update", "mixture_moments",
            "mixture_mean_var", "ParticleMixtureGP"]
 
@@ -233,9 +234,10 @@ def _cholesky(A: Tensor) -> Tensor:
 
 def _standardize(y: Tensor) -> tuple[Tensor, float, float]:
     """``y`` by its own mean and unbiased std (std 1 when ``n < 2`` or ``y`` is constant)."""
-    mu = float(y.mean()) if y.numel() else 0.0
-    sd = float(y.std()) if y.numel() >= 2 else 0.0
-    if not sd > 1e-12 * max(1.0, float(y.abs().max()) if y.numel() else 1.0):
+    yd = y.detach()             # the constants of the standardization carry no gradient
+    mu = float(yd.mean()) if y.numel() else 0.0
+    sd = float(yd.std()) if y.numel() >= 2 else 0.0
+    if not sd > 1e-12 * max(1.0, float(yd.abs().max()) if y.numel() else 1.0):
         sd = 1.0
     return (y - mu) / sd, mu, sd
 
@@ -310,6 +312,54 @@ def site_score(particles: Tensor, X: Any, y: Any, cfg: PacohConfig) -> Tensor:
         g["mean_const"] = alpha.sum(-1, keepdim=True)
     layout = param_layout(cfg, X.shape[1])
     return torch.cat([g[name].reshape(phi.shape[0], -1) for name, *_ in layout], 1) * _affine(cfg, X.shape[1])[0]
+
+
+def mean_jacobian(particles: Tensor, X: Any, cfg: PacohConfig) -> Tensor:
+    r"""Per-point Jacobians of the mean MLP, :math:`\partial m_{\phi_k}(x_j)/\partial \phi_k`
+    over the ``mean.*`` blocks of the standardized vector: ``(K, n, P_mean)`` (differentiable in ``X``).
+
+    The mean part of a site's score is linear in them: ``A_k[mean] = sum_j alpha_kj J_kj``
+    (see :func:`site_score`); :mod:`labfbo.privacy.audit` inverts that.
+    """
+    phi = particles.detach().to(DTYPE)
+    X = torch.as_tensor(X, dtype=DTYPE)
+    th, names = _unpack(phi, cfg, X.shape[1]), mean_block_names(cfg, X.shape[1])
+    if not names:
+        raise ValueError("the mean is a learned constant (learn_mean=False): no mean MLP to differentiate")
+    acts: list[Tensor] = []
+    _mlp(th, "mean", _inputs(X).expand(phi.shape[0], *X.shape), acts)
+    g = torch.ones(phi.shape[0], X.shape[0], 1, dtype=DTYPE)
+    out: dict[str, Tensor] = {}
+    for l in reversed(range(len(acts))):
+        out[f"mean.W{l}"] = (acts[l].unsqueeze(-1) * g.unsqueeze(-2)).flatten(-2)
+        out[f"mean.b{l}"] = g
+        if l:
+            g = (g @ th[f"mean.W{l}"].transpose(-1, -2)) * (1.0 - acts[l] * acts[l])
+    scale = _affine(cfg, X.shape[1])[0][mean_block_index(cfg, X.shape[1])]
+    return torch.cat([out[name] for name in names], -1) * scale
+
+
+def prior_mean_cov(particles: Tensor, X: Any, cfg: PacohConfig) -> tuple[Tensor, Tensor]:
+    """Each particle's prior mean ``(K, n)`` and covariance of noisy observations ``(K, n, n)`` at ``X``."""
+    X = torch.as_tensor(X, dtype=DTYPE)
+    f = _fit(particles.detach().to(DTYPE), X, torch.zeros(X.shape[0], dtype=DTYPE), cfg)
+    return f["m"], f["L"] @ f["L"].transpose(-1, -2)
+
+
+def mean_block_names(cfg: PacohConfig, d: int) -> list[str]:
+    """Names of the mean-MLP blocks of the flat particle vector, in layout order."""
+    return [name for name, *_ in param_layout(cfg, d) if name.startswith("mean.")]
+
+
+def mean_block_index(cfg: PacohConfig, d: int) -> Tensor:
+    """Positions of the mean-MLP blocks in the flat particle vector."""
+    idx, start = [], 0
+    for name, shape, _, _ in param_layout(cfg, d):
+        size = math.prod(shape)
+        if name.startswith("mean."):
+            idx.append(torch.arange(start, start + size))
+        start += size
+    return torch.cat(idx) if idx else torch.zeros(0, dtype=torch.long)
 
 
 def log_hyperprior(particles: Tensor, cfg: PacohConfig) -> Tensor:

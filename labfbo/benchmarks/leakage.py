@@ -1,0 +1,203 @@
+"""``labfbo privacy audit``: the gradient-leakage study of PACD-BO §V (Figs. 3-4), cached and resumable.
+
+One job is one campaign of the ``gradient`` protocol (``n_sites`` sites of ``problem``, K
+particles, DP noise multiplier ``sigma`` or none) followed by the coordinator's attack
+(:func:`labfbo.privacy.audit.reconstruct`) on site 0 at each audited BO iteration. Its JSON
+(``<out>/<problem>/sigma<s>/seed<k>.json``) is written atomically, so an interrupted study
+resumes; jobs run in spawned worker processes with one torch thread each.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+METRICS = ("dispersion", "dispersion_true", "dispersion_uniform", "matched_distance", "recovered")
+
+
+@dataclass(frozen=True)
+class AuditJob:
+    """One campaign and its attacks."""
+
+    path: str
+    problem: str
+    sigma: float
+    seed: int
+    iterations: tuple[int, ...]
+    n_sites: int = 5
+    n_particles: int = 5
+    n_init: int = 5
+    clip: float = 1.0
+    restarts: int = 5
+    steps: int = 5
+    tol: float = 0.05
+
+
+def jobs(out: str, problem: str, sigmas: Sequence[float], seeds: Sequence[int], iterations: Sequence[int],
+         **kw: Any) -> list[AuditJob]:
+    """The study's jobs, one per (sigma, seed)."""
+    return [AuditJob(str(Path(out) / problem / f"sigma{s:g}" / f"seed{k}.json"), problem, float(s), int(k),
+                     tuple(sorted(set(int(t) for t in iterations))), **kw)
+            for s in sigmas for k in seeds]
+
+
+def _campaign(job: AuditJob) -> Any:
+    """Run the campaign; returns site 0's optimizer."""
+    import labfbo
+    from labfbo.benchmarks.problems import GUIDE_NAMES, get_problem
+
+    kw = {"dim": 2} if job.problem in GUIDE_NAMES else {}
+    prob = get_problem(job.problem, n_sites=job.n_sites, seed=job.seed, **kw)
+    opts: dict[str, Any] = {"n_particles": job.n_particles}
+    if job.sigma > 0:
+        opts["privacy"] = labfbo.DP(clip=job.clip, noise_multiplier=job.sigma)
+    budget = max(job.iterations)
+    coord = labfbo.Coordinator("gradient", sites=list(prob.site_names), seed=job.seed, horizon=budget, **opts)
+    sites = [labfbo.Optimizer(prob.space, protocol="gradient", coordinator=coord, site=s, seed=job.seed,
+                              n_init=job.n_init, **opts) for s in prob.site_names]
+    for i, o in enumerate(sites):
+        for tr in o.ask(n=o.n_init):
+            o.tell(tr, prob.evaluate(i, tr.params))
+    for _ in range(budget):
+        trials = [o.ask() for o in sites]
+        for i, (o, tr) in enumerate(zip(sites, trials)):
+            o.tell(tr, prob.evaluate(i, tr.params))
+    return sites[0]
+
+
+def run_job(job: AuditJob) -> str:
+    """Campaign, attacks, JSON; returns the path."""
+    from labfbo.privacy.audit import audit
+
+    site = _campaign(job)
+    rows = audit(site, job.iterations, tol=job.tol, restarts=job.restarts, steps=job.steps, seed=job.seed)
+    path = Path(job.path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"job": asdict(job), "epsilon": site.epsilon(), "rows": rows}))
+    os.replace(tmp, path)
+    return job.path
+
+
+def _init_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def run_jobs(todo: Sequence[AuditJob], workers: int = 1,
+             progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+    """Run the jobs not cached yet; return every job's JSON, in order."""
+    pending = [j for j in todo if not Path(j.path).exists()]
+    done, total = len(todo) - len(pending), len(todo)
+    if progress:
+        progress(done, total)
+    if pending and workers <= 1:
+        _init_worker()
+        for j in pending:
+            run_job(j)
+            done += 1
+            if progress:
+                progress(done, total)
+    elif pending:
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                 initializer=_init_worker) as pool:
+            for fut in as_completed([pool.submit(run_job, j) for j in pending]):
+                fut.result()
+                done += 1
+                if progress:
+                    progress(done, total)
+    return [json.loads(Path(j.path).read_text()) for j in todo]
+
+
+def _cells(results: Sequence[dict[str, Any]]) -> dict[tuple[float, int], dict[str, list[float]]]:
+    cells: dict[tuple[float, int], dict[str, list[float]]] = {}
+    for res in results:
+        for row in res["rows"]:
+            cell = cells.setdefault((res["job"]["sigma"], row["iteration"]), {m: [] for m in (*METRICS, "n")})
+            for m in (*METRICS, "n"):
+                cell[m].append(row[m])
+    return cells
+
+
+def _fmt(values: list[float], digits: int = 3) -> str:
+    v = np.asarray(values, float)
+    return f"{v.mean():.{digits}f} ± {v.std():.{digits}f}" if len(v) > 1 else f"{v.mean():.{digits}f}"
+
+
+def table(results: Sequence[dict[str, Any]]) -> str:
+    """Markdown: one row per (sigma, iteration), mean ± std over seeds."""
+    lines = ["| σ | t | n | dispersion (recovered) | dispersion (true) | dispersion (uniform) | "
+             "matched distance | recovered within tol |", "|---|---|---|---|---|---|---|---|"]
+    for (sigma, t), c in sorted(_cells(results).items()):
+        lines.append(f"| {sigma:g} | {t} | {int(np.mean(c['n']))} | {_fmt(c['dispersion'])} | "
+                     f"{_fmt(c['dispersion_true'])} | {_fmt(c['dispersion_uniform'])} | "
+                     f"{_fmt(c['matched_distance'])} | {_fmt(c['recovered'], 2)} |")
+    eps = {}
+    for res in results:
+        eps.setdefault(res["job"]["sigma"], []).append(res["epsilon"])
+    notes = [f"σ = {s:g}: site 0's ε = {np.mean([e if e is not None else math.inf for e in v]):.1f} "
+             f"at δ = 1e-5 after the campaign" for s, v in sorted(eps.items()) if s > 0]
+    return "\n".join(lines) + ("\n\n" + "; ".join(notes) + "." if notes else "")
+
+
+def plot(results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+    """Fig. 3 (true vs recovered queries, first seed, smallest and largest sigma) and Fig. 4
+    (dispersion and recovered fraction against the iteration, dispersion against sigma)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    cells = _cells(results)
+    sigmas = sorted({s for s, _ in cells})
+    its = sorted({t for _, t in cells})
+    first = min(r["job"]["seed"] for r in results)
+    shown = [s for s in (sigmas[0], sigmas[-1])][: 1 if len(sigmas) == 1 else 2]
+    fig, axes = plt.subplots(len(shown), len(its), figsize=(3.0 * len(its), 3.0 * len(shown)), squeeze=False)
+    for i, s in enumerate(shown):
+        res = next(r for r in results if r["job"]["sigma"] == s and r["job"]["seed"] == first)
+        for j, row in enumerate(sorted(res["rows"], key=lambda r: r["iteration"])):
+            ax = axes[i][j]
+            Xt, Xh = np.asarray(row["X_true"]), np.asarray(row["X_hat"])
+            ax.scatter(Xt[:, 0], Xt[:, 1], s=14, marker="x", c="k", label="site's queries")
+            ax.scatter(Xh[:, 0], Xh[:, 1], s=14, facecolors="none", edgecolors="tab:red", label="recovered")
+            ax.set(xlim=(0, 1), ylim=(0, 1), title=f"σ={s:g}, t={row['iteration']}")
+            ax.set_aspect("equal")
+    axes[0][0].legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    p1 = out / "leakage_queries.png"
+    fig.savefig(p1, dpi=110)
+    plt.close(fig)
+
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(14, 3.8))
+    for s in sigmas:
+        d = [np.mean(cells[(s, t)]["dispersion"]) for t in its]
+        e = [np.std(cells[(s, t)]["dispersion"]) for t in its]
+        a1.errorbar(its, d, yerr=e, marker="o", capsize=3, label=f"σ={s:g}")
+        a2.plot(its, [np.mean(cells[(s, t)]["recovered"]) for t in its], marker="o", label=f"σ={s:g}")
+    a1.plot(its, [np.mean(cells[(sigmas[0], t)]["dispersion_uniform"]) for t in its], "k--", label="uniform")
+    a1.plot(its, [np.mean(cells[(sigmas[0], t)]["dispersion_true"]) for t in its], "k:", label="true queries")
+    a1.set(xlabel="BO iteration t", ylabel="dispersion (mean pairwise distance)", title="dispersion vs t")
+    a2.set(xlabel="BO iteration t", ylabel="fraction of queries recovered", title="recovery vs t", ylim=(-0.02, 1.02))
+    for t in its:
+        a3.errorbar(sigmas, [np.mean(cells[(s, t)]["dispersion"]) for s in sigmas],
+                    yerr=[np.std(cells[(s, t)]["dispersion"]) for s in sigmas], marker="o", capsize=3, label=f"t={t}")
+    a3.set(xlabel="noise multiplier σ", ylabel="dispersion", title="dispersion vs σ")
+    for a in (a1, a2, a3):
+        a.legend(fontsize=7)
+    fig.tight_layout()
+    p2 = out / "leakage_dispersion.png"
+    fig.savefig(p2, dpi=110)
+    plt.close(fig)
+    return [p1, p2]
