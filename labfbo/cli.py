@@ -186,7 +186,7 @@ def _cmd_privacy_audit(args: argparse.Namespace) -> int:
     out = Path(args.out)
     jobs = leakage.jobs(str(out), args.problem, sigmas, seeds, iterations, n_sites=args.sites,
                         n_particles=args.particles, n_init=args.n_init, clip=args.clip, restarts=args.restarts,
-                        steps=args.steps, tol=args.tol)
+                        steps=args.steps, tol=args.tol, sparse_start=not args.paper_attack, acquisition=args.acquisition)
     cmd = "labfbo privacy audit " + " ".join(sys.argv[3:])
     print(f"{cmd}\n{len(jobs)} campaigns ({sum(not Path(j.path).exists() for j in jobs)} to do), cache: {out}")
     bar = tqdm(total=len(jobs), desc="audit", unit="campaign")
@@ -358,6 +358,10 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--restarts", type=int, default=5, help="attack starts (the first is the sparse start)")
     au.add_argument("--steps", type=int, default=5, help="exchange steps of a round the attacker matches")
     au.add_argument("--tol", type=float, default=0.05, help="a query counts as recovered within this distance")
+    au.add_argument("--paper-attack", action="store_true", help="random starts only (PACD-BO's attack), "
+                    "no sparse start; use another --out")
+    au.add_argument("--acquisition", default="ucb", help="the sites' acquisition (ucb: kappa 2; ei converges "
+                    "faster); use another --out")
     au.add_argument("--out", default="runs/audit")
     au.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 1)))
     au.add_argument("--quick", action="store_true", help="sigma 0 and 8, t 1 and 10, one seed (minutes)")

@@ -8,6 +8,7 @@ import torch
 
 import labfbo
 from labfbo.benchmarks import get_problem
+from labfbo.benchmarks.leakage import campaign
 from labfbo.cli import main
 from labfbo.exceptions import ConfigurationError
 from labfbo.models.pacoh import PacohConfig, _fit, init_particles, mean_block_index, mean_jacobian, site_score
@@ -18,18 +19,7 @@ SMALL = dict(n_particles=3, hidden=(8, 8), warmup_steps=20, svgd_steps=5)
 
 
 def _campaign(n_sites: int, budget: int, **opts):
-    prob = get_problem("sphere", n_sites=n_sites, seed=0, dim=2)
-    coord = labfbo.Coordinator("gradient", sites=list(prob.site_names), seed=0, horizon=budget, **opts)
-    sites = [labfbo.Optimizer(prob.space, protocol="gradient", coordinator=coord, site=s, seed=0, n_init=5, **opts)
-             for s in prob.site_names]
-    for i, o in enumerate(sites):
-        for tr in o.ask(n=o.n_init):
-            o.tell(tr, prob.evaluate(i, tr.params))
-    for _ in range(budget):
-        trials = [o.ask() for o in sites]
-        for i, (o, tr) in enumerate(zip(sites, trials)):
-            o.tell(tr, prob.evaluate(i, tr.params))
-    return sites
+    return campaign("sphere", n_sites, 0, budget, **opts)
 
 
 def test_mean_block_of_a_score_is_linear_in_alpha():

@@ -12,14 +12,16 @@ from __future__ import annotations
 import json
 import math
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-METRICS = ("dispersion", "dispersion_true", "dispersion_uniform", "matched_distance", "recovered")
+from labfbo.benchmarks.runner import run_pending
+
+METRICS = ("dispersion", "dispersion_true", "dispersion_uniform", "matched_distance", "recovered",
+           "incumbent_nearest", "incumbent_guess")
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class AuditJob:
     restarts: int = 5
     steps: int = 5
     tol: float = 0.05
+    sparse_start: bool = True
+    acquisition: str = "ucb"
 
 
 def jobs(out: str, problem: str, sigmas: Sequence[float], seeds: Sequence[int], iterations: Sequence[int],
@@ -48,20 +52,16 @@ def jobs(out: str, problem: str, sigmas: Sequence[float], seeds: Sequence[int], 
             for s in sigmas for k in seeds]
 
 
-def _campaign(job: AuditJob) -> Any:
-    """Run the campaign; returns site 0's optimizer."""
+def campaign(problem: str, n_sites: int, seed: int, budget: int, n_init: int = 5, **options: Any) -> list[Any]:
+    """A ``gradient`` campaign, all sites in one process, one proposal per site per round
+    (GUIDE functions at ``dim=2``); returns the sites' optimizers."""
     import labfbo
     from labfbo.benchmarks.problems import GUIDE_NAMES, get_problem
 
-    kw = {"dim": 2} if job.problem in GUIDE_NAMES else {}
-    prob = get_problem(job.problem, n_sites=job.n_sites, seed=job.seed, **kw)
-    opts: dict[str, Any] = {"n_particles": job.n_particles}
-    if job.sigma > 0:
-        opts["privacy"] = labfbo.DP(clip=job.clip, noise_multiplier=job.sigma)
-    budget = max(job.iterations)
-    coord = labfbo.Coordinator("gradient", sites=list(prob.site_names), seed=job.seed, horizon=budget, **opts)
-    sites = [labfbo.Optimizer(prob.space, protocol="gradient", coordinator=coord, site=s, seed=job.seed,
-                              n_init=job.n_init, **opts) for s in prob.site_names]
+    prob = get_problem(problem, n_sites=n_sites, seed=seed, **({"dim": 2} if problem in GUIDE_NAMES else {}))
+    coord = labfbo.Coordinator("gradient", sites=list(prob.site_names), seed=seed, horizon=budget, **options)
+    sites = [labfbo.Optimizer(prob.space, protocol="gradient", coordinator=coord, site=s, seed=seed,
+                              n_init=n_init, **options) for s in prob.site_names]
     for i, o in enumerate(sites):
         for tr in o.ask(n=o.n_init):
             o.tell(tr, prob.evaluate(i, tr.params))
@@ -69,15 +69,21 @@ def _campaign(job: AuditJob) -> Any:
         trials = [o.ask() for o in sites]
         for i, (o, tr) in enumerate(zip(sites, trials)):
             o.tell(tr, prob.evaluate(i, tr.params))
-    return sites[0]
+    return sites
 
 
 def run_job(job: AuditJob) -> str:
     """Campaign, attacks, JSON; returns the path."""
     from labfbo.privacy.audit import audit
 
-    site = _campaign(job)
-    rows = audit(site, job.iterations, tol=job.tol, restarts=job.restarts, steps=job.steps, seed=job.seed)
+    import labfbo
+
+    options: dict[str, Any] = {"n_particles": job.n_particles, "acquisition": job.acquisition}
+    if job.sigma > 0:
+        options["privacy"] = labfbo.DP(clip=job.clip, noise_multiplier=job.sigma)
+    site = campaign(job.problem, job.n_sites, job.seed, max(job.iterations), job.n_init, **options)[0]
+    rows = audit(site, job.iterations, tol=job.tol, restarts=job.restarts, steps=job.steps, seed=job.seed,
+                 sparse_start=job.sparse_start)
     path = Path(job.path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -86,36 +92,10 @@ def run_job(job: AuditJob) -> str:
     return job.path
 
 
-def _init_worker() -> None:
-    import torch
-
-    torch.set_num_threads(1)
-
-
 def run_jobs(todo: Sequence[AuditJob], workers: int = 1,
              progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
     """Run the jobs not cached yet; return every job's JSON, in order."""
-    pending = [j for j in todo if not Path(j.path).exists()]
-    done, total = len(todo) - len(pending), len(todo)
-    if progress:
-        progress(done, total)
-    if pending and workers <= 1:
-        _init_worker()
-        for j in pending:
-            run_job(j)
-            done += 1
-            if progress:
-                progress(done, total)
-    elif pending:
-        import multiprocessing as mp
-
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                 initializer=_init_worker) as pool:
-            for fut in as_completed([pool.submit(run_job, j) for j in pending]):
-                fut.result()
-                done += 1
-                if progress:
-                    progress(done, total)
+    run_pending(todo, run_job, workers, progress)
     return [json.loads(Path(j.path).read_text()) for j in todo]
 
 
@@ -137,11 +117,13 @@ def _fmt(values: list[float], digits: int = 3) -> str:
 def table(results: Sequence[dict[str, Any]]) -> str:
     """Markdown: one row per (sigma, iteration), mean ± std over seeds."""
     lines = ["| σ | t | n | dispersion (recovered) | dispersion (true) | dispersion (uniform) | "
-             "matched distance | recovered within tol |", "|---|---|---|---|---|---|---|---|"]
+             "matched distance | recovered within tol | site's best query: nearest recovered | "
+             "attacker's guess of it |", "|---|---|---|---|---|---|---|---|---|---|"]
     for (sigma, t), c in sorted(_cells(results).items()):
         lines.append(f"| {sigma:g} | {t} | {int(np.mean(c['n']))} | {_fmt(c['dispersion'])} | "
                      f"{_fmt(c['dispersion_true'])} | {_fmt(c['dispersion_uniform'])} | "
-                     f"{_fmt(c['matched_distance'])} | {_fmt(c['recovered'], 2)} |")
+                     f"{_fmt(c['matched_distance'])} | {_fmt(c['recovered'], 2)} | "
+                     f"{_fmt(c['incumbent_nearest'])} | {_fmt(c['incumbent_guess'])} |")
     eps = {}
     for res in results:
         eps.setdefault(res["job"]["sigma"], []).append(res["epsilon"])
@@ -180,21 +162,23 @@ def plot(results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     fig.savefig(p1, dpi=110)
     plt.close(fig)
 
-    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(14, 3.8))
+    fig, (a1, a2, a4, a3) = plt.subplots(1, 4, figsize=(18, 3.8))
     for s in sigmas:
         d = [np.mean(cells[(s, t)]["dispersion"]) for t in its]
         e = [np.std(cells[(s, t)]["dispersion"]) for t in its]
         a1.errorbar(its, d, yerr=e, marker="o", capsize=3, label=f"σ={s:g}")
         a2.plot(its, [np.mean(cells[(s, t)]["recovered"]) for t in its], marker="o", label=f"σ={s:g}")
+        a4.plot(its, [np.mean(cells[(s, t)]["incumbent_guess"]) for t in its], marker="o", label=f"σ={s:g}")
     a1.plot(its, [np.mean(cells[(sigmas[0], t)]["dispersion_uniform"]) for t in its], "k--", label="uniform")
     a1.plot(its, [np.mean(cells[(sigmas[0], t)]["dispersion_true"]) for t in its], "k:", label="true queries")
     a1.set(xlabel="BO iteration t", ylabel="dispersion (mean pairwise distance)", title="dispersion vs t")
     a2.set(xlabel="BO iteration t", ylabel="fraction of queries recovered", title="recovery vs t", ylim=(-0.02, 1.02))
+    a4.set(xlabel="BO iteration t", ylabel="distance", title="attacker's guess of the site's best query")
     for t in its:
         a3.errorbar(sigmas, [np.mean(cells[(s, t)]["dispersion"]) for s in sigmas],
                     yerr=[np.std(cells[(s, t)]["dispersion"]) for s in sigmas], marker="o", capsize=3, label=f"t={t}")
     a3.set(xlabel="noise multiplier σ", ylabel="dispersion", title="dispersion vs σ")
-    for a in (a1, a2, a3):
+    for a in (a1, a2, a3, a4):
         a.legend(fontsize=7)
     fig.tight_layout()
     p2 = out / "leakage_dispersion.png"

@@ -58,30 +58,38 @@ def run_job(job: Job) -> str:
 def run_jobs(jobs: Sequence[Job], workers: int = 1,
              progress: Callable[[int, int], None] | None = None) -> list[SimulationResult]:
     """Run the jobs that are not cached yet; return every job's result (in order)."""
-    todo = list({j.path: j for j in jobs if not Path(j.path).exists()}.values())  # a shared run runs once
+    run_pending(jobs, run_job, workers, progress)
+    return [load_result(j) for j in jobs]
+
+
+def run_pending(jobs: Sequence[Any], run: Callable[[Any], str], workers: int = 1,
+                progress: Callable[[int, int], None] | None = None) -> None:
+    """Run ``run(job)`` for every job whose ``path`` does not exist yet (a shared path runs once),
+    in ``workers`` spawned processes with one torch thread each."""
+    todo = list({j.path: j for j in jobs if not Path(j.path).exists()}.values())
     total = len({j.path for j in jobs})
     done = total - len(todo)
     if progress:
         progress(done, total)
-    if todo:
-        if workers <= 1:
-            _init_worker()
-            for j in todo:
-                run_job(j)
-                done += 1
-                if progress:
-                    progress(done, total)
-        else:
-            import multiprocessing as mp
+    if not todo:
+        return
+    if workers <= 1:
+        _init_worker()
+        for j in todo:
+            run(j)
+            done += 1
+            if progress:
+                progress(done, total)
+        return
+    import multiprocessing as mp
 
-            with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                     initializer=_init_worker) as pool:
-                for fut in as_completed([pool.submit(run_job, j) for j in todo]):
-                    fut.result()
-                    done += 1
-                    if progress:
-                        progress(done, total)
-    return [load_result(j) for j in jobs]
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                             initializer=_init_worker) as pool:
+        for fut in as_completed([pool.submit(run, j) for j in todo]):
+            fut.result()
+            done += 1
+            if progress:
+                progress(done, total)
 
 
 def load_result(job: Job) -> SimulationResult:

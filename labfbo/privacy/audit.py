@@ -10,7 +10,8 @@ for each exchange step :math:`s` (:class:`Intercept`). :func:`reconstruct` recov
     \lVert \mathrm{clip}_C\, \tilde g_k^{(s)}(\hat X, \hat y) - A_k^{(s)} \rVert^2
     \,/\, \sum_{s,k} \lVert A_k^{(s)} \rVert^2,
 
-with scipy's L-BFGS-B (box bounds), ``restarts`` starts and the best by matching loss. ``n`` is
+with scipy's L-BFGS-B (box bounds), ``restarts`` starts and the best by matching loss; each
+start first fits :math:`\hat y` with :math:`\hat X` held, then both. ``n`` is
 sent in the clear (the meta-weight needs it); ``C`` is in the message when DP is on, so the
 attacker clips its dummy gradients too.
 
@@ -203,7 +204,8 @@ def _matching_loss(ic: Intercept, cfg: PacohConfig, d: int):
 
 
 def reconstruct(ic: Intercept, cfg: PacohConfig, d: int, *, restarts: int = 5, steps: int = 5,
-                candidates: int = 1024, maxiter: int = 100, seed: int = 0) -> Reconstruction:
+                candidates: int = 1024, maxiter: int = 100, seed: int = 0,
+                sparse_start: bool = True) -> Reconstruction:
     """Invert one round's intercepted answers (Eq. 11 with ``restarts`` starts; start 0 is the
     sparse start when the mean is an MLP, the others uniform ``X`` and standard normal ``y``).
 
@@ -215,6 +217,7 @@ def reconstruct(ic: Intercept, cfg: PacohConfig, d: int, *, restarts: int = 5, s
         candidates: candidate atoms of the sparse start.
         maxiter: L-BFGS-B iterations per start (and of the sparse refinement).
         seed: the random starts' generator.
+        sparse_start: False: the paper's attack, random starts only.
     """
     if restarts < 1 or steps < 1:
         raise ConfigurationError(f"restarts and steps must be >= 1, got {restarts} and {steps}")
@@ -222,14 +225,18 @@ def reconstruct(ic: Intercept, cfg: PacohConfig, d: int, *, restarts: int = 5, s
     n, rng = ic.n_obs, np.random.default_rng(seed)
     loss = _matching_loss(ic, cfg, d)
     starts: list[np.ndarray] = []
-    if mean_block_names(cfg, d):
+    if sparse_start and mean_block_names(cfg, d):
         X0 = _sparse_start(ic, cfg, d, candidates, maxiter, seed)
         starts.append(np.concatenate([X0.ravel(), _closed_form_y(ic, cfg, X0)]))
     while len(starts) < restarts:
         starts.append(np.concatenate([rng.random(n * d), rng.standard_normal(n)]))
     best, losses = None, []
     for z0 in starts:
-        out = minimize(loss, z0, jac=True, method="L-BFGS-B",
+        # y alone first (X held): a y far off makes the joint problem badly scaled
+        X0 = z0[: n * d]
+        y_only = minimize(lambda v: (lambda r: (r[0], r[1][n * d:]))(loss(np.concatenate([X0, v]))), z0[n * d:],
+                          jac=True, method="L-BFGS-B", options={"maxiter": maxiter})
+        out = minimize(loss, np.concatenate([X0, y_only.x]), jac=True, method="L-BFGS-B",
                        bounds=[(0.0, 1.0)] * (n * d) + [(None, None)] * n, options={"maxiter": maxiter})
         losses.append(float(out.fun))
         if best is None or out.fun < best[1].fun:
@@ -249,20 +256,32 @@ def uniform_dispersion(n: int, d: int, draws: int = 64, seed: int = 0) -> float:
     return float(np.mean([pdist(rng.random((n, d))).mean() for _ in range(draws)]))
 
 
-def leakage_metrics(X_hat: np.ndarray, X_true: np.ndarray, tol: float = 0.05) -> dict[str, float]:
+def leakage_metrics(X_hat: np.ndarray, X_true: np.ndarray, tol: float = 0.05, y_hat: np.ndarray | None = None,
+                    y_true: np.ndarray | None = None) -> dict[str, float]:
     """Dispersion of the reconstruction, of the true queries and of uniform points; the
-    Hungarian-matched mean distance; the fraction of true queries recovered within ``tol``."""
+    Hungarian-matched mean distance; the fraction of true queries recovered within ``tol``.
+
+    With ``y_hat`` and ``y_true`` (maximization orientation) also the exploitation metrics: the
+    distance from the site's best query to the nearest recovered point (``incumbent_nearest``)
+    and to the attacker's guess of it, the recovered point with the best ``y_hat``
+    (``incumbent_guess``).
+    """
     X_hat, X_true = np.asarray(X_hat, float), np.asarray(X_true, float)
     D = cdist(X_hat, X_true)
     rows, cols = linear_sum_assignment(D)
     matched = D[rows, cols]
     n, d = X_true.shape
-    return {"n": float(n),
-            "dispersion": float(pdist(X_hat).mean()) if len(X_hat) > 1 else math.nan,
-            "dispersion_true": float(pdist(X_true).mean()) if n > 1 else math.nan,
-            "dispersion_uniform": uniform_dispersion(n, d),
-            "matched_distance": float(matched.mean()),
-            "recovered": float((matched <= tol).mean())}
+    out = {"n": float(n),
+           "dispersion": float(pdist(X_hat).mean()) if len(X_hat) > 1 else math.nan,
+           "dispersion_true": float(pdist(X_true).mean()) if n > 1 else math.nan,
+           "dispersion_uniform": uniform_dispersion(n, d),
+           "matched_distance": float(matched.mean()),
+           "recovered": float((matched <= tol).mean())}
+    if y_hat is not None and y_true is not None:
+        best = X_true[int(np.argmax(y_true))]
+        out["incumbent_nearest"] = float(np.linalg.norm(X_hat - best, axis=1).min())
+        out["incumbent_guess"] = float(np.linalg.norm(X_hat[int(np.argmax(y_hat))] - best))
+    return out
 
 
 def audit(opt: Any, iterations: Sequence[int] | None = None, *, tol: float = 0.05,
@@ -283,12 +302,13 @@ def audit(opt: Any, iterations: Sequence[int] | None = None, *, tol: float = 0.0
         raise ConfigurationError(f"iterations {bad} out of range: this site answered {len(rounds)} rounds "
                                  f"(iterations are 1-based)")
     X_all = np.asarray(opt.space.encode([ob.params for ob in opt.observations]), float)
+    y_all = np.asarray([ob.value for ob in opt.observations], float) * (-1.0 if opt.objective == "minimize" else 1.0)
     cfg, d = opt.options.pacoh(), X_all.shape[1]
     rows = []
     for t in wanted:
         ic = ics[rounds[int(t) - 1]]
         rec = reconstruct(ic, cfg, d, **attack)
-        rows.append({"iteration": int(t), "round": ic.round, **leakage_metrics(rec.X, X_all[: ic.n_obs], tol),
+        rows.append({"iteration": int(t), "round": ic.round, **leakage_metrics(rec.X, X_all[: ic.n_obs], tol, rec.y, y_all[: ic.n_obs]),
                      "loss": rec.loss, "start": rec.start, "X_hat": rec.X.tolist(),
                      "X_true": X_all[: ic.n_obs].tolist(), "dp": ic.clip is not None})
     return rows
