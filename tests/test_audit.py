@@ -75,6 +75,10 @@ def test_leakage_metrics():
     X = np.random.default_rng(0).random((40, 2))
     m = leakage_metrics(X[::-1], X)
     assert m["matched_distance"] == 0.0 and m["recovered"] == 1.0 and m["dispersion"] == m["dispersion_true"]
+    assert 0.0 <= m["recovered_chance"] < 0.5           # random points seldom land within tol of a query
+    y = np.arange(40.0)
+    best = leakage_metrics(X, X, y_hat=y, y_true=y)
+    assert best["incumbent_guess"] == 0.0 and 0.2 < best["incumbent_guess_chance"] < 0.8
     far = leakage_metrics(np.clip(X + 0.2, 0, 1), X, tol=0.05)
     assert far["recovered"] < 0.2
     assert abs(uniform_dispersion(400, 2) - 0.5214) < 0.01        # mean distance in the unit square

@@ -208,6 +208,19 @@ def test_svgd_single_particle_is_the_score():
     torch.testing.assert_close(svgd_update(p, s, cfg), p + 0.1 * s, rtol=0, atol=0)
 
 
+def test_svgd_step_is_capped_and_a_non_finite_step_is_dropped():
+    p = torch.zeros(1, 4, dtype=DTYPE)
+    cfg = PacohConfig(n_particles=1, step_size=0.1, max_step=2.0)
+    big = torch.tensor([[1e12, 0.0, 0.0, 0.0]], dtype=DTYPE)
+    torch.testing.assert_close(svgd_update(p, big, cfg), torch.tensor([[2.0, 0.0, 0.0, 0.0]], dtype=DTYPE))
+    small = torch.tensor([[1.0, 2.0, 0.0, 0.0]], dtype=DTYPE)
+    assert torch.equal(svgd_update(p, small, cfg), 0.1 * small)            # below the cap: the plain step
+    bad = torch.tensor([[float("nan"), 1.0, 0.0, 0.0]], dtype=DTYPE)
+    assert torch.equal(svgd_update(p, bad, cfg), p)
+    uncapped = PacohConfig(n_particles=1, step_size=0.1, max_step=None)
+    assert torch.equal(svgd_update(p, big, uncapped), 0.1 * big)
+
+
 def test_svgd_moves_particles_to_a_gaussian_target():
     mu = torch.tensor([2.0, -1.0], dtype=DTYPE)
     cov = torch.tensor([[1.0, 0.5], [0.5, 0.8]], dtype=DTYPE)

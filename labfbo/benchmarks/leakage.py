@@ -21,7 +21,7 @@ import numpy as np
 from labfbo.benchmarks.runner import run_pending
 
 METRICS = ("dispersion", "dispersion_true", "dispersion_uniform", "matched_distance", "recovered",
-           "incumbent_nearest", "incumbent_guess")
+           "recovered_chance", "incumbent_nearest", "incumbent_guess", "incumbent_guess_chance")
 
 
 @dataclass(frozen=True)
@@ -117,13 +117,14 @@ def _fmt(values: list[float], digits: int = 3) -> str:
 def table(results: Sequence[dict[str, Any]]) -> str:
     """Markdown: one row per (sigma, iteration), mean ± std over seeds."""
     lines = ["| σ | t | n | dispersion (recovered) | dispersion (true) | dispersion (uniform) | "
-             "matched distance | recovered within tol | site's best query: nearest recovered | "
-             "attacker's guess of it |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "matched distance | recovered within tol (chance) | site's best query: nearest recovered | "
+             "attacker's guess of it (chance) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for (sigma, t), c in sorted(_cells(results).items()):
         lines.append(f"| {sigma:g} | {t} | {int(np.mean(c['n']))} | {_fmt(c['dispersion'])} | "
                      f"{_fmt(c['dispersion_true'])} | {_fmt(c['dispersion_uniform'])} | "
-                     f"{_fmt(c['matched_distance'])} | {_fmt(c['recovered'], 2)} | "
-                     f"{_fmt(c['incumbent_nearest'])} | {_fmt(c['incumbent_guess'])} |")
+                     f"{_fmt(c['matched_distance'])} | {_fmt(c['recovered'], 2)} "
+                     f"({np.mean(c['recovered_chance']):.2f}) | {_fmt(c['incumbent_nearest'])} | "
+                     f"{_fmt(c['incumbent_guess'])} ({np.mean(c['incumbent_guess_chance']):.2f}) |")
     eps = {}
     for res in results:
         eps.setdefault(res["job"]["sigma"], []).append(res["epsilon"])
@@ -173,6 +174,8 @@ def plot(results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     a1.plot(its, [np.mean(cells[(sigmas[0], t)]["dispersion_true"]) for t in its], "k:", label="true queries")
     a1.set(xlabel="BO iteration t", ylabel="dispersion (mean pairwise distance)", title="dispersion vs t")
     a2.set(xlabel="BO iteration t", ylabel="fraction of queries recovered", title="recovery vs t", ylim=(-0.02, 1.02))
+    a4.plot(its, [np.mean(cells[(sigmas[0], t)]["incumbent_guess_chance"]) for t in its], "k--", label="random guess")
+    a2.plot(its, [np.mean(cells[(sigmas[0], t)]["recovered_chance"]) for t in its], "k--", label="random points")
     a4.set(xlabel="BO iteration t", ylabel="distance", title="attacker's guess of the site's best query")
     for t in its:
         a3.errorbar(sigmas, [np.mean(cells[(s, t)]["dispersion"]) for s in sigmas],

@@ -52,6 +52,8 @@ from labfbo.models.gp import DTYPE
 from labfbo.models.pacoh import (PacohConfig, mean_block_index, mean_block_names, mean_jacobian,
                                  prior_mean_cov, site_score)
 
+CHANCE_DRAWS = 64
+
 __all__ = ["Intercept", "Reconstruction", "intercepts", "reconstruct", "leakage_metrics",
            "uniform_dispersion", "audit"]
 
@@ -259,12 +261,13 @@ def uniform_dispersion(n: int, d: int, draws: int = 64, seed: int = 0) -> float:
 def leakage_metrics(X_hat: np.ndarray, X_true: np.ndarray, tol: float = 0.05, y_hat: np.ndarray | None = None,
                     y_true: np.ndarray | None = None) -> dict[str, float]:
     """Dispersion of the reconstruction, of the true queries and of uniform points; the
-    Hungarian-matched mean distance; the fraction of true queries recovered within ``tol``.
+    Hungarian-matched mean distance; the fraction of true queries recovered within ``tol``, and
+    what ``n`` uniform random points recover (``recovered_chance``, mean of 8 draws).
 
     With ``y_hat`` and ``y_true`` (maximization orientation) also the exploitation metrics: the
     distance from the site's best query to the nearest recovered point (``incumbent_nearest``)
     and to the attacker's guess of it, the recovered point with the best ``y_hat``
-    (``incumbent_guess``).
+    (``incumbent_guess``), and a uniform random guess's mean distance to it (``incumbent_guess_chance``).
     """
     X_hat, X_true = np.asarray(X_hat, float), np.asarray(X_true, float)
     D = cdist(X_hat, X_true)
@@ -277,10 +280,14 @@ def leakage_metrics(X_hat: np.ndarray, X_true: np.ndarray, tol: float = 0.05, y_
            "dispersion_uniform": uniform_dispersion(n, d),
            "matched_distance": float(matched.mean()),
            "recovered": float((matched <= tol).mean())}
+    chance = np.random.default_rng(0).random((CHANCE_DRAWS, n, d))
+    out["recovered_chance"] = float(np.mean([(cdist(u, X_true)[linear_sum_assignment(cdist(u, X_true))] <= tol).mean()
+                                             for u in chance[:8]]))
     if y_hat is not None and y_true is not None:
         best = X_true[int(np.argmax(y_true))]
         out["incumbent_nearest"] = float(np.linalg.norm(X_hat - best, axis=1).min())
         out["incumbent_guess"] = float(np.linalg.norm(X_hat[int(np.argmax(y_hat))] - best))
+        out["incumbent_guess_chance"] = float(np.linalg.norm(chance.reshape(-1, d) - best, axis=1).mean())
     return out
 
 
@@ -310,5 +317,6 @@ def audit(opt: Any, iterations: Sequence[int] | None = None, *, tol: float = 0.0
         rec = reconstruct(ic, cfg, d, **attack)
         rows.append({"iteration": int(t), "round": ic.round, **leakage_metrics(rec.X, X_all[: ic.n_obs], tol, rec.y, y_all[: ic.n_obs]),
                      "loss": rec.loss, "start": rec.start, "X_hat": rec.X.tolist(),
-                     "X_true": X_all[: ic.n_obs].tolist(), "dp": ic.clip is not None})
+                     "X_true": X_all[: ic.n_obs].tolist(), "y_true": y_all[: ic.n_obs].tolist(),
+                     "y_hat": rec.y.tolist(), "dp": ic.clip is not None})
     return rows

@@ -88,6 +88,7 @@ class GradientOptions(ModelOptions):
     step_size: float = Field(0.1, gt=0)
     bandwidth: float | None = None
     svgd_steps: int = Field(20, ge=0)
+    max_step: float | None = Field(20.0, gt=0, description="cap on each particle's SVGD step norm")
     warmup_steps: int = Field(500, ge=0, description="SVGD steps of the first round (fresh particles)")
     privacy: DP | None = None
     secure_aggregation: bool = Field(False, description="pairwise-masked sums: the coordinator sees only sum_i A_i")
@@ -96,7 +97,7 @@ class GradientOptions(ModelOptions):
         return PacohConfig(n_particles=self.n_particles, hidden=self.hidden, feature_dim=self.feature_dim,
                            learn_mean=self.learn_mean, prior_std=self.prior_std, beta=self.beta_meta,
                            lam=self.lam, step_size=self.step_size, bandwidth=self.bandwidth,
-                           svgd_steps=self.svgd_steps)
+                           svgd_steps=self.svgd_steps, max_step=self.max_step)
 
 
 def meta_step(particles: torch.Tensor, scores: Sequence[torch.Tensor], n_obs: Sequence[int],
