@@ -97,3 +97,5 @@ def test_privacy_audit_cli_writes_report_and_plots_and_resumes(tmp_path, capsys)
     capsys.readouterr()
     assert main(args) == 0
     assert "(0 to do)" in capsys.readouterr().out
+    assert main([*args, "--paper-attack"]) == 2           # other settings, same cache: refused
+    assert "cached with other settings" in capsys.readouterr().err

@@ -95,6 +95,11 @@ def run_job(job: AuditJob) -> str:
 def run_jobs(todo: Sequence[AuditJob], workers: int = 1,
              progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
     """Run the jobs not cached yet; return every job's JSON, in order."""
+    from labfbo.exceptions import ConfigurationError
+
+    for j in todo:              # a cached run made with other settings would silently answer for these
+        if Path(j.path).exists() and json.loads(Path(j.path).read_text())["job"] != json.loads(json.dumps(asdict(j))):
+            raise ConfigurationError(f"{j.path} was cached with other settings; use another --out")
     run_pending(todo, run_job, workers, progress)
     return [json.loads(Path(j.path).read_text()) for j in todo]
 
