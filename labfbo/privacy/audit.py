@@ -15,8 +15,8 @@ start first fits :math:`\hat y` with :math:`\hat X` held, then both. ``n`` is
 sent in the clear (the meta-weight needs it); ``C`` is in the message when DP is on, so the
 attacker clips its dummy gradients too.
 
-**Our stronger first start (not in the paper).** Random starts of Eq. 11 stall on our model
-(measured: the loss stops at 2-40 % of its start, no query found). The first start is instead
+**Our stronger first start (not in the paper).** Random starts of Eq. 11 alone recover no more of the
+queries than chance on our model (measured: ``docs/privacy.md``). The first start is instead
 found by a convex-ish stage: the mean-MLP block of every answer is *linear* in the site's
 :math:`\alpha_k = K_y^{-1}(y - m_k)`, :math:`A_k[\mathrm{mean}] = \sum_j \alpha_{kj}
 \partial m_{\phi_k}(x_j)/\partial\phi_k` (:func:`~labfbo.models.pacoh.mean_jacobian`), so the
