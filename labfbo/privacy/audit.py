@@ -15,8 +15,8 @@ start first fits :math:`\hat y` with :math:`\hat X` held, then both. ``n`` is
 sent in the clear (the meta-weight needs it); ``C`` is in the message when DP is on, so the
 attacker clips its dummy gradients too.
 
-**Our stronger first start (not in the paper).** Random starts of Eq. 11 alone recover no more of the
-queries than chance on our model (measured: ``docs/privacy.md``). The first start is instead
+**Our stronger first start (not in the paper).** Random starts of Eq. 11 alone recover no
+more of the queries than chance on our model (measured: ``docs/privacy.md``). The first start is instead
 found by a convex-ish stage: the mean-MLP block of every answer is *linear* in the site's
 :math:`\alpha_k = K_y^{-1}(y - m_k)`, :math:`A_k[\mathrm{mean}] = \sum_j \alpha_{kj}
 \partial m_{\phi_k}(x_j)/\partial\phi_k` (:func:`~labfbo.models.pacoh.mean_jacobian`), so the
@@ -258,6 +258,12 @@ def uniform_dispersion(n: int, d: int, draws: int = 64, seed: int = 0) -> float:
     return float(np.mean([pdist(rng.random((n, d))).mean() for _ in range(draws)]))
 
 
+def _matched_distances(X_hat: np.ndarray, X_true: np.ndarray) -> np.ndarray:
+    """Distances of the Hungarian (minimum total distance) matching of the two point sets."""
+    D = cdist(X_hat, X_true)
+    return D[linear_sum_assignment(D)]
+
+
 def leakage_metrics(X_hat: np.ndarray, X_true: np.ndarray, tol: float = 0.05, y_hat: np.ndarray | None = None,
                     y_true: np.ndarray | None = None) -> dict[str, float]:
     """Dispersion of the reconstruction, of the true queries and of uniform points; the
@@ -270,9 +276,7 @@ def leakage_metrics(X_hat: np.ndarray, X_true: np.ndarray, tol: float = 0.05, y_
     (``incumbent_guess``), and a uniform random guess's mean distance to it (``incumbent_guess_chance``).
     """
     X_hat, X_true = np.asarray(X_hat, float), np.asarray(X_true, float)
-    D = cdist(X_hat, X_true)
-    rows, cols = linear_sum_assignment(D)
-    matched = D[rows, cols]
+    matched = _matched_distances(X_hat, X_true)
     n, d = X_true.shape
     out = {"n": float(n),
            "dispersion": float(pdist(X_hat).mean()) if len(X_hat) > 1 else math.nan,
@@ -281,8 +285,7 @@ def leakage_metrics(X_hat: np.ndarray, X_true: np.ndarray, tol: float = 0.05, y_
            "matched_distance": float(matched.mean()),
            "recovered": float((matched <= tol).mean())}
     chance = np.random.default_rng(0).random((CHANCE_DRAWS, n, d))
-    out["recovered_chance"] = float(np.mean([(cdist(u, X_true)[linear_sum_assignment(cdist(u, X_true))] <= tol).mean()
-                                             for u in chance[:8]]))
+    out["recovered_chance"] = float(np.mean([(_matched_distances(u, X_true) <= tol).mean() for u in chance[:8]]))
     if y_hat is not None and y_true is not None:
         best = X_true[int(np.argmax(y_true))]
         out["incumbent_nearest"] = float(np.linalg.norm(X_hat - best, axis=1).min())
@@ -309,14 +312,15 @@ def audit(opt: Any, iterations: Sequence[int] | None = None, *, tol: float = 0.0
         raise ConfigurationError(f"iterations {bad} out of range: this site answered {len(rounds)} rounds "
                                  f"(iterations are 1-based)")
     X_all = np.asarray(opt.space.encode([ob.params for ob in opt.observations]), float)
-    y_all = np.asarray([ob.value for ob in opt.observations], float) * (-1.0 if opt.objective == "minimize" else 1.0)
+    sign = -1.0 if opt.objective == "minimize" else 1.0        # the model's maximization orientation
+    y_all = sign * np.asarray([ob.value for ob in opt.observations], float)
     cfg, d = opt.options.pacoh(), X_all.shape[1]
     rows = []
     for t in wanted:
         ic = ics[rounds[int(t) - 1]]
         rec = reconstruct(ic, cfg, d, **attack)
-        rows.append({"iteration": int(t), "round": ic.round, **leakage_metrics(rec.X, X_all[: ic.n_obs], tol, rec.y, y_all[: ic.n_obs]),
-                     "loss": rec.loss, "start": rec.start, "X_hat": rec.X.tolist(),
-                     "X_true": X_all[: ic.n_obs].tolist(), "y_true": y_all[: ic.n_obs].tolist(),
-                     "y_hat": rec.y.tolist(), "dp": ic.clip is not None})
+        X_true, y_true = X_all[: ic.n_obs], y_all[: ic.n_obs]
+        rows.append({"iteration": int(t), "round": ic.round, **leakage_metrics(rec.X, X_true, tol, rec.y, y_true),
+                     "loss": rec.loss, "start": rec.start, "X_hat": rec.X.tolist(), "X_true": X_true.tolist(),
+                     "y_true": y_true.tolist(), "y_hat": rec.y.tolist(), "dp": ic.clip is not None})
     return rows
