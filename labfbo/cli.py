@@ -81,7 +81,8 @@ def _cmd_bench_pmcbo(args: argparse.Namespace) -> int:
     else:
         functions, acqs, seeds = tuple(args.functions), tuple(args.acquisitions), list(range(args.seeds))
     out = Path(args.out)
-    jobs = pmcbo.jobs(str(out), functions, acqs, seeds, budget=args.budget, n_init=args.n_init)
+    jobs = pmcbo.jobs(str(out), functions, acqs, seeds, budget=args.budget, n_init=args.n_init,
+                      only=tuple(args.methods) if args.methods else None)
     return _run_suite("pmcbo", pmcbo, jobs, out, functions, args.workers)
 
 
@@ -186,7 +187,8 @@ def _cmd_privacy_audit(args: argparse.Namespace) -> int:
     out = Path(args.out)
     jobs = leakage.jobs(str(out), args.problem, sigmas, seeds, iterations, n_sites=args.sites,
                         n_particles=args.particles, n_init=args.n_init, clip=args.clip, restarts=args.restarts,
-                        steps=args.steps, tol=args.tol, sparse_start=not args.paper_attack, acquisition=args.acquisition)
+                        steps=args.steps, tol=args.tol, sparse_start=not args.paper_attack, acquisition=args.acquisition,
+                        sequential=not (args.single_round or args.paper_attack))
     cmd = "labfbo privacy audit " + " ".join(sys.argv[3:])
     print(f"{cmd}\n{len(jobs)} campaigns ({sum(not Path(j.path).exists() for j in jobs)} to do), cache: {out}")
     bar = tqdm(total=len(jobs), desc="audit", unit="campaign")
@@ -359,7 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--steps", type=int, default=5, help="exchange steps of a round the attacker matches")
     au.add_argument("--tol", type=float, default=0.05, help="a query counts as recovered within this distance")
     au.add_argument("--paper-attack", action="store_true", help="random starts only (PACD-BO's attack), "
-                    "no sparse start; use another --out")
+                    "no sparse start, each round alone; use another --out")
+    au.add_argument("--single-round", action="store_true", help="attack each audited round alone (the "
+                    "default carries the reconstruction from round to round); use another --out")
     au.add_argument("--acquisition", default="ucb", help="the sites' acquisition (ucb: kappa 2; ei converges "
                     "faster); use another --out")
     au.add_argument("--out", default="runs/audit")
@@ -380,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     pm.add_argument("--seeds", type=int, default=10)
     pm.add_argument("--budget", type=int, default=60)
     pm.add_argument("--n-init", type=int, default=5)
+    pm.add_argument("--methods", nargs="+", help="only these rows, e.g. EI CBOC-U 'I-PMCBO (labfbo defaults)'")
     pm.add_argument("--workers", type=int, default=2)
     pm.add_argument("--out", default="runs/bench/pmcbo")
     pm.set_defaults(func=_cmd_bench_pmcbo)

@@ -17,7 +17,13 @@ lie in the region where the prior boosts the acquisition, :math:`R = \{x: \tilde
 2\epsilon\}`, and
 the best of them is worse than the median of all the site's observations, the data
 contradict the prior and its exponent is set to 0 (plain acquisition) for as long as that
-holds. ``prior_floor=0, prior_check=0`` gives the paper's exact setting.
+holds.
+
+**Confirmation (labfbo default).** From round ``prior_patience`` (default 5) on, the prior
+is used only while some observation in :math:`R` beats the median: a prior whose region
+is never evaluated (under ``consensus`` a site evaluates the consensus point, not its own
+proposal) cannot pull proposals for ever. ``prior_floor=0, prior_check=0,
+prior_patience=0`` gives the paper's exact setting.
 
 **Weighting** (``prior_mode``):
 
@@ -122,6 +128,7 @@ class PriorOptions(BaseModel):
     prior_beta: float = Field(10.0, gt=0, description="piBO prior strength")
     prior_floor: float = Field(0.1, ge=0, lt=1, description="uniform mixture weight epsilon")
     prior_check: int = Field(3, ge=0, description="observations in the prior region before it can be falsified (0: never)")
+    prior_patience: int = Field(5, ge=0, description="rounds the prior may go unconfirmed before it is dropped (0: never)")
 
 
 class LocationPrior:
@@ -204,10 +211,13 @@ def prior_exponent(opts: PriorOptions, prior: LocationPrior, t: int, X: np.ndarr
         gamma = 1.0 / (1.0 + math.exp(opts.omega * t))
     else:
         gamma = opts.prior_beta / max(len(y), 1)
-    if opts.prior_check and len(y):
+    if (opts.prior_check or opts.prior_patience) and len(y):
         inside = prior.in_region(X)
-        if inside.sum() >= opts.prior_check and y[inside].max() < np.median(y):
-            return 0.0
+        median = np.median(y)
+        if opts.prior_check and inside.sum() >= opts.prior_check and y[inside].max() < median:
+            return 0.0        # falsified: enough points in the prior region, none of them good
+        if opts.prior_patience and t >= opts.prior_patience and not (inside.any() and y[inside].max() > median):
+            return 0.0        # unconfirmed: no point in the prior region beats the median yet
     return gamma
 
 

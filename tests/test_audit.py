@@ -43,6 +43,16 @@ def test_plain_gradient_messages_give_the_initial_design_away_and_dp_scatters_it
     assert noisy["loss"] > 0.5          # the attacker cannot explain noise with data
 
 
+def test_the_sequential_attack_follows_every_query_where_one_round_alone_cannot_tell():
+    """The stateful coordinator searches each round's one new query with the earlier ones
+    known; its guess of the site's best setting is the site's own."""
+    site = _campaign(3, 12, **SMALL)[0]
+    rows = audit(site, [1, 12], sequential=True, restarts=1)
+    assert [r["recovered"] for r in rows] == [1.0, 1.0] and rows[1]["n"] == 16
+    assert rows[1]["optimum_guess"] < 0.01 < 0.2 < rows[1]["optimum_guess_chance"]
+    assert rows[1]["dispersion"] == pytest.approx(rows[1]["dispersion_true"], abs=0.01)   # uniform: 0.52
+
+
 def test_secure_aggregation_leaves_nothing_per_site_to_invert():
     site = _campaign(3, 1, secure_aggregation=True, **SMALL)[0]
     with pytest.raises(ConfigurationError, match="secure-aggregated"):
@@ -81,6 +91,8 @@ def test_leakage_metrics():
     y = np.arange(40.0)
     best = leakage_metrics(X, X, y_hat=y, y_true=y)
     assert best["incumbent_guess"] == 0.0 and 0.2 < best["incumbent_guess_chance"] < 0.8
+    final = leakage_metrics(X, X, y_hat=y, y_true=y, optimum=X[0])
+    assert final["optimum_guess"] == pytest.approx(np.linalg.norm(X[-1] - X[0]))
     far = leakage_metrics(np.clip(X + 0.2, 0, 1), X, tol=0.05)
     assert far["recovered"] < 0.2
     assert abs(uniform_dispersion(400, 2) - 0.5214) < 0.01        # mean distance in the unit square

@@ -54,10 +54,11 @@ def test_decay_and_pibo_exponents() -> None:
     space = labfbo.SearchSpace([labfbo.Real("a", 0, 1)])
     prior = LocationPrior(space, {"a": Normal(0.5, 0.1)})
     X, y = np.zeros((0, 1)), np.zeros(0)
-    opts = PriorOptions(prior={"a": Normal(0.5, 0.1)}, prior_mode="decay", omega=0.01, prior_check=0)
+    opts = PriorOptions(prior={"a": Normal(0.5, 0.1)}, prior_mode="decay", omega=0.01, prior_check=0,
+                        prior_patience=0)
     assert prior_exponent(opts, prior, 0, X, y) == pytest.approx(0.5)
     assert prior_exponent(opts, prior, 30, X, y) == pytest.approx(1 / (1 + math.exp(0.3)))  # ~0.43
-    pibo = PriorOptions(prior={"a": Normal(0.5, 0.1)}, prior_mode="pibo", prior_beta=10.0)
+    pibo = PriorOptions(prior={"a": Normal(0.5, 0.1)}, prior_mode="pibo", prior_beta=10.0, prior_patience=0)
     assert prior_exponent(pibo, prior, 7, np.zeros((20, 1)), np.arange(20.0)) == pytest.approx(0.5)
 
 
@@ -73,6 +74,24 @@ def test_a_prior_contradicted_by_data_is_switched_off() -> None:
     assert prior_exponent(opts, prior, 1, X, good) > 0.4
     exact = PriorOptions(prior=dens, prior_check=0)
     assert prior_exponent(exact, prior, 1, X, bad) > 0.4
+
+
+def test_a_prior_never_confirmed_is_dropped_after_its_patience():
+    """Under consensus a site evaluates the consensus point, not its own proposal: a wrong
+    prior's region may never be evaluated, so it cannot be falsified; it must not pull for ever."""
+    space = labfbo.SearchSpace([labfbo.Real("a", 0, 1)])
+    dens = {"a": Normal(0.9, 0.02)}
+    prior = LocationPrior(space, dens)
+    X = np.array([[0.1], [0.2], [0.3], [0.4], [0.5], [0.6]])      # nothing in the prior's region
+    y = np.arange(6.0)
+    opts = PriorOptions(prior=dens)                                  # defaults: patience 5
+    assert prior_exponent(opts, prior, 4, X, y) > 0.4
+    assert prior_exponent(opts, prior, 5, X, y) == 0.0
+    confirmed_X, confirmed_y = np.vstack([X, [[0.9]]]), np.append(y, 10.0)  # a point in it beats the median
+    assert prior_exponent(opts, prior, 5, confirmed_X, confirmed_y) > 0.4
+    assert prior_exponent(opts, prior, 5, confirmed_X, np.append(y, -1.0)) == 0.0
+    never = PriorOptions(prior=dens, prior_check=0, prior_patience=0)  # the paper's exact setting
+    assert prior_exponent(never, prior, 50, X, y) > 0.3
 
 
 def _branin(p: dict) -> float:
@@ -96,3 +115,16 @@ def test_strong_prior_finds_the_optimum_sooner() -> None:
     without = [_run(None, 4, s) for s in range(2)]
     assert max(with_prior) < 0.05
     assert np.mean(with_prior) < 0.25 * np.mean(without)
+
+
+def test_pmcbo_suite_rows_can_be_chosen_and_the_paper_setting_turns_every_safeguard_off() -> None:
+    from labfbo.benchmarks import pmcbo
+
+    jobs = pmcbo.jobs("/tmp/unused", ("branin",), ("ucb",), [0, 1], only=("UCB", "I-PMCBO (labfbo defaults)"))
+    assert sorted({j.label for j in jobs}) == ["ucb:I-PMCBO (labfbo defaults)", "ucb:UCB"] and len(jobs) == 4
+    with pytest.raises(labfbo.ConfigurationError, match="unknown methods"):
+        pmcbo.jobs("/tmp/unused", ("branin",), ("ucb",), [0], only=("UCB-typo",))
+    exact = [j for j in pmcbo.jobs("/tmp/unused", ("branin",), ("ucb",), [0]) if j.label == "ucb:I-PMCBO"][0]
+    assert PriorOptions(**{k: v for k, v in exact.options.items() if k.startswith("prior")}) \
+        .model_dump(include={"prior_floor", "prior_check", "prior_patience"}) == \
+        {"prior_floor": 0.0, "prior_check": 0, "prior_patience": 0}

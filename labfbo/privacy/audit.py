@@ -26,7 +26,14 @@ atoms shared by all steps and particles) finds a support; L-BFGS-B then moves th
 continuously with the :math:`\alpha` solved by least squares at every evaluation (variable
 projection); :math:`\hat y = m_k(\hat X) + K_y \hat\alpha_k` (averaged over particles, then
 standardized) starts Eq. 11. The site's ``y`` is standardized by its own mean and std, so
-:math:`\hat y` is recovered up to that affine map.
+:math:`\hat y` is recovered up to that affine map. The refinement ends on the *coupled*
+residual (:func:`_y_residual`): :math:`\alpha_k = K_{y,k}^{-1}(\tilde y - m_k)` for one
+:math:`\tilde y` shared by every step and particle, far fewer unknowns than a free
+:math:`\alpha` per step and particle, which many wrong ``X`` fit.
+
+**The attacker remembers (not in the paper).** :func:`reconstruct_sequence` is the
+coordinator that keeps what it learned: ``n`` tells it how many queries each round added,
+so it searches only those, with the earlier ones held (:func:`audit`'s default).
 
 :func:`leakage_metrics` scores a reconstruction: dispersion (mean pairwise distance, Fig. 4)
 beside that of as many uniform points in the same box, the Hungarian-matched distance to the
@@ -54,7 +61,7 @@ from labfbo.models.pacoh import (PacohConfig, mean_block_index, mean_block_names
 
 CHANCE_DRAWS = 64
 
-__all__ = ["Intercept", "Reconstruction", "intercepts", "reconstruct", "leakage_metrics",
+__all__ = ["Intercept", "Reconstruction", "intercepts", "reconstruct", "reconstruct_sequence", "leakage_metrics",
            "uniform_dispersion", "audit"]
 
 
@@ -125,6 +132,13 @@ def _candidates(d: int, size: int, seed: int) -> Tensor:
     return torch.as_tensor(pts, dtype=DTYPE)
 
 
+def _near(X: np.ndarray, radius: float = 0.015) -> Tensor:
+    """Candidates a step of ``radius`` from each point of ``X`` along every axis, in the box."""
+    d = X.shape[1]
+    steps = np.concatenate([np.eye(d), -np.eye(d)]) * radius
+    return torch.as_tensor(np.clip((X[:, None, :] + steps[None]).reshape(-1, d), 0.0, 1.0), dtype=DTYPE)
+
+
 def _jacobians(particles: Sequence[Tensor], X: Tensor, cfg: PacohConfig) -> Tensor:
     """``(S*K, n, P_mean)``: the mean Jacobians at ``X`` of every step's particles, stacked."""
     return torch.cat([mean_jacobian(P, X, cfg) for P in particles], 0)
@@ -140,33 +154,113 @@ def _project(J: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
     return alpha, target - (J.transpose(-1, -2) @ alpha.unsqueeze(-1))[..., 0]
 
 
-def _sparse_start(ic: Intercept, cfg: PacohConfig, d: int, n_candidates: int, maxiter: int,
-                  seed: int) -> np.ndarray:
-    """Simultaneous OMP over candidate points on the mean blocks, then continuous refinement."""
+def _mean_target(ic: Intercept, cfg: PacohConfig, d: int) -> Tensor:
+    """The mean-MLP blocks of every step's answers, stacked ``(S*K, P_mean)``."""
     idx = mean_block_index(cfg, d)
-    target = torch.cat([A[:, idx] for A in ic.scores], 0)
-    cand = _candidates(d, n_candidates, seed)
-    Jc = _jacobians(ic.particles, cand, cfg)
-    norms = Jc.norm(dim=-1).clamp_min(1e-300)
-    chosen: list[int] = []
-    residual = target
-    for _ in range(ic.n_obs):
-        corr = (((Jc @ residual.unsqueeze(-1))[..., 0] / norms) ** 2).sum(0)
-        corr[chosen] = -1.0       # a repeated query becomes its own atom in the refinement
-        chosen.append(int(corr.argmax()))
-        residual = _project(Jc[:, chosen, :], target)[1]
+    return torch.cat([A[:, idx] for A in ic.scores], 0)
+
+
+def _scores(target: Tensor, Jc: Tensor, J_held: Tensor, orthogonal: bool = False) -> Tensor:
+    r"""Matching-pursuit score of every candidate atom (columns of ``Jc``) against the residual
+    ``r`` of the held atoms: :math:`\sum_{s,k} \langle r, J_c\rangle^2 / \lVert J_c\rVert^2`, or
+    (``orthogonal``, optimized OMP) the drop of the squared residual if the atom joined,
+    :math:`\sum_{s,k} \langle r, J_c\rangle^2 / \lVert J_c^\perp\rVert^2` with :math:`J_c^\perp`
+    its part orthogonal to the held atoms (sharper for one missing atom, unstable for many)."""
+    sq = (Jc ** 2).sum(-1)
+    residual = _project(J_held, target)[1] if J_held.shape[1] else target
+    if orthogonal and J_held.shape[1]:
+        B = Jc @ J_held.transpose(-1, -2)
+        gram = J_held @ J_held.transpose(-1, -2)
+        ridge = 1e-10 * gram.diagonal(dim1=-2, dim2=-1).mean(-1)
+        gram = gram + ridge[:, None, None] * torch.eye(gram.shape[-1], dtype=gram.dtype)
+        sq = sq - (B * torch.linalg.solve(gram, B.transpose(-1, -2)).transpose(-1, -2)).sum(-1)
+    return (((Jc @ residual.unsqueeze(-1))[..., 0]) ** 2 / sq.clamp_min(1e-12 * sq.max())).sum(0)
+
+
+def _y_residual(ic: Intercept, cfg: PacohConfig, X: Tensor, target: Tensor) -> Tensor:
+    r"""Squared mean-block residual at ``X`` with the site's standardized :math:`\tilde y` solved
+    by least squares: :math:`A_k[\mathrm{mean}] = J_k^\top K_{y,k}^{-1}(\tilde y - m_k)` is linear
+    in one :math:`\tilde y` shared by every step and particle (differentiable in ``X``)."""
+    rows, offsets = [], []
+    for P in ic.particles:
+        m, Ky = prior_mean_cov(P, X, cfg)
+        M = torch.cholesky_solve(mean_jacobian(P, X, cfg), torch.linalg.cholesky(Ky)).transpose(-1, -2)
+        rows.append(M.reshape(-1, X.shape[0]))
+        offsets.append((M @ m.unsqueeze(-1)).reshape(-1))
+    M, rhs = torch.cat(rows, 0), target.reshape(-1) + torch.cat(offsets, 0)
+    gram = M.T @ M
+    gram = gram + 1e-10 * gram.diagonal().mean().clamp_min(1e-300) * torch.eye(gram.shape[0], dtype=DTYPE)
+    y = torch.linalg.solve(gram, M.T @ rhs)
+    return ((rhs - M @ y) ** 2).sum()
+
+
+def _vp_refine(ic: Intercept, cfg: PacohConfig, target: Tensor, X_held: np.ndarray, X_free: np.ndarray,
+               maxiter: int, coupled: bool = False) -> tuple[np.ndarray, float]:
+    """Move the free atoms (L-BFGS-B in the box), the held ones fixed, to minimize the relative
+    mean-block residual, solving at every evaluation (variable projection) for a free
+    :math:`\alpha` per step and particle, or (``coupled``) for the one :math:`\tilde y` they share
+    (:func:`_y_residual`: fewer unknowns, so fewer wrong ``X`` fit). Returns the free atoms and
+    the residual."""
+    m, d = X_free.shape
     scale = max(float((target ** 2).sum()), 1e-300)
-    n = ic.n_obs
+    held = torch.as_tensor(X_held, dtype=DTYPE).reshape(-1, d)
+    J_held = None if coupled else _jacobians(ic.particles, held, cfg)
 
     def loss(z: np.ndarray) -> tuple[float, np.ndarray]:
-        X = torch.as_tensor(z, dtype=DTYPE).reshape(n, d).requires_grad_(True)
-        value = (_project(_jacobians(ic.particles, X, cfg), target)[1] ** 2).sum() / scale
+        X = torch.as_tensor(z, dtype=DTYPE).reshape(m, d).requires_grad_(True)
+        if coupled:
+            value = _y_residual(ic, cfg, torch.cat([held, X], 0), target) / scale
+        else:
+            J = torch.cat([J_held, _jacobians(ic.particles, X, cfg)], 1)
+            value = (_project(J, target)[1] ** 2).sum() / scale
         value.backward()
         return float(value.detach()), X.grad.numpy().ravel()
 
-    out = minimize(loss, cand[chosen].numpy().ravel(), jac=True, method="L-BFGS-B",
-                   bounds=[(0.0, 1.0)] * (n * d), options={"maxiter": maxiter})
-    return out.x.reshape(n, d)
+    out = minimize(loss, X_free.ravel(), jac=True, method="L-BFGS-B", bounds=[(0.0, 1.0)] * (m * d),
+                   options={"maxiter": maxiter})
+    return out.x.reshape(m, d), float(out.fun)
+
+
+def _sparse_start(ic: Intercept, cfg: PacohConfig, d: int, n_candidates: int, maxiter: int,
+                  seed: int, X_known: np.ndarray | None = None, joint: bool = True,
+                  tries: int = 3) -> np.ndarray:
+    """Greedy sparse recovery on the mean blocks, then continuous refinement.
+
+    The points not in ``X_known`` (a previous round's reconstruction, or none) are chosen among
+    the candidates one at a time by optimized-OMP score, then refined with the known atoms held;
+    a single new point (a round of a sequential attack) is refined from each of the ``tries``
+    best candidates and the lowest residual wins. Candidates are a grid plus points next to
+    each known atom: a converging site's new query is often close to an earlier one. Then
+    (``joint``) all atoms move together, briefly when they were known. Then (``joint``) all atoms move together.
+    """
+    target = _mean_target(ic, cfg, d)
+    known = np.zeros((0, d)) if X_known is None else np.asarray(X_known, float)[: ic.n_obs]
+    cand = torch.cat([_candidates(d, n_candidates, seed), _near(known)], 0)
+    Jc = _jacobians(ic.particles, cand, cfg)
+    J_known = _jacobians(ic.particles, torch.as_tensor(known, dtype=DTYPE), cfg)
+    n_new = ic.n_obs - len(known)
+    if n_new == 1:
+        order = torch.argsort(_scores(target, Jc, J_known, orthogonal=True), descending=True)[:tries].tolist()
+        starts = [cand[i: i + 1].numpy() for i in order]
+        # a re-query of a known point has no score of its own (its atom is already held): try
+        # next to the last query and the incumbent, where a converging site asks again
+        prev = known[-1:].copy(), known[_closed_form_y(ic, cfg, known).argmax()][None].copy()
+        starts += [np.clip(p + 1e-3, 0.0, 1.0) for p in prev]
+    else:
+        chosen: list[int] = []
+        for _ in range(n_new):
+            score = _scores(target, Jc, torch.cat([J_known, Jc[:, chosen, :]], 1))
+            score[chosen] = -1.0      # a repeated query becomes its own atom in the refinement
+            chosen.append(int(score.argmax()))
+        starts = [cand[chosen].numpy()]
+
+    if len(known):      # alpha-free fits cannot tell a new point apart; the coupled fit can
+        new = min((_vp_refine(ic, cfg, target, known, X0, max(maxiter // 3, 1), coupled=True) for X0 in starts),
+                  key=lambda r: r[1])[0]
+        X = np.concatenate([known, new])
+        return _vp_refine(ic, cfg, target, known[:0], X, max(maxiter // 6, 1), coupled=True)[0] if joint else X
+    X = _vp_refine(ic, cfg, target, known, starts[0], maxiter)[0]
+    return _vp_refine(ic, cfg, target, known, X, maxiter, coupled=True)[0]
 
 
 def _closed_form_y(ic: Intercept, cfg: PacohConfig, X: np.ndarray) -> np.ndarray:
@@ -207,7 +301,7 @@ def _matching_loss(ic: Intercept, cfg: PacohConfig, d: int):
 
 def reconstruct(ic: Intercept, cfg: PacohConfig, d: int, *, restarts: int = 5, steps: int = 5,
                 candidates: int = 1024, maxiter: int = 100, seed: int = 0,
-                sparse_start: bool = True) -> Reconstruction:
+                sparse_start: bool = True, X_known: np.ndarray | None = None) -> Reconstruction:
     """Invert one round's intercepted answers (Eq. 11 with ``restarts`` starts; start 0 is the
     sparse start when the mean is an MLP, the others uniform ``X`` and standard normal ``y``).
 
@@ -220,6 +314,8 @@ def reconstruct(ic: Intercept, cfg: PacohConfig, d: int, *, restarts: int = 5, s
         maxiter: L-BFGS-B iterations per start (and of the sparse refinement).
         seed: the random starts' generator.
         sparse_start: False: the paper's attack, random starts only.
+        X_known: the attacker's reconstruction of an earlier round of the same site (rows =
+            its first queries): the sparse start then searches only the new points.
     """
     if restarts < 1 or steps < 1:
         raise ConfigurationError(f"restarts and steps must be >= 1, got {restarts} and {steps}")
@@ -228,7 +324,7 @@ def reconstruct(ic: Intercept, cfg: PacohConfig, d: int, *, restarts: int = 5, s
     loss = _matching_loss(ic, cfg, d)
     starts: list[np.ndarray] = []
     if sparse_start and mean_block_names(cfg, d):
-        X0 = _sparse_start(ic, cfg, d, candidates, maxiter, seed)
+        X0 = _sparse_start(ic, cfg, d, candidates, maxiter, seed, X_known)
         starts.append(np.concatenate([X0.ravel(), _closed_form_y(ic, cfg, X0)]))
     while len(starts) < restarts:
         starts.append(np.concatenate([rng.random(n * d), rng.standard_normal(n)]))
@@ -249,6 +345,35 @@ def reconstruct(ic: Intercept, cfg: PacohConfig, d: int, *, restarts: int = 5, s
     return Reconstruction(out.x[: n * d].reshape(n, d), y, float(out.fun), start, tuple(losses))
 
 
+def reconstruct_sequence(ics: Sequence[Intercept], cfg: PacohConfig, d: int, wanted: Sequence[int], *,
+                         steps: int = 5, candidates: int = 1024, maxiter: int = 100, seed: int = 0,
+                         **attack: Any) -> dict[int, Reconstruction]:
+    """The stateful coordinator's attack: it has seen every round, so it carries its
+    reconstruction forward and searches only each round's new queries (``n`` is sent in clear).
+
+    Every round of ``ics`` (in order) adds its new points to the running reconstruction by
+    OMP and refines them alone; at the rounds in ``wanted`` the whole set is refined and
+    polished by :func:`reconstruct` (``attack``: its other options), and that result is carried
+    on. A round with fewer points than the last starts over. Returns ``{round: Reconstruction}``.
+    """
+    if steps < 1:
+        raise ConfigurationError(f"steps must be >= 1, got {steps}")
+    wanted, out = set(int(r) for r in wanted), {}
+    X: np.ndarray | None = None
+    for ic in sorted(ics, key=lambda i: i.round):
+        ic = Intercept(ic.round, ic.particles[:steps], ic.scores[:steps], ic.n_obs, ic.clip)
+        known = X if X is not None and len(X) <= ic.n_obs else None
+        if ic.round in wanted:
+            out[ic.round] = reconstruct(ic, cfg, d, steps=steps, candidates=candidates, maxiter=maxiter,
+                                        seed=seed, X_known=known, **attack)
+            X = out[ic.round].X
+        elif known is None or len(known) < ic.n_obs:
+            X = _sparse_start(ic, cfg, d, candidates, maxiter, seed, known)
+        if len(out) == len(wanted):
+            break
+    return out
+
+
 # ----------------------------------------------------------------------------- metrics
 def uniform_dispersion(n: int, d: int, draws: int = 64, seed: int = 0) -> float:
     """Mean pairwise distance of ``n`` uniform points in the unit cube (mean over ``draws``)."""
@@ -265,7 +390,7 @@ def _matched_distances(X_hat: np.ndarray, X_true: np.ndarray) -> np.ndarray:
 
 
 def leakage_metrics(X_hat: np.ndarray, X_true: np.ndarray, tol: float = 0.05, y_hat: np.ndarray | None = None,
-                    y_true: np.ndarray | None = None) -> dict[str, float]:
+                    y_true: np.ndarray | None = None, optimum: np.ndarray | None = None) -> dict[str, float]:
     """Dispersion of the reconstruction, of the true queries and of uniform points; the
     Hungarian-matched mean distance; the fraction of true queries recovered within ``tol``, and
     what ``n`` uniform random points recover (``recovered_chance``, mean of 8 draws).
@@ -274,6 +399,8 @@ def leakage_metrics(X_hat: np.ndarray, X_true: np.ndarray, tol: float = 0.05, y_
     distance from the site's best query to the nearest recovered point (``incumbent_nearest``)
     and to the attacker's guess of it, the recovered point with the best ``y_hat``
     (``incumbent_guess``), and a uniform random guess's mean distance to it (``incumbent_guess_chance``).
+    With ``optimum`` too (the site's optimized setting, e.g. its final best query): the distance
+    from the attacker's guess to it (``optimum_guess``) and a random guess's (``optimum_guess_chance``).
     """
     X_hat, X_true = np.asarray(X_hat, float), np.asarray(X_true, float)
     matched = _matched_distances(X_hat, X_true)
@@ -291,16 +418,22 @@ def leakage_metrics(X_hat: np.ndarray, X_true: np.ndarray, tol: float = 0.05, y_
         out["incumbent_nearest"] = float(np.linalg.norm(X_hat - best, axis=1).min())
         out["incumbent_guess"] = float(np.linalg.norm(X_hat[int(np.argmax(y_hat))] - best))
         out["incumbent_guess_chance"] = float(np.linalg.norm(chance.reshape(-1, d) - best, axis=1).mean())
+        if optimum is not None:
+            target = np.asarray(optimum, float)
+            out["optimum_guess"] = float(np.linalg.norm(X_hat[int(np.argmax(y_hat))] - target))
+            out["optimum_guess_chance"] = float(np.linalg.norm(chance.reshape(-1, d) - target, axis=1).mean())
     return out
 
 
-def audit(opt: Any, iterations: Sequence[int] | None = None, *, tol: float = 0.05,
+def audit(opt: Any, iterations: Sequence[int] | None = None, *, tol: float = 0.05, sequential: bool = True,
           **attack: Any) -> list[dict[str, Any]]:
     """Run the coordinator's attack on what ``opt`` (a ``gradient`` site) has sent, and score it
     against the site's own data: one row per audited BO iteration (1-based; default: all).
 
-    ``attack`` goes to :func:`reconstruct`. Rows hold the iteration, round, the
-    :func:`leakage_metrics`, the matching loss and the reconstruction.
+    ``sequential``: the stateful attack (:func:`reconstruct_sequence`) over every round up to
+    the last audited one; otherwise each audited round is attacked alone. ``attack`` goes to
+    :func:`reconstruct`. Rows hold the iteration, round, the :func:`leakage_metrics` (the
+    site's final best query is its optimum), the matching loss and the reconstruction.
     """
     if not hasattr(getattr(opt, "options", None), "pacoh"):
         raise ConfigurationError("the gradient-leakage audit needs a site of the `gradient` protocol")
@@ -315,12 +448,18 @@ def audit(opt: Any, iterations: Sequence[int] | None = None, *, tol: float = 0.0
     sign = -1.0 if opt.objective == "minimize" else 1.0        # the model's maximization orientation
     y_all = sign * np.asarray([ob.value for ob in opt.observations], float)
     cfg, d = opt.options.pacoh(), X_all.shape[1]
+    optimum = X_all[int(np.argmax(y_all))]
+    targets = [rounds[int(t) - 1] for t in wanted]
+    if sequential:
+        recs = reconstruct_sequence([ics[r] for r in rounds if r <= max(targets)], cfg, d, targets, **attack)
+    else:
+        recs = {r: reconstruct(ics[r], cfg, d, **attack) for r in targets}
     rows = []
-    for t in wanted:
-        ic = ics[rounds[int(t) - 1]]
-        rec = reconstruct(ic, cfg, d, **attack)
-        X_true, y_true = X_all[: ic.n_obs], y_all[: ic.n_obs]
-        rows.append({"iteration": int(t), "round": ic.round, **leakage_metrics(rec.X, X_true, tol, rec.y, y_true),
+    for t, r in zip(wanted, targets):
+        rec, n = recs[r], ics[r].n_obs
+        X_true, y_true = X_all[:n], y_all[:n]
+        rows.append({"iteration": int(t), "round": r,
+                     **leakage_metrics(rec.X, X_true, tol, rec.y, y_true, optimum=optimum),
                      "loss": rec.loss, "start": rec.start, "X_hat": rec.X.tolist(), "X_true": X_true.tolist(),
-                     "y_true": y_true.tolist(), "y_hat": rec.y.tolist(), "dp": ic.clip is not None})
+                     "y_true": y_true.tolist(), "y_hat": rec.y.tolist(), "dp": ics[r].clip is not None})
     return rows
