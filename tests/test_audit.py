@@ -111,3 +111,17 @@ def test_privacy_audit_cli_writes_report_and_plots_and_resumes(tmp_path, capsys)
     assert "(0 to do)" in capsys.readouterr().out
     assert main([*args, "--paper-attack"]) == 2           # other settings, same cache: refused
     assert "cached with other settings" in capsys.readouterr().err
+
+
+def test_the_sequential_attack_survives_a_round_without_a_new_query():
+    """A failed trial adds no observation: the tracker refines what it has, it does not extend it."""
+    from labfbo.privacy.audit import reconstruct_sequence
+
+    site = _campaign(3, 3, **SMALL)[0]
+    ics = intercepts(site.sent_messages(), site.received_messages())
+    r = sorted(ics)
+    again = Intercept(r[1] + 100, ics[r[1]].particles, ics[r[1]].scores, ics[r[1]].n_obs, None)
+    out = reconstruct_sequence([ics[r[0]], ics[r[1]], again], site.options.pacoh(), 2, [again.round])
+    X_true = site.space.encode([ob.params for ob in site.observations])[: again.n_obs]
+    assert out[again.round].X.shape == (again.n_obs, 2)
+    assert leakage_metrics(out[again.round].X, X_true)["recovered"] == 1.0

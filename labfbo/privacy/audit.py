@@ -244,6 +244,8 @@ def _sparse_start(ic: Intercept, cfg: PacohConfig, d: int, n_candidates: int, ma
     Jc = _jacobians(ic.particles, cand, cfg)
     J_known = _jacobians(ic.particles, torch.as_tensor(known, dtype=DTYPE), cfg)
     n_new = ic.n_obs - len(known)
+    if n_new <= 0 and len(known):       # nothing new this round (a failed trial): just refine
+        return _vp_refine(ic, cfg, target, known[:0], known, max(maxiter // 10, 1), coupled=True)
     if n_new == 1:
         order = torch.argsort(_scores(target, Jc, J_known, orthogonal=True), descending=True)[:tries].tolist()
         starts = [cand[i: i + 1].numpy() for i in order]
@@ -358,14 +360,14 @@ def reconstruct_sequence(ics: Sequence[Intercept], cfg: PacohConfig, d: int, wan
 
     Every round of ``ics`` (in order) adds its new points to the running reconstruction by
     OMP and refines them with the coupled residual; at the rounds in ``wanted`` all ``steps``
-    exchanges are used, and the reconstruction is reported with its closed-form ``y`` and its
-    Eq. 11 loss. It is not polished by Eq. 11: trading ``X`` against ``y`` there moved correct
+    exchanges are used, and the reconstruction is reported with the ``y`` solved with it (the
+    coupled least squares, standardized) and its Eq. 11 loss. It is not polished by Eq. 11: trading ``X`` against ``y`` there moved correct
     points away (measured), and the attacker's own criterion, the coupled residual, is
     already near zero when the points are right. ``attack`` (other :func:`reconstruct`
     options such as ``restarts``) is accepted and unused. A round with fewer points than the
-    last starts over. Between audited rounds only the
-    first ``track_steps`` exchanges are matched (enough to place one new point, and 2.5x
-    cheaper than 5). Returns ``{round: Reconstruction}``.
+    last starts over. Between audited rounds only the first ``track_steps`` exchanges are
+    matched (enough to place one new point, and 2.5x cheaper than 5). Returns
+    ``{round: Reconstruction}``.
     """
     if steps < 1 or track_steps < 1:
         raise ConfigurationError(f"steps and track_steps must be >= 1, got {steps} and {track_steps}")
