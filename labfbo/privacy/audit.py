@@ -58,6 +58,7 @@ from labfbo.exceptions import ConfigurationError
 from labfbo.models.gp import DTYPE
 from labfbo.models.pacoh import (PacohConfig, mean_block_index, mean_block_names, mean_jacobian,
                                  prior_mean_cov, site_score)
+from labfbo.models.pacoh import _standardize as _site_standardize  # the site's own rule for y
 
 CHANCE_DRAWS = 64
 REPAIR_RESIDUAL = 1e-8      # relative coupled residual above which a sequential round repairs
@@ -230,9 +231,10 @@ def _sparse_start(ic: Intercept, cfg: PacohConfig, d: int, n_candidates: int, ma
     """Greedy sparse recovery on the mean blocks, then continuous refinement.
 
     The points not in ``X_known`` (a previous round's reconstruction, or none) are chosen among
-    the candidates one at a time by optimized-OMP score, then refined with the known atoms held;
-    a single new point (a round of a sequential attack) is refined from each of the ``tries``
-    best candidates and the lowest residual wins. Candidates are a grid plus points next to
+    the candidates one at a time by OMP score, then refined with the known atoms held; a single
+    new point (a round of a sequential attack) is refined from each of the ``tries`` best
+    candidates by optimized-OMP score (and next to the last query and the incumbent), and the
+    lowest residual wins. Candidates are a grid plus points next to
     each known atom: a converging site's new query is often close to an earlier one. Then all
     atoms move together: briefly when they were known, for longer when the new point leaves
     the answers unexplained (relative residual above ``repair_above``: an earlier point is off).
@@ -240,12 +242,12 @@ def _sparse_start(ic: Intercept, cfg: PacohConfig, d: int, n_candidates: int, ma
     """
     target = _mean_target(ic, cfg, d)
     known = np.zeros((0, d)) if X_known is None else np.asarray(X_known, float)[: ic.n_obs]
-    cand = torch.cat([_candidates(d, n_candidates, seed), _near(known)], 0)
-    Jc = _jacobians(ic.particles, cand, cfg)
-    J_known = _jacobians(ic.particles, torch.as_tensor(known, dtype=DTYPE), cfg)
     n_new = ic.n_obs - len(known)
     if n_new <= 0 and len(known):       # nothing new this round (a failed trial): just refine
         return _vp_refine(ic, cfg, target, known[:0], known, max(maxiter // 10, 1), coupled=True)
+    cand = torch.cat([_candidates(d, n_candidates, seed), _near(known)], 0)
+    Jc = _jacobians(ic.particles, cand, cfg)
+    J_known = _jacobians(ic.particles, torch.as_tensor(known, dtype=DTYPE), cfg)
     if n_new == 1:
         order = torch.argsort(_scores(target, Jc, J_known, orthogonal=True), descending=True)[:tries].tolist()
         starts = [cand[i: i + 1].numpy() for i in order]
@@ -279,8 +281,12 @@ def _closed_form_y(ic: Intercept, cfg: PacohConfig, X: np.ndarray) -> np.ndarray
         alpha = _project(mean_jacobian(P, Xt, cfg), A[:, idx])[0]
         m, Ky = prior_mean_cov(P, Xt, cfg)
         ys.append(m + (Ky @ alpha.unsqueeze(-1))[..., 0])
-    y = torch.cat(ys, 0).mean(0)
-    return ((y - y.mean()) / y.std().clamp_min(1e-12)).numpy() if len(y) > 1 else np.zeros(len(y))
+    return _standardized(torch.cat(ys, 0).mean(0))
+
+
+def _standardized(y: Any) -> np.ndarray:
+    """``y`` as the site standardizes its own (:func:`labfbo.models.pacoh._standardize`)."""
+    return _site_standardize(torch.as_tensor(y, dtype=DTYPE).detach())[0].numpy()
 
 
 # ----------------------------------------------------------------------------- stage 2: Eq. 11
@@ -347,9 +353,8 @@ def reconstruct(ic: Intercept, cfg: PacohConfig, d: int, *, restarts: int = 5, s
         if best is None or out.fun < best[1].fun:
             best = (len(losses) - 1, out)
     start, out = best
-    v = out.x[n * d:]
-    y = (v - v.mean()) / max(float(v.std(ddof=1)), 1e-12) if n > 1 else v
-    return Reconstruction(out.x[: n * d].reshape(n, d), y, float(out.fun), start, tuple(losses))
+    return Reconstruction(out.x[: n * d].reshape(n, d), _standardized(out.x[n * d:]), float(out.fun), start,
+                          tuple(losses))
 
 
 def reconstruct_sequence(ics: Sequence[Intercept], cfg: PacohConfig, d: int, wanted: Sequence[int], *,
@@ -384,8 +389,8 @@ def reconstruct_sequence(ics: Sequence[Intercept], cfg: PacohConfig, d: int, wan
                                     repair_above=max(REPAIR_RESIDUAL, 100.0 * last))
         if ic.round in wanted:     # the site's standardized y, solved jointly (see _y_residual)
             # a stronger ridge splits a cluster of near-repeats evenly (their columns are almost equal)
-            y = _y_residual(ic, cfg, torch.as_tensor(X, dtype=DTYPE), _mean_target(ic, cfg, d), True, 1e-4)[1]
-            y = ((y - y.mean()) / y.std().clamp_min(1e-12)).numpy() if len(y) > 1 else y.numpy()
+            y = _standardized(_y_residual(ic, cfg, torch.as_tensor(X, dtype=DTYPE), _mean_target(ic, cfg, d),
+                                          True, 1e-4)[1])
             loss = float(_matching_loss(ic, cfg, d)(np.concatenate([X.ravel(), y]))[0])
             out[ic.round] = Reconstruction(X, y, loss, 0, (loss,))
         if len(out) == len(wanted):
