@@ -158,6 +158,23 @@ def _cmd_bench_site_loop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_meta_fit(args: argparse.Namespace) -> int:
+    from labfbo.benchmarks.meta_fit import format_rows, run
+
+    from labfbo.exceptions import ConfigurationError
+
+    def parse(text: str) -> dict[str, str]:     # values stay strings: PacohConfig validates them
+        pairs = [item.partition("=") for item in filter(None, text.split(","))]
+        if any(not sep for _, sep, _ in pairs):
+            raise ConfigurationError(f"--settings wants key=value pairs separated by commas, got {text!r}")
+        return {key: value for key, _, value in pairs}
+
+    print("labfbo bench meta-fit " + " ".join(sys.argv[3:]) + "\n")
+    base, rows = run(args.problem, args.sites, args.n, args.steps, [parse(s) for s in args.settings], args.seed)
+    print(format_rows(base, rows))
+    return 0
+
+
 def _cmd_bench_round_time(args: argparse.Namespace) -> int:
     from labfbo.benchmarks.round_time import format_rows, measure
 
@@ -450,6 +467,16 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("--repeats", type=int, default=3)
     rt.add_argument("--secure-aggregation", action="store_true", help="also time masked rounds; print the ratio")
     rt.set_defaults(func=_cmd_bench_round_time)
+    mf = bsub.add_parser("meta-fit", help="offline PACOH meta-training: test error vs steps, local and pooled GPs")
+    mf.add_argument("--problem", default="hartmann6")
+    mf.add_argument("--sites", type=int, default=5)
+    mf.add_argument("--n", type=int, default=30, help="random points per site")
+    mf.add_argument("--steps", type=int, default=2000)
+    mf.add_argument("--seed", type=int, default=0)
+    mf.add_argument("--settings", nargs="+", default=["meta_optimizer=adam,step_size=0.01",
+                                                       "meta_optimizer=sgd,step_size=0.1"],
+                    help="PacohConfig overrides to compare, e.g. meta_optimizer=adam,step_size=0.03")
+    mf.set_defaults(func=_cmd_bench_meta_fit)
     return parser
 
 

@@ -45,6 +45,24 @@ def test_distributed_meta_learning_equals_centralized() -> None:
             assert a == pytest.approx(b, abs=1e-10)
 
 
+def test_the_meta_optimizers_moments_survive_a_coordinator_restart() -> None:
+    """Adam's moments are the coordinator's carried state: a restored aggregator continues
+    exactly where the original would (the server stores this state with every round)."""
+    import json
+
+    from labfbo.protocols.gradient import meta_step
+
+    coord, _, _ = _run("gradient", 2, svgd_steps=3)
+    agg = coord.aggregator()
+    assert agg.adam is not None and int(agg.adam["step"]) == FAST["warmup_steps"] + 3
+    fresh, _ = _federation("gradient", svgd_steps=3)
+    fresh.aggregator().restore(json.loads(json.dumps(agg.state())))
+    scores = [torch.ones_like(agg.particles)] * 2
+    a = meta_step(agg.particles, scores, [5, 6], agg.cfg, agg.adam)
+    b = meta_step(fresh.aggregator().particles, scores, [5, 6], agg.cfg, fresh.aggregator().adam)
+    assert torch.equal(a[0], b[0]) and all(torch.equal(a[1][k], b[1][k]) for k in a[1])
+
+
 def test_meta_learning_moves_the_particles_and_sites_send_only_scores() -> None:
     coord, sites, _ = _run("gradient", 1, svgd_steps=3, warmup_steps=3)
     sent = sites[0].sent_messages()

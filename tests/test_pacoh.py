@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from botorch.acquisition import (LogExpectedImprovement, UpperConfidenceBound,
@@ -18,10 +19,10 @@ from scipy import integrate, stats
 
 from labfbo.models import pacoh
 from labfbo.models.gp import DTYPE, seeded_torch
-from labfbo.models.pacoh import (ParticleMixtureGP, PacohConfig, hyperprior_score, init_particles,
-                                 log_hyperprior, meta_score, meta_weight, mixture_mean_var,
-                                 mixture_moments, n_params, param_layout, site_log_evidence,
-                                 site_score, svgd_direction, svgd_update)
+from labfbo.models.pacoh import (PacohConfig, hyperprior_score, init_particles, log_hyperprior, meta_score,
+                                 meta_weight, n_params, param_layout, site_log_evidence, site_score, svgd_direction,
+                                 svgd_step, svgd_update)
+from labfbo.models.particle_mixture import ParticleMixtureGP, mixture_mean_var, mixture_moments
 
 torch.set_num_threads(1)
 SMALL = PacohConfig(n_particles=4, hidden=(8, 8))
@@ -221,6 +222,35 @@ def test_svgd_step_is_capped_and_a_non_finite_step_is_dropped():
     assert torch.equal(svgd_update(p, big, uncapped), 0.1 * big)
 
 
+def test_the_adam_meta_step_is_torch_adam_on_the_svgd_direction_with_its_state_carried():
+    cfg = PacohConfig(n_particles=3, step_size=0.05)
+    g = torch.Generator().manual_seed(4)
+    p = torch.randn(3, 6, generator=g, dtype=DTYPE)
+    scores = [torch.randn(3, 6, generator=g, dtype=DTYPE) for _ in range(3)]
+    # the first step of bias-corrected Adam is lr * psi / (|psi| + eps): lr * sign(psi), up to eps
+    first, state = svgd_step(p, scores[0], cfg)
+    psi = svgd_direction(p, scores[0])
+    torch.testing.assert_close(first - p, 0.05 * psi / (psi.abs() + 1e-8), rtol=1e-9, atol=1e-15)
+    # three pure steps with the state passed along = one persistent optimizer
+    param = torch.nn.Parameter(p.clone())
+    opt = torch.optim.Adam([param], lr=0.05, maximize=True)
+    q, state = p, None
+    for s in scores:
+        param.grad = svgd_direction(param.detach(), s)
+        opt.step()
+        q, state = svgd_step(q, s, cfg, state)
+    torch.testing.assert_close(q, param.detach(), rtol=1e-12, atol=1e-14)
+    assert int(state["step"]) == 3
+    # the plain update is still there, and ignores (returns) the state
+    plain = PacohConfig(n_particles=3, step_size=0.05, meta_optimizer="sgd")
+    assert torch.equal(svgd_step(p, scores[0], plain, state)[0], svgd_update(p, scores[0], plain))
+    # a non-finite direction moves nothing on the first step
+    bad = scores[0].clone()
+    bad[1, 2] = float("nan")
+    moved, _ = svgd_step(p, bad, PacohConfig(n_particles=3, bandwidth=1e6))
+    assert torch.isfinite(moved).all()
+
+
 def test_svgd_moves_particles_to_a_gaussian_target():
     mu = torch.tensor([2.0, -1.0], dtype=DTYPE)
     cov = torch.tensor([[1.0, 0.5], [0.5, 0.8]], dtype=DTYPE)
@@ -246,10 +276,11 @@ def test_meta_training_on_related_tasks_increases_evidence():
     p = init_particles(cfg, d, 0)
     before = summed(p)
     trace = [before]
+    state = None
     for _ in range(2):                                   # two BO rounds of cfg.svgd_steps each
         for _ in range(cfg.svgd_steps):
             G = sum(site_score(p, X, y, cfg) for X, y in sites)
-            p = svgd_update(p, meta_score(p, G, len(sites), cfg, n_points=[10] * 5), cfg)
+            p, state = svgd_step(p, meta_score(p, G, len(sites), cfg, n_points=[10] * 5), cfg, state)
         trace.append(summed(p))
     assert torch.isfinite(p).all()
     assert trace[1] > before + 10 and trace[2] > trace[1]
@@ -318,3 +349,17 @@ def test_mixture_model_inside_optimize_acqf():
                                       options={"seed": 0, "maxiter": 50})
         assert cand.shape == (q, 2) and torch.isfinite(cand).all() and torch.isfinite(val).all()
         assert (cand >= 0).all() and (cand <= 1).all()
+
+
+def test_meta_fit_benchmark_reports_every_setting_and_refuses_a_bad_one():
+    from labfbo.benchmarks.meta_fit import format_rows, run
+    from labfbo.exceptions import ConfigurationError
+
+    base, rows = run("branin", 2, 12, 30, [{"n_particles": 2, "hidden": (8,)},
+                                           {"n_particles": 2, "hidden": (8,), "meta_optimizer": "sgd"}])
+    assert set(base) == {"local GP", "pooled GP"} and all(0 < v < 2 for v in base.values())
+    assert [(r.setting.endswith("meta_optimizer=sgd"), r.steps) for r in rows] == [(False, 30), (True, 30)]
+    assert all(np.isfinite([r.nrmse, r.noise, r.log_evidence]).all() and r.nrmse > 0 for r in rows)
+    assert "pooled GP (baseline)" in format_rows(base, rows)
+    with pytest.raises(ConfigurationError, match="step_size"):
+        run("branin", 2, 5, 1, [{"step_size": -1.0}])

@@ -82,10 +82,13 @@ def test_a_secure_meta_update_equals_the_plain_one_to_fixed_point_precision() ->
     theta = agg.particles
     scores = [torch.as_tensor(gen.normal(scale=s, size=tuple(theta.shape))) for s in (0.1, 10.0, 300.0)]
     n_obs = [5, 7, 9]
-    plain = meta_step(theta, scores, n_obs, agg.cfg)
+    assert agg.adam is not None                     # mid-campaign: the meta-optimizer has moments
+    plain, plain_adam = meta_step(theta, scores, n_obs, agg.cfg, agg.adam)
     uploads = [secagg.encode(np.concatenate([a.numpy().ravel(), [1 / n, 1.0]]), 3) for a, n in zip(scores, n_obs)]
-    secure = secure_meta_step(theta, secagg.decode(secagg.aggregate(uploads, [])), agg.cfg)
+    secure, secure_adam = secure_meta_step(theta, secagg.decode(secagg.aggregate(uploads, [])), agg.cfg, agg.adam)
     assert torch.linalg.norm(secure - plain) / torch.linalg.norm(plain - theta) <= 1e-9
+    for key in ("exp_avg", "exp_avg_sq"):
+        assert torch.linalg.norm(secure_adam[key] - plain_adam[key]) <= 1e-9 * torch.linalg.norm(plain_adam[key])
 
 
 def test_a_campaign_with_secure_aggregation_equals_the_plain_one() -> None:

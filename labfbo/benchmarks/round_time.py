@@ -56,12 +56,12 @@ def measure(n_sites: int, particles: int, n_obs: int, steps: int, repeats: int, 
         o.tell(trial, float(np.sin(6 * sum(trial.params.values()) + 0.3 * i)))
     rows.append(RoundRow(0, warm, float("nan"), float("nan"), float("nan")))
     for r in range(1, repeats + 1):
-        theta = coord.aggregator().particles.clone()
+        theta, adam = coord.aggregator().particles.clone(), coord.aggregator().adam
         data = [o.site_data() for o in sites]
         t0 = time.perf_counter()
         for _ in range(steps):
             scores = [site_score(theta, d.X, d.y, coord.aggregator().cfg) for d in data]
-            theta = meta_step(theta, scores, [d.n for d in data], coord.aggregator().cfg)
+            theta, adam = meta_step(theta, scores, [d.n for d in data], coord.aggregator().cfg, adam)
         compute = time.perf_counter() - t0
         t0 = time.perf_counter()
         coord.run_round(r, transport.gather)

@@ -42,24 +42,27 @@ code weights :math:`\ln Z_i` by :math:`\tilde m/(n_i(\tilde m + N))` and the hyp
 by ``prior_factor=0.01``; for equal :math:`n_i` our defaults are that objective with
 :math:`\tilde m + 1` for :math:`\tilde m + N`.
 
-**SVGD** (:mod:`labfbo.models.svgd`): plain :math:`\phi \leftarrow \phi + \eta\psi` (the
-paper's update; PACOH applies Adam, lr 1e-3, whose moments would be hidden state).
+**SVGD** (:mod:`labfbo.models.svgd`) directions, applied by Adam (``meta_optimizer="adam"``,
+PACOH's choice; :func:`svgd_step`, the moments passed in and out explicitly) or by the
+paper's plain step :math:`\phi \leftarrow \phi + \eta\psi` (``"sgd"``).
 
 **Defaults.** ``n_particles=10``, ``hidden=(32, 32)``, ``feature_dim=2``,
 ``learn_mean=True``, ``bandwidth=None`` (median heuristic): the PACOH-SVGD reference.
-``step_size=0.1``: tuned here. On related sinusoids (N=5, d in {1,2,6}, n in {5,20,100})
+``meta_optimizer="adam"``, ``step_size=0.01``: tuned here (``labfbo bench meta-fit``;
+docs/protocols/gradient.md). On Hartmann-6 (5 sites x 30 points) Adam at 0.01 reached in
+500 steps a test nRMSE (0.77) the plain step at 0.1 needed ~4000 for, and in BO it halved
+the final regret; ``feature_dim=6`` was worse there (0.086 against 0.052).
+For the plain step, ``step_size=0.1``: on related sinusoids (N=5, d in {1,2,6}, n in {5,20,100})
 0.03 raises ln Z steadily and 0.1 faster; on Wing Weight (5 sites, 10 points each) 0.03
-for 220 steps left the mixture's test nRMSE at 0.50 (local GP: 0.13), 0.1 for 1000
-steps reached 0.18, and in BO 0.1 with a 500-step warm-up beat 0.03 clearly; 0.3-1 is
-erratic (never NaN).
+for 220 steps left the mixture's test nRMSE at 0.50 (local GP: 0.13), 0.1 for 1000 steps
+reached 0.18; 0.3-1 is erratic (never NaN).
 ``svgd_steps=20`` per BO round. ``max_step=20``: each particle's step is clipped to that
-norm (and a non-finite step is dropped). Plain steps have median norm ~0.27 and 99th
+norm (and a non-finite direction counts as zero). Plain steps have median norm ~0.27 and 99th
 percentile ~7-9 (2-D sphere, 5 sites, K=5); without the cap one campaign of that study
 took a step of 20, then 8e9, and every site's kernel became NaN at round 68. The cap
-binds on ~0.3 % of particle-steps there (PACOH's Adam bounds its steps per coordinate).
+binds on ~0.3 % of plain particle-steps there; Adam's (about lr per coordinate) stay far below it.
 
-**Mixture** (Eqs. 8-9): :class:`ParticleMixtureGP` moment-matches the equally weighted
-per-particle GP posteriors (latent function; noise only if asked) in the units of ``y``.
+**Mixture** (Eqs. 8-9): :mod:`labfbo.models.particle_mixture`.
 """
 
 from __future__ import annotations
@@ -69,10 +72,6 @@ import math
 from typing import Annotated, Any, Literal, Sequence, Union
 
 import torch
-from botorch.models.model import Model
-from botorch.posteriors.gpytorch import GPyTorchPosterior
-from gpytorch.distributions import MultivariateNormal
-from linear_operator.operators import DenseLinearOperator
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
@@ -82,8 +81,7 @@ from labfbo.models.svgd import median_bandwidth, svgd_direction
 __all__ = ["PacohConfig", "n_params", "param_layout", "init_particles", "site_log_evidence",
            "site_score", "mean_jacobian", "mean_block_names", "mean_block_index", "prior_mean_cov",
            "log_hyperprior", "hyperprior_score", "meta_weight", "meta_score",
-           "svgd_direction", "median_bandwidth", "svgd_update", "mixture_moments",
-           "mixture_mean_var", "ParticleMixtureGP"]
+           "svgd_direction", "median_bandwidth", "svgd_update", "svgd_step", "AdamState"]
 
 WEIGHT_SCALE = 0.5          # PACOH weight_prior_std
 BIAS_SCALE = 3.0            # PACOH bias_prior_std
@@ -108,7 +106,9 @@ class PacohConfig(BaseModel):
     beta: Union[Literal["n"], PosFloat] = Field("n", description="'n': beta_i = n_i, exact GP marginal "
                                                 "log-likelihood (PACOH for GPs); a number: tempered")
     lam: Union[Literal["n_sites"], PosFloat] = Field("n_sites", description="meta-level lambda; 'n_sites': N")
-    step_size: float = Field(0.1, gt=0, description="SVGD step eta (plain update); tuned here")
+    meta_optimizer: Literal["adam", "sgd"] = Field("adam", description="how an SVGD direction moves the "
+                                                   "particles: Adam (PACOH) or the plain step")
+    step_size: float = Field(0.01, gt=0, description="learning rate (adam) or step eta (sgd); tuned here")
     bandwidth: float | None = Field(None, gt=0, description="RBF bandwidth h; None: median heuristic")
     svgd_steps: int = Field(20, ge=0, description="SVGD steps per BO round")
     max_step: float | None = Field(20.0, gt=0, description="cap on each particle's step norm (None: no cap)")
@@ -403,6 +403,36 @@ def meta_score(particles: Tensor, summed_site_scores: Tensor, n_sites: int, cfg:
     return hyperprior_score(particles, cfg) + w * summed_site_scores.detach().to(DTYPE)
 
 
+AdamState = dict[str, Tensor]    # torch.optim.Adam's per-parameter state: step, exp_avg, exp_avg_sq
+
+
+def svgd_step(particles: Tensor, score: Tensor, cfg: PacohConfig,
+              state: AdamState | None = None) -> tuple[Tensor, AdamState | None]:
+    r"""One meta-update from the target ``score``: the SVGD direction :math:`\psi`, then
+    :func:`svgd_update` (``meta_optimizer="sgd"``) or an Adam step on :math:`\psi` (``"adam"``,
+    :class:`torch.optim.Adam`, lr ``step_size``, default betas). Pure: Adam's moments are
+    ``state`` in and out (None: fresh); a direction with a non-finite entry counts as zero
+    for its particle, and each particle's step is capped at ``max_step`` as in :func:`svgd_update`.
+    """
+    if cfg.meta_optimizer == "sgd":
+        return svgd_update(particles, score, cfg), state
+    phi = particles.detach().to(DTYPE)
+    psi = svgd_direction(phi, score, cfg.bandwidth)
+    psi = torch.where(torch.isfinite(psi).all(-1, keepdim=True), psi, torch.zeros_like(psi))
+    param = torch.nn.Parameter(phi.clone())
+    opt = torch.optim.Adam([param], lr=cfg.step_size, maximize=True, foreach=False)
+    if state is not None:
+        opt.state[param] = {k: v.clone() for k, v in state.items()}
+    param.grad = psi
+    opt.step()
+    new = param.detach()
+    step = new - phi
+    if cfg.max_step is not None:
+        norm = torch.linalg.norm(step, dim=-1, keepdim=True)
+        step = step * torch.clamp(cfg.max_step / norm.clamp_min(1e-300), max=1.0)
+    return phi + step, {k: v.detach().clone() for k, v in opt.state[param].items()}
+
+
 def svgd_update(particles: Tensor, score: Tensor, cfg: PacohConfig) -> Tensor:
     r""":math:`\phi_k + \eta\,\psi_k(\phi)` (pure: no optimizer state), each particle's step
     clipped to norm ``max_step``; a particle whose step is not finite stays where it is."""
@@ -414,98 +444,3 @@ def svgd_update(particles: Tensor, score: Tensor, cfg: PacohConfig) -> Tensor:
         norm = torch.linalg.norm(step, dim=-1, keepdim=True)
         step = step * torch.clamp(cfg.max_step / norm.clamp_min(1e-300), max=1.0)
     return phi + step
-
-
-# ----------------------------------------------------------------------------- the mixture
-class _ParticlePosteriors:
-    """Per-particle exact GP posteriors on one site's standardized data (Cholesky once)."""
-
-    def __init__(self, particles: Tensor, X: Any, y: Any, cfg: PacohConfig) -> None:
-        X, y = _data(X, y)
-        phi = particles.detach().to(DTYPE)
-        self.d, self.n = X.shape[1], X.shape[0]
-        _, self.mu_y, self.sd_y = _standardize(y)
-        self.th = _unpack(phi, cfg, self.d)
-        self.noise = _noise(self.th)
-        if self.n:
-            f = _fit(phi, X, y, cfg)
-            self.Ft, self.L, self.alpha = f["F"], f["L"], f["alpha"]    # (K, n, f), (K, n, n), (K, n)
-
-    def joint(self, Xq: Tensor) -> tuple[Tensor, Tensor]:
-        """``Xq (B, q, d)`` -> means ``(K, B, q)``, covariances ``(K, B, q, q)`` (standardized)."""
-        B, q, d = Xq.shape
-        K = self.noise.shape[0]
-        U = _inputs(Xq.reshape(B * q, d))
-        Fq = _features(self.th, U)                                          # (K, B*q, f)
-        mean = _mean(self.th, U)
-        Fb = Fq.reshape(K, B, q, -1)
-        cov = _rbf(self.th, Fb, Fb)                                         # (K, B, q, q)
-        if self.n:
-            Kxq = _rbf(self.th, self.Ft, Fq)                                # (K, n, B*q)
-            mean = mean + torch.einsum("knm,kn->km", Kxq, self.alpha)
-            V = torch.linalg.solve_triangular(self.L, Kxq, upper=False).reshape(K, self.n, B, q)
-            cov = cov - torch.einsum("knbi,knbj->kbij", V, V)
-        mean = mean.reshape(K, B, q)
-        return mean, cov
-
-
-def mixture_moments(particles: Tensor, X_train: Any, y_train: Any, X_test: Any,
-                    cfg: PacohConfig) -> tuple[Tensor, Tensor]:
-    r"""Per-particle posterior means :math:`\mu_{\phi_k}` ``(K, m)`` and latent variances
-    :math:`\sigma^2_{\phi_k}` ``(K, m)`` at ``X_test (m, d)``, in the units of ``y_train``."""
-    post = _ParticlePosteriors(particles, X_train, y_train, cfg)
-    Xq = torch.as_tensor(X_test, dtype=DTYPE).reshape(-1, 1, post.d)
-    mean, cov = post.joint(Xq)
-    return mean[..., 0] * post.sd_y + post.mu_y, cov[..., 0, 0].clamp_min(0.0) * post.sd_y ** 2
-
-
-def mixture_mean_var(means: Tensor, variances: Tensor) -> tuple[Tensor, Tensor]:
-    """PACD-BO Eqs. 8-9 from per-particle ``means``/``variances`` ``(K, m)`` -> ``(m,)``, ``(m,)``."""
-    mu = means.mean(0)
-    return mu, variances.mean(0) + ((means - mu) ** 2).mean(0)
-
-
-class ParticleMixtureGP(Model):
-    r"""BoTorch model of the equally weighted mixture of the particles' GP posteriors on
-    one site's data, moment-matched to a Gaussian: mean Eq. 8, covariance
-    :math:`\frac1K\sum_k \Sigma_k + \frac1K\sum_k (\mu_k-\tilde\mu)(\mu_k-\tilde\mu)^\top`
-    (Eq. 9 on the diagonal). ``posterior(X)`` takes ``X (..., q, d)``; differentiable in ``X``."""
-
-    def __init__(self, particles: Tensor, X_train: Any, y_train: Any, cfg: PacohConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self._post = _ParticlePosteriors(particles, X_train, y_train, cfg)
-        X, y = _data(X_train, y_train)
-        self.register_buffer("train_X", X.clone())
-        self.register_buffer("train_y", y.clone())
-
-    @property
-    def num_outputs(self) -> int:
-        return 1
-
-    @property
-    def batch_shape(self) -> torch.Size:
-        return torch.Size([])
-
-    def posterior(self, X: Tensor, output_indices: list[int] | None = None,
-                  observation_noise: bool | Tensor = False, posterior_transform: Any = None,
-                  **kwargs: Any) -> GPyTorchPosterior:
-        if output_indices not in (None, [0]):
-            raise ValueError("ParticleMixtureGP has a single output")
-        X = X.to(DTYPE)
-        lead, q, d = X.shape[:-2], X.shape[-2], X.shape[-1]
-        means, covs = self._post.joint(X.reshape(-1, q, d))             # (K, B, q), (K, B, q, q)
-        mu = means.mean(0)
-        dev = means - mu
-        cov = covs.mean(0) + torch.einsum("kbi,kbj->bij", dev, dev) / means.shape[0]
-        sd = self._post.sd_y
-        mu = (mu * sd + self._post.mu_y).reshape(*lead, q)
-        cov = (cov * sd ** 2).reshape(*lead, q, q)
-        if isinstance(observation_noise, Tensor):   # variances in the units of y, (..., q, 1)
-            cov = cov + torch.diag_embed(observation_noise.to(DTYPE)[..., 0].expand(*lead, q))
-        elif observation_noise:
-            cov = cov + (self._post.noise.mean() * sd ** 2) * torch.eye(q, dtype=DTYPE)
-        # a lazy (DenseLinearOperator) covariance: factorized only when sampled, with jitter
-        mvn = MultivariateNormal(mu, DenseLinearOperator(cov))
-        post = GPyTorchPosterior(mvn)
-        return posterior_transform(post) if posterior_transform is not None else post

@@ -65,7 +65,8 @@ class CentralizedAggregator(GradientAggregator):
         if tasks:
             for _ in range(self.steps_in_round()):
                 scores = [site_score(self.particles, X, y, self.cfg) for X, y in tasks]
-                self.particles = meta_step(self.particles, scores, [len(y) for _, y in tasks], self.cfg)
+                self.particles, self.adam = meta_step(self.particles, scores, [len(y) for _, y in tasks], self.cfg,
+                                                      self.adam)
             self.trained = True
         return self._finish()
 

@@ -9,7 +9,7 @@ data (Eq. 6; :func:`labfbo.models.pacoh.site_score`) and its number of observati
 :math:`G_k = \sum_i A_{ik}` over the sites that contributed, adds the hyper-prior score
 (Eq. 7) and makes an SVGD step (:func:`meta_step`). The final particles are the round's
 guidance: each site forms the particle-mixture predictive (Eqs. 8–9,
-:class:`~labfbo.models.pacoh.ParticleMixtureGP`) on its own data and maximizes its
+:class:`~labfbo.models.particle_mixture.ParticleMixtureGP`) on its own data and maximizes its
 acquisition (UCB by default, :math:`\beta = 4`, i.e. :math:`\kappa = 2`), pending-aware.
 
 Particles persist across rounds (warm start). With ``privacy=labfbo.DP(...)`` each site
@@ -28,8 +28,8 @@ from pydantic import BaseModel, Field
 
 from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.gp import predict
-from labfbo.models.pacoh import (PacohConfig, ParticleMixtureGP, init_particles, meta_score, site_score,
-                                 svgd_update)
+from labfbo.models.pacoh import AdamState, PacohConfig, init_particles, meta_score, site_score, svgd_step
+from labfbo.models.particle_mixture import ParticleMixtureGP
 from labfbo.exceptions import ConfigurationError
 from labfbo.privacy import DP, privatize, secagg
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
@@ -85,7 +85,8 @@ class GradientOptions(ModelOptions):
     prior_std: float = Field(10.0, gt=0)
     beta_meta: Literal["n"] | float = Field("n", description="PACOH task temperature beta")
     lam: Literal["n_sites"] | float = "n_sites"
-    step_size: float = Field(0.1, gt=0)
+    meta_optimizer: Literal["adam", "sgd"] = Field("adam", description="Adam on the SVGD direction (PACOH) or plain steps")
+    step_size: float = Field(0.01, gt=0, description="Adam's learning rate, or the plain step")
     bandwidth: float | None = None
     svgd_steps: int = Field(20, ge=0)
     max_step: float | None = Field(20.0, gt=0, description="cap on each particle's SVGD step norm")
@@ -96,20 +97,23 @@ class GradientOptions(ModelOptions):
     def pacoh(self) -> PacohConfig:
         return PacohConfig(n_particles=self.n_particles, hidden=self.hidden, feature_dim=self.feature_dim,
                            learn_mean=self.learn_mean, prior_std=self.prior_std, beta=self.beta_meta,
-                           lam=self.lam, step_size=self.step_size, bandwidth=self.bandwidth,
+                           lam=self.lam, meta_optimizer=self.meta_optimizer, step_size=self.step_size,
+                           bandwidth=self.bandwidth,
                            svgd_steps=self.svgd_steps, max_step=self.max_step)
 
 
 def meta_step(particles: torch.Tensor, scores: Sequence[torch.Tensor], n_obs: Sequence[int],
-              cfg: PacohConfig) -> torch.Tensor:
-    """One SVGD step from the per-site scores, summed in the given (site) order (Eq. 7)."""
+              cfg: PacohConfig, state: AdamState | None = None) -> tuple[torch.Tensor, AdamState | None]:
+    """One SVGD step from the per-site scores, summed in the given (site) order (Eq. 7);
+    returns the particles and the meta-optimizer's state (:func:`~labfbo.models.pacoh.svgd_step`)."""
     G = torch.zeros_like(particles)
     for A in scores:
         G = G + A
-    return svgd_update(particles, meta_score(particles, G, len(scores), cfg, n_points=list(n_obs)), cfg)
+    return svgd_step(particles, meta_score(particles, G, len(scores), cfg, n_points=list(n_obs)), cfg, state)
 
 
-def secure_meta_step(particles: torch.Tensor, total: np.ndarray, cfg: PacohConfig) -> torch.Tensor | None:
+def secure_meta_step(particles: torch.Tensor, total: np.ndarray, cfg: PacohConfig,
+                     state: AdamState | None = None) -> tuple[torch.Tensor, AdamState | None] | None:
     r"""One SVGD step from a secure-aggregated sum ``[sum_i A_i, sum_i 1/n_i, #sites with data]``.
 
     The meta-weight's :math:`\beta` (the harmonic mean of the :math:`n_i`) needs only the
@@ -120,7 +124,7 @@ def secure_meta_step(particles: torch.Tensor, total: np.ndarray, cfg: PacohConfi
         return None
     G = torch.as_tensor(total[:-2].reshape(particles.shape))
     harmonic = count / total[-2]
-    return svgd_update(particles, meta_score(particles, G, count, cfg, n_points=[harmonic] * count), cfg)
+    return svgd_step(particles, meta_score(particles, G, count, cfg, n_points=[harmonic] * count), cfg, state)
 
 
 # -- site side -------------------------------------------------------------------------------
@@ -199,6 +203,7 @@ class GradientAggregator(Aggregator):
         self.cfg = options.pacoh()
         self.particles = init_particles(self.cfg, space.dim, int(rng(seed, 0, 0, "pacoh-init").integers(2**31)))
         self.step = 0
+        self.adam: AdamState | None = None  # the meta-optimizer's moments, carried across rounds
         self.trained = False
         self.updated = False  # some step of this round changed the particles
         self.secure = SecureSum(self.sites)
@@ -224,13 +229,16 @@ class GradientAggregator(Aggregator):
         return Finish({s: reply for s in self.sites})
 
     def state(self) -> dict[str, Any]:
+        adam = {k: Array.of(v.numpy()).model_dump(mode="json") for k, v in (self.adam or {}).items()}
         return {"particles": Array.of(self.particles.numpy()).model_dump(mode="json"), "trained": self.trained,
-                "keys": self.secure.keys}
+                "keys": self.secure.keys, "adam": adam}
 
     def restore(self, state: dict[str, Any]) -> None:
         if state:
             self.particles = torch.as_tensor(Array.model_validate(state["particles"]).numpy())
             self.trained = bool(state["trained"])
+            adam = state.get("adam") or {}
+            self.adam = {k: torch.as_tensor(Array.model_validate(v).numpy()) for k, v in adam.items()} or None
             self.secure.keys = dict(state.get("keys", {}))
 
     def steps_in_round(self) -> int:
@@ -247,8 +255,8 @@ class GradientAggregator(Aggregator):
             return self._on_secure(responses)
         answers = [responses[s] for s in self.sites if isinstance(responses.get(s), ScoreResponse)]
         if answers:
-            self.particles = meta_step(self.particles, [torch.as_tensor(a.scores.numpy()) for a in answers],
-                                       [a.n_obs for a in answers], self.cfg)
+            self.particles, self.adam = meta_step(self.particles, [torch.as_tensor(a.scores.numpy()) for a in answers],
+                                                  [a.n_obs for a in answers], self.cfg, self.adam)
         return self._next(bool(answers))
 
     def _next(self, updated: bool) -> Step:
@@ -264,9 +272,9 @@ class GradientAggregator(Aggregator):
             return self._request() if out == "redo" else self._finish()
         if isinstance(out, dict):
             return Exchange(out)
-        new = secure_meta_step(self.particles, out, self.cfg)
+        new = secure_meta_step(self.particles, out, self.cfg, self.adam)
         if new is not None:
-            self.particles = new
+            self.particles, self.adam = new
         return self._next(new is not None)
 
 
