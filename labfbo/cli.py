@@ -160,7 +160,6 @@ def _cmd_bench_site_loop(args: argparse.Namespace) -> int:
 
 def _cmd_bench_meta_fit(args: argparse.Namespace) -> int:
     from labfbo.benchmarks.meta_fit import format_rows, run
-
     from labfbo.exceptions import ConfigurationError
 
     def parse(text: str) -> dict[str, str]:     # values stay strings: PacohConfig validates them

@@ -177,14 +177,16 @@ def plot(results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
         d = [np.mean(cells[(s, t)]["dispersion"]) for t in its]
         e = [np.std(cells[(s, t)]["dispersion"]) for t in its]
         a1.errorbar(its, d, yerr=e, marker="o", capsize=3, label=f"σ={s:g}")
-        a2.plot(its, [np.mean(cells[(s, t)]["recovered"]) for t in its], marker="o", label=f"σ={s:g}")
+        line = a2.plot(its, [np.mean(cells[(s, t)]["recovered"]) for t in its], marker="o", label=f"σ={s:g}")[0]
+        # chance depends on how clustered that campaign's queries are: one line per sigma
+        a2.plot(its, [np.mean(cells[(s, t)]["recovered_chance"]) for t in its], "--", color=line.get_color(),
+                label=f"random points (σ={s:g})")
         a4.plot(its, [np.mean(cells[(s, t)]["optimum_guess"]) for t in its], marker="o", label=f"σ={s:g}")
     a1.plot(its, [np.mean(cells[(sigmas[0], t)]["dispersion_uniform"]) for t in its], "k--", label="uniform")
     a1.plot(its, [np.mean(cells[(sigmas[0], t)]["dispersion_true"]) for t in its], "k:", label="true queries")
     a1.set(xlabel="BO iteration t", ylabel="dispersion (mean pairwise distance)", title="dispersion vs t")
     a2.set(xlabel="BO iteration t", ylabel="fraction of queries recovered", title="recovery vs t", ylim=(-0.02, 1.02))
     a4.plot(its, [np.mean(cells[(sigmas[0], t)]["optimum_guess_chance"]) for t in its], "k--", label="random guess")
-    a2.plot(its, [np.mean(cells[(sigmas[0], t)]["recovered_chance"]) for t in its], "k--", label="random points")
     a4.set(xlabel="BO iteration t", ylabel="distance", title="attacker's guess vs the site's final best")
     for t in its:
         a3.errorbar(sigmas, [np.mean(cells[(s, t)]["dispersion"]) for s in sigmas],
