@@ -417,30 +417,31 @@ def svgd_step(particles: Tensor, score: Tensor, cfg: PacohConfig,
     if cfg.meta_optimizer == "sgd":
         return svgd_update(particles, score, cfg), state
     phi = particles.detach().to(DTYPE)
-    psi = svgd_direction(phi, score, cfg.bandwidth)
-    psi = torch.where(torch.isfinite(psi).all(-1, keepdim=True), psi, torch.zeros_like(psi))
     param = torch.nn.Parameter(phi.clone())
     opt = torch.optim.Adam([param], lr=cfg.step_size, maximize=True, foreach=False)
     if state is not None:
         opt.state[param] = {k: v.clone() for k, v in state.items()}
-    param.grad = psi
+    param.grad = _finite_rows(svgd_direction(phi, score, cfg.bandwidth))
     opt.step()
-    new = param.detach()
-    step = new - phi
-    if cfg.max_step is not None:
-        norm = torch.linalg.norm(step, dim=-1, keepdim=True)
-        step = step * torch.clamp(cfg.max_step / norm.clamp_min(1e-300), max=1.0)
-    return phi + step, {k: v.detach().clone() for k, v in opt.state[param].items()}
+    moments = {k: v.detach().clone() for k, v in opt.state[param].items()}
+    return phi + _capped(param.detach() - phi, cfg.max_step), moments
 
 
 def svgd_update(particles: Tensor, score: Tensor, cfg: PacohConfig) -> Tensor:
     r""":math:`\phi_k + \eta\,\psi_k(\phi)` (pure: no optimizer state), each particle's step
     clipped to norm ``max_step``; a particle whose step is not finite stays where it is."""
     phi = particles.detach().to(DTYPE)
-    step = cfg.step_size * svgd_direction(particles, score, cfg.bandwidth)
-    finite = torch.isfinite(step).all(-1, keepdim=True)
-    step = torch.where(finite, step, torch.zeros_like(step))
-    if cfg.max_step is not None:
-        norm = torch.linalg.norm(step, dim=-1, keepdim=True)
-        step = step * torch.clamp(cfg.max_step / norm.clamp_min(1e-300), max=1.0)
-    return phi + step
+    return phi + _capped(_finite_rows(cfg.step_size * svgd_direction(particles, score, cfg.bandwidth)), cfg.max_step)
+
+
+def _finite_rows(x: Tensor) -> Tensor:
+    """``x (K, P)`` with every row that has a non-finite entry set to zero."""
+    return torch.where(torch.isfinite(x).all(-1, keepdim=True), x, torch.zeros_like(x))
+
+
+def _capped(step: Tensor, max_step: float | None) -> Tensor:
+    """Each particle's step ``(K, P)`` scaled down to norm ``max_step`` if longer (None: as is)."""
+    if max_step is None:
+        return step
+    norm = torch.linalg.norm(step, dim=-1, keepdim=True)
+    return step * torch.clamp(max_step / norm.clamp_min(1e-300), max=1.0)
