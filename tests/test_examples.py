@@ -11,6 +11,7 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -36,15 +37,17 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess
         out = tmp_path_factory.mktemp(name)
         env = {**os.environ, "LABFBO_EXAMPLE_BUDGET": "2", "LABFBO_EXAMPLE_OUT": str(out),
                "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+        # a session of its own: on timeout the whole group dies, including a server or site the
+        # script started, which would otherwise hold the pipes open and hang communicate()
         proc = subprocess.Popen([sys.executable, str(EXAMPLES / f"{name}.py")], cwd=out, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         procs[name] = (proc, out)
     results = {}
     for name, (proc, out) in procs.items():
         try:
             stdout, stderr = proc.communicate(timeout=240)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             stdout, stderr = proc.communicate()
         results[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), out)
     return results

@@ -64,7 +64,8 @@ def site_data(problem: str, n_sites: int, n: int, seed: int, n_test: int = 1000)
 
 def baselines(train: Sequence[tuple], test: Sequence[tuple]) -> dict[str, float]:
     """Test nRMSE of a local GP per site and of one GP on the pooled standardized data."""
-    local = [_nrmse(predict(fit_local_gp(X, y), Xt[:, None, :])[0].ravel(), yt) for (X, y), (Xt, yt) in zip(train, test)]
+    local = [_nrmse(predict(fit_local_gp(X, y), Xt[:, None, :])[0].ravel(), yt)
+             for (X, y), (Xt, yt) in zip(train, test)]
     pooled = fit_local_gp(np.concatenate([X for X, _ in train]),
                           np.concatenate([(y - y.mean()) / y.std() for _, y in train]))
     shared = [_nrmse(predict(pooled, Xt[:, None, :])[0].ravel() * y.std() + y.mean(), yt)

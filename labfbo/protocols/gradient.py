@@ -85,7 +85,8 @@ class GradientOptions(ModelOptions):
     prior_std: float = Field(10.0, gt=0)
     beta_meta: Literal["n"] | float = Field("n", description="PACOH task temperature beta")
     lam: Literal["n_sites"] | float = "n_sites"
-    meta_optimizer: Literal["adam", "sgd"] = Field("adam", description="Adam on the SVGD direction (PACOH) or plain steps")
+    meta_optimizer: Literal["adam", "sgd"] = Field("adam", description="Adam on the SVGD direction (PACOH) "
+                                                   "or plain steps")
     step_size: float = Field(0.01, gt=0, description="Adam's learning rate, or the plain step")
     bandwidth: float | None = None
     svgd_steps: int = Field(20, ge=0)
