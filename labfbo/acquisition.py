@@ -11,6 +11,14 @@ All acquisitions *maximize* a model of the objective in the maximization orienta
 * ``ts``: Thompson sampling — joint posterior draws on a scrambled Sobol candidate set
   (``MaxPosteriorSampling``); a batch uses one draw per point.
 
+**Escaping a stalled basin** (``stall_rounds``, off by default; on for the meta-learned
+protocols, :mod:`labfbo.protocols.gradient`): from model-based round ``stall_rounds`` on,
+once the last ``stall_rounds`` observations have not raised the best value (by more than
+0.1 % of the observed range), every other round's proposal maximizes the acquisition with
+the incumbent's basin penalized (:class:`ExcludeIncumbent`). A site whose prior or early
+data locked it onto a local optimum then samples the best alternative its model sees; the
+rounds in between keep refining the incumbent. Thompson sampling is left as it is.
+
 Pending trials enter as ``X_pending`` (the q-acquisitions integrate over them), so a
 batch never re-proposes a point that is in flight. Optimization uses ``optimize_acqf``
 (continuous spaces) or ``optimize_acqf_mixed_alternating`` (integer / categorical
@@ -19,6 +27,7 @@ columns), with 10 restarts and 512 raw samples by default, seeded.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -50,6 +59,8 @@ if TYPE_CHECKING:
     from labfbo.priors import LocationPrior
 
 AcquisitionName = Literal["ucb", "ei", "nei", "ts"]
+STALL_TOL = 1e-3  # an improvement below this fraction of y's range does not end a stall
+LOG_PENALTY = 30.0  # the incumbent's penalty on a log-acquisition, in nats
 
 
 class AcquisitionOptions(BaseModel):
@@ -62,6 +73,11 @@ class AcquisitionOptions(BaseModel):
     raw_samples: int = Field(512, ge=1)
     mc_samples: int = Field(256, ge=16, description="QMC samples of q-acquisitions")
     ts_candidates: int = Field(2048, ge=16, description="Sobol candidates for Thompson sampling")
+    stall_rounds: int | None = Field(None, ge=1, description="after this many observations without "
+                                     "improvement, every other proposal searches outside the incumbent's "
+                                     "basin (None: never)")
+    stall_radius: float = Field(0.15, gt=0, description="the excluded basin's length scale per sqrt(dim), "
+                                "unit cube")
 
 
 @dataclass(frozen=True)
@@ -194,15 +210,19 @@ class PriorWeighted(AcquisitionFunction):
 
 def propose_with_model(model: Model, space: SearchSpace, data: AcquisitionData, q: int,
                        seed: int, opts: AcquisitionOptions,
-                       prior: "tuple[LocationPrior, float] | None" = None) -> np.ndarray:
+                       prior: "tuple[LocationPrior, float] | None" = None,
+                       round: int | None = None) -> np.ndarray:
     """Propose ``q`` points from ``model`` with the configured acquisition.
 
     ``prior=(location_prior, gamma)`` multiplies the acquisition by the prior to the
-    power ``gamma`` (skipped when ``gamma == 0``).
+    power ``gamma`` (skipped when ``gamma == 0``). ``round``: the site's model-based round,
+    for ``stall_rounds`` (None: never escape).
     """
     if opts.acquisition == "ts":
         return thompson_sample(model, space, q, seed, opts, exclude=data.pending)
     acqf = build_acquisition(model, data, opts, q, seed)
+    if escaping(data.y, round, opts):
+        acqf = ExcludeIncumbent.around_best(acqf, data, space.dim, opts)
     if prior is not None and prior[1] > 0:
         with torch.no_grad():
             ref = float(model.posterior(as_tensor(data.X)).mean.max())
@@ -212,3 +232,48 @@ def propose_with_model(model: Model, space: SearchSpace, data: AcquisitionData, 
         extra = prior[0].sample(max(opts.raw_samples // 2, opts.num_restarts), seed)
         return optimize_acquisition(acqf, space, q, seed, opts, extra_raw=extra)
     return optimize_acquisition(acqf, space, q, seed, opts)
+
+
+def stalled(y: np.ndarray, rounds: int, tol: float = STALL_TOL) -> bool:
+    """The last ``rounds`` observations raised the best ``y`` by at most ``tol`` times ``y``'s range."""
+    if len(y) <= rounds:
+        return False
+    return float(np.max(y[-rounds:])) <= float(np.max(y[:-rounds])) + tol * float(np.ptp(y))
+
+
+def escaping(y: np.ndarray, round: int | None, opts: AcquisitionOptions) -> bool:
+    """Whether the proposal of model-based round ``round`` (0, 1, ...) searches outside the
+    incumbent's basin: at least ``stall_rounds`` rounds have passed, the site has stalled
+    (:func:`stalled`), and it is every other round (the incumbent is refined in between)."""
+    m = opts.stall_rounds
+    return m is not None and round is not None and round >= m and (round - m) % 2 == 0 and stalled(y, m)
+
+
+class ExcludeIncumbent(AcquisitionFunction):
+    r"""The acquisition with the incumbent's basin penalized:
+    :math:`\alpha(X) - w \sum_q \exp(-\|x_q - x^+\|^2 / 2r^2)`.
+
+    :math:`x^+` is the best observed point and :math:`r` = ``stall_radius`` :math:`\sqrt{d}`
+    (unit cube). :math:`w` is three times the observed range of ``y`` for UCB (in the units
+    of :math:`\mu + \kappa\sigma`), and :data:`LOG_PENALTY` nats for the log-acquisitions
+    (``ei``, ``nei``: EI divided by :math:`e^{30}` at :math:`x^+`). Beyond :math:`3r` the
+    penalty is below 1.2 % of :math:`w`. Smooth, so the gradient optimizer works as before.
+    """
+
+    def __init__(self, base: AcquisitionFunction, center: torch.Tensor, radius: float, weight: float) -> None:
+        super().__init__(model=base.model)
+        self.base, self.center, self.radius, self.weight = base, center, radius, weight
+
+    @classmethod
+    def around_best(cls, base: AcquisitionFunction, data: AcquisitionData, dim: int,
+                    opts: AcquisitionOptions) -> "ExcludeIncumbent":
+        best = as_tensor(data.X[int(np.argmax(data.y))])
+        weight = 3.0 * float(np.ptp(data.y)) + 1e-12 if opts.acquisition == "ucb" else LOG_PENALTY
+        return cls(base, best, opts.stall_radius * math.sqrt(dim), weight)
+
+    def set_X_pending(self, X_pending: torch.Tensor | None = None) -> None:
+        self.base.set_X_pending(X_pending)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        d2 = ((X - self.center) ** 2).sum(-1)
+        return self.base(X) - self.weight * torch.exp(-0.5 * d2 / self.radius ** 2).sum(-1)

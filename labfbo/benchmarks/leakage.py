@@ -44,6 +44,7 @@ class AuditJob:
     sparse_start: bool = True
     acquisition: str = "ucb"
     sequential: bool = True
+    stall_rounds: int | None = None  # the paper's PACD-BO: no escape from a stalled basin
 
 
 def jobs(out: str, problem: str, sigmas: Sequence[float], seeds: Sequence[int], iterations: Sequence[int],
@@ -80,7 +81,8 @@ def run_job(job: AuditJob) -> str:
 
     import labfbo
 
-    options: dict[str, Any] = {"n_particles": job.n_particles, "acquisition": job.acquisition}
+    options: dict[str, Any] = {"n_particles": job.n_particles, "acquisition": job.acquisition,
+                               "stall_rounds": job.stall_rounds}
     if job.sigma > 0:
         options["privacy"] = labfbo.DP(clip=job.clip, noise_multiplier=job.sigma)
     site = campaign(job.problem, job.n_sites, job.seed, max(job.iterations), job.n_init, **options)[0]

@@ -4,10 +4,14 @@ Setting (PACD-BO §IV-A): :math:`N = 5` sites on the frequency-varying sinusoid 
 Branin (2-D), Hartmann-6 (6-D) and Wing Weight (6 design variables, operating conditions
 per site), heterogeneity 1.0 of :mod:`labfbo.benchmarks.problems` (the paper does not
 define its task families; ours are in ``docs/problems.md``); 5 initial points per site
-for 1-D/2-D and 10 for 6-D by collaborative LHS; :math:`T = 100`; 10 seeds; UCB
+for 1-D/2-D and 10 for 6-D by collaborative LHS (any other problem of
+:mod:`labfbo.benchmarks.problems`: 5 up to 2-D, else 10); :math:`T = 100`; 10 seeds; UCB
 (:math:`\beta = 4`) everywhere. Methods: Independent (``independent``), PACOH-BO
 (``centralized``), PACD-BO (``gradient``), CBOC-U / CBOC-L (``consensus``, uniform /
 leader W) and, with ``--dp``, DP-PACD-BO (σ = 8, C = 1) for the privacy–utility plot.
+Ablations by name (``--methods``): Independent-escape (``independent`` with the
+stalled-basin escape PACD-BO has by default, :mod:`labfbo.acquisition`) and PACD-BO-paper
+(``gradient`` without it, as in the paper).
 
 Metrics: final normalized regret and the AUC of the normalized regret over the first
 10 % of iterations (:mod:`labfbo.simulation`), mean ± std over seeds of the site average,
@@ -24,18 +28,32 @@ from typing import Any
 import numpy as np
 
 from labfbo.benchmarks.runner import Job
+from labfbo.exceptions import ConfigurationError
 from labfbo.privacy import DP
 from labfbo.simulation import SimulationResult
 
 FUNCTIONS = ("sinusoid", "branin", "hartmann6", "wing_weight")
 N_INIT = {"sinusoid": 5, "branin": 5, "hartmann6": 10, "wing_weight": 10}
+
+
+def n_init(problem: str) -> int:
+    """Initial points per site: the paper's for its problems; otherwise 5 up to 2-D, else 10."""
+    if problem in N_INIT:
+        return N_INIT[problem]
+    from labfbo.benchmarks.problems import get_problem
+
+    return 5 if get_problem(problem, n_sites=1).space.dim <= 2 else 10
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "Independent": ("independent", {}),
     "PACOH-BO": ("centralized", {}),
     "PACD-BO": ("gradient", {}),
     "CBOC-U": ("consensus", {"matrix": "uniform"}),
     "CBOC-L": ("consensus", {"matrix": "leader"}),
+    # ablations (only with --methods): the stalled-basin escape on Independent, and off on PACD-BO
+    "Independent-escape": ("independent", {"stall_rounds": 10}),
+    "PACD-BO-paper": ("gradient", {"stall_rounds": None}),
 }
+DEFAULT_METHODS = ("Independent", "PACOH-BO", "PACD-BO", "CBOC-U", "CBOC-L")
 DP_METHOD = ("DP-PACD-BO", ("gradient", {"privacy": DP(clip=1.0, noise_multiplier=8.0)}))
 
 
@@ -46,7 +64,10 @@ def reference() -> dict[str, Any]:
 
 def jobs(out: str, functions: tuple[str, ...], seeds: list[int], budget: int = 100, n_sites: int = 5,
          dp: bool = False, methods: tuple[str, ...] | None = None) -> list[Job]:
-    chosen = {k: v for k, v in METHODS.items() if methods is None or k in methods}
+    unknown = sorted(set(methods or ()) - set(METHODS))
+    if unknown:
+        raise ConfigurationError(f"unknown pacd methods {unknown}; available: {list(METHODS)}")
+    chosen = {k: METHODS[k] for k in (DEFAULT_METHODS if methods is None else methods)}
     if dp:
         chosen[DP_METHOD[0]] = DP_METHOD[1]
     result = []
@@ -55,7 +76,7 @@ def jobs(out: str, functions: tuple[str, ...], seeds: list[int], budget: int = 1
             for s in seeds:
                 result.append(Job(path=str(Path(out) / fn / label / f"seed{s}.json"), label=label, problem=fn,
                                   problem_kwargs={"n_sites": n_sites}, protocol=protocol, seed=s,
-                                  n_init=N_INIT[fn], budget=budget, options=dict(opts)))
+                                  n_init=n_init(fn), budget=budget, options=dict(opts)))
     return result
 
 

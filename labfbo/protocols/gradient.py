@@ -10,7 +10,9 @@ data (Eq. 6; :func:`labfbo.models.pacoh.site_score`) and its number of observati
 (Eq. 7) and makes an SVGD step (:func:`meta_step`). The final particles are the round's
 guidance: each site forms the particle-mixture predictive (Eqs. 8–9,
 :class:`~labfbo.models.particle_mixture.ParticleMixtureGP`) on its own data and maximizes its
-acquisition (UCB by default, :math:`\beta = 4`, i.e. :math:`\kappa = 2`), pending-aware.
+acquisition (UCB by default, :math:`\beta = 4`, i.e. :math:`\kappa = 2`), pending-aware,
+escaping a stalled basin every other round from round ``stall_rounds = 10``
+(:mod:`labfbo.acquisition`; the paper has no escape: ``stall_rounds=None``).
 
 Particles persist across rounds (warm start). With ``privacy=labfbo.DP(...)`` each site
 clips every per-particle score to norm :math:`C` and adds :math:`\mathcal{N}(0,
@@ -92,6 +94,8 @@ class GradientOptions(ModelOptions):
     svgd_steps: int = Field(20, ge=0)
     max_step: float | None = Field(20.0, gt=0, description="cap on each particle's SVGD step norm")
     warmup_steps: int = Field(500, ge=0, description="SVGD steps of the first round (fresh particles)")
+    stall_rounds: int | None = Field(10, ge=1, description="escape a stalled basin (labfbo.acquisition): the "
+                                     "meta-learned prior herds every site to the family's usual optimum")
     privacy: DP | None = None
     secure_aggregation: bool = Field(False, description="pairwise-masked sums: the coordinator sees only sum_i A_i")
 

@@ -68,7 +68,7 @@ class LocalGPSite(SiteLogic):
         """Maximize the (prior-weighted) acquisition of ``model`` (pending-aware)."""
         acq_data = AcquisitionData(X=data.X, y=data.y, pending=data.pending)
         return propose_with_model(model, self.space, acq_data, n, self.context.seed_for(round, "acquisition"),
-                                  self.options, prior=self.prior_weight(data, round))
+                                  self.options, prior=self.prior_weight(data, round), round=round)
 
     def propose_local(self, data: SiteData, n: int, round: int) -> np.ndarray:
         """Maximize the acquisition of the local GP (pending-aware)."""

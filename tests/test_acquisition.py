@@ -1,0 +1,107 @@
+"""Acquisition: escaping a stalled basin (``stall_rounds``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from botorch.acquisition import UpperConfidenceBound
+
+import labfbo
+from labfbo.acquisition import (AcquisitionData, AcquisitionOptions, ExcludeIncumbent, escaping, propose_with_model,
+                                stalled)
+from labfbo.exceptions import ConfigurationError
+from labfbo.models.gp import fit_local_gp
+from labfbo.protocols.centralized import CentralizedOptions
+from labfbo.protocols.gradient import GradientOptions
+from labfbo.protocols.independent import IndependentOptions
+
+SPACE = labfbo.SearchSpace([labfbo.Real("a", 0.0, 1.0), labfbo.Real("b", 0.0, 1.0)])
+
+
+def test_stalled_counts_only_improvements_above_the_tolerance() -> None:
+    y = np.array([0.0, 1.0, 0.5, 0.2, 0.9])
+    assert stalled(y, 3)                 # best 1.0 came before the last three
+    assert not stalled(y, 4)             # the last four include it
+    assert not stalled(y[:3], 3)         # not enough observations to tell
+    assert stalled(np.append(y, 1.0 + 1e-6), 2)        # a 1e-6 gain on a range of 1 is no progress
+    assert not stalled(np.append(y, 1.01), 2)
+
+
+def test_escaping_alternates_from_round_stall_rounds_and_needs_the_option() -> None:
+    y = np.array([0.0, 1.0, 0.5, 0.2, 0.9, 0.3])   # stalled for the last 3 observations
+    on = AcquisitionOptions(stall_rounds=3)
+    assert [escaping(y, t, on) for t in range(8)] == [False, False, False, True, False, True, False, True]
+    assert not escaping(y, None, on)                # no round given: never
+    assert not escaping(y, 3, AcquisitionOptions())  # off by default
+    assert not escaping(np.append(y, 2.0), 3, on)  # a new best ends the stall
+
+
+def test_the_penalty_removes_the_incumbents_basin_only() -> None:
+    X = torch.rand(20, 2, dtype=torch.float64)
+    y = -((X - 0.3) ** 2).sum(-1, keepdim=True)
+    gp = fit_local_gp(X.numpy(), y.squeeze(-1).numpy())
+    base = UpperConfidenceBound(gp, beta=4.0)
+    data = AcquisitionData(X=X.numpy(), y=y.squeeze(-1).numpy(), pending=np.zeros((0, 2)))
+    acq = ExcludeIncumbent.around_best(base, data, 2, AcquisitionOptions(stall_rounds=1))
+    best = torch.as_tensor(data.X[np.argmax(data.y)]).reshape(1, 1, 2)
+    far = torch.tensor([[[1.0, 1.0]]], dtype=torch.float64)
+    with torch.no_grad():
+        assert float(base(best) - acq(best)) == pytest.approx(acq.weight)
+        assert float(base(far) - acq(far)) < 1e-3 * acq.weight
+        assert acq.weight > float(base(best) - base(far))   # the basin now scores below the far corner
+
+
+@pytest.mark.parametrize("round", [6, 7])
+def test_a_stalled_site_proposes_outside_its_basin_every_other_round(round: int) -> None:
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.random((8, 2)), [0.3, 0.3], 0.3 + 0.01 * rng.standard_normal((7, 2))])
+    y = -((X - 0.3) ** 2).sum(-1)
+    y[8] += 0.5   # the incumbent, then 7 observations that do not beat it
+    opts = AcquisitionOptions(stall_rounds=5, num_restarts=4, raw_samples=128)
+    assert escaping(y, round, opts) == (round == 7)   # rounds 5, 7, ... escape; 6 refines
+    data = AcquisitionData(X=X, y=y, pending=np.zeros((0, 2)))
+    gp = fit_local_gp(X, y)
+    x = propose_with_model(gp, SPACE, data, 1, 0, opts, round=round)[0]
+    plain = propose_with_model(gp, SPACE, data, 1, 0, opts.model_copy(update={"stall_rounds": None}))[0]
+    if round == 7:
+        assert np.linalg.norm(x - X[8]) > 2 * opts.stall_radius * np.sqrt(2)
+        assert np.linalg.norm(plain - X[8]) < 2 * opts.stall_radius * np.sqrt(2)   # would have stayed
+    else:
+        np.testing.assert_array_equal(x, plain)   # in between, the plain acquisition refines
+
+
+def test_defaults_and_validation() -> None:
+    assert IndependentOptions().stall_rounds is None
+    assert GradientOptions().stall_rounds == 10
+    assert CentralizedOptions().stall_rounds == 10   # PACOH-BO gets the same as PACD-BO
+    assert GradientOptions(stall_rounds=None).stall_rounds is None
+    with pytest.raises(ConfigurationError, match="stall_rounds"):
+        labfbo.Optimizer(SPACE, stall_rounds=0)
+    with pytest.raises(ConfigurationError, match="stall_radius"):
+        labfbo.Optimizer(SPACE, stall_radius=-1.0)
+
+
+def test_pacd_suite_runs_the_escape_ablations_only_by_name(tmp_path) -> None:
+    from labfbo.benchmarks import pacd
+
+    default = {j.label: j for j in pacd.jobs(str(tmp_path), ("branin",), [0])}
+    assert list(default) == list(pacd.DEFAULT_METHODS)
+    chosen = {j.label: j for j in pacd.jobs(str(tmp_path), ("branin",), [0],
+                                            methods=("Independent-escape", "PACD-BO-paper"))}
+    assert chosen["Independent-escape"].protocol == "independent"
+    assert chosen["Independent-escape"].options["stall_rounds"] == 10
+    assert chosen["PACD-BO-paper"].protocol == "gradient" and chosen["PACD-BO-paper"].options["stall_rounds"] is None
+    with pytest.raises(ConfigurationError, match="PACD"):
+        pacd.jobs(str(tmp_path), ("branin",), [0], methods=("PACD",))
+
+
+def test_the_penalty_of_a_log_acquisition_is_in_nats() -> None:
+    X = np.random.default_rng(1).random((12, 2))
+    y = 1e4 * -((X - 0.3) ** 2).sum(-1)    # large units: a y-scaled penalty would swamp log EI everywhere
+    data = AcquisitionData(X=X, y=y, pending=np.zeros((0, 2)))
+    gp = fit_local_gp(X, y)
+    for acquisition, weight in [("ei", 30.0), ("nei", 30.0), ("ucb", 3.0 * np.ptp(y))]:
+        opts = AcquisitionOptions(acquisition=acquisition, stall_rounds=1)
+        acq = ExcludeIncumbent.around_best(UpperConfidenceBound(gp, beta=4.0), data, 2, opts)
+        assert acq.weight == pytest.approx(weight, rel=1e-9)
