@@ -73,9 +73,9 @@ class AcquisitionOptions(BaseModel):
     raw_samples: int = Field(512, ge=1)
     mc_samples: int = Field(256, ge=16, description="QMC samples of q-acquisitions")
     ts_candidates: int = Field(2048, ge=16, description="Sobol candidates for Thompson sampling")
-    stall_rounds: int | None = Field(None, ge=1, description="after this many observations without "
-                                     "improvement, every other proposal searches outside the incumbent's "
-                                     "basin (None: never)")
+    stall_rounds: int | None = Field(None, ge=1, description="once this many observations brought no "
+                                     "improvement, every other round's proposal searches outside the "
+                                     "incumbent's basin, from round stall_rounds on (None: never)")
     stall_radius: float = Field(0.15, gt=0, description="the excluded basin's length scale per sqrt(dim), "
                                 "unit cube")
 

@@ -38,7 +38,7 @@ def test_escaping_alternates_from_round_stall_rounds_and_needs_the_option() -> N
 
 
 def test_the_penalty_removes_the_incumbents_basin_only() -> None:
-    X = torch.rand(20, 2, dtype=torch.float64)
+    X = torch.rand(20, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     y = -((X - 0.3) ** 2).sum(-1, keepdim=True)
     gp = fit_local_gp(X.numpy(), y.squeeze(-1).numpy())
     base = UpperConfidenceBound(gp, beta=4.0)

@@ -43,6 +43,8 @@ def n_init(problem: str) -> int:
     from labfbo.benchmarks.problems import get_problem
 
     return 5 if get_problem(problem, n_sites=1).space.dim <= 2 else 10
+
+
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "Independent": ("independent", {}),
     "PACOH-BO": ("centralized", {}),
