@@ -174,19 +174,12 @@ def thompson_sample(model: Model, space: SearchSpace, q: int, seed: int,
     return space.snap(X.numpy().reshape(q, space.dim))
 
 
-class PriorWeighted(AcquisitionFunction):
-    r"""``log alpha+(X) + gamma * sum_q log pi(x_q)``: an acquisition times a prior power.
+class WrappedAcquisition(AcquisitionFunction):
+    """An acquisition that transforms ``base``; pending points are the base's."""
 
-    ``log_base``: the base acquisition is already a log-acquisition (LogEI family);
-    otherwise (UCB) it is made positive as ``softplus((alpha - ref) / scale)`` first
-    (see :mod:`labfbo.priors`).
-    """
-
-    def __init__(self, base: AcquisitionFunction, prior: "LocationPrior", gamma: float,
-                 log_base: bool, ref: float = 0.0, scale: float = 1.0) -> None:
+    def __init__(self, base: AcquisitionFunction) -> None:
         super().__init__(model=base.model)
-        self.base, self.prior, self.gamma = base, prior, gamma
-        self.log_base, self.ref, self.scale = log_base, ref, scale
+        self.base = base
 
     @property
     def X_pending(self) -> torch.Tensor | None:  # type: ignore[override]
@@ -199,6 +192,21 @@ class PriorWeighted(AcquisitionFunction):
 
     def set_X_pending(self, X_pending: torch.Tensor | None = None) -> None:
         self.base.set_X_pending(X_pending)
+
+
+class PriorWeighted(WrappedAcquisition):
+    r"""``log alpha+(X) + gamma * sum_q log pi(x_q)``: an acquisition times a prior power.
+
+    ``log_base``: the base acquisition is already a log-acquisition (LogEI family);
+    otherwise (UCB) it is made positive as ``softplus((alpha - ref) / scale)`` first
+    (see :mod:`labfbo.priors`).
+    """
+
+    def __init__(self, base: AcquisitionFunction, prior: "LocationPrior", gamma: float,
+                 log_base: bool, ref: float = 0.0, scale: float = 1.0) -> None:
+        super().__init__(base)
+        self.prior, self.gamma = prior, gamma
+        self.log_base, self.ref, self.scale = log_base, ref, scale
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         a = self.base(X)
@@ -249,7 +257,7 @@ def escaping(y: np.ndarray, round: int | None, opts: AcquisitionOptions) -> bool
     return m is not None and round is not None and round >= m and (round - m) % 2 == 0 and stalled(y, m)
 
 
-class ExcludeIncumbent(AcquisitionFunction):
+class ExcludeIncumbent(WrappedAcquisition):
     r"""The acquisition with the incumbent's basin penalized:
     :math:`\alpha(X) - w \sum_q \exp(-\|x_q - x^+\|^2 / 2r^2)`.
 
@@ -261,8 +269,8 @@ class ExcludeIncumbent(AcquisitionFunction):
     """
 
     def __init__(self, base: AcquisitionFunction, center: torch.Tensor, radius: float, weight: float) -> None:
-        super().__init__(model=base.model)
-        self.base, self.center, self.radius, self.weight = base, center, radius, weight
+        super().__init__(base)
+        self.center, self.radius, self.weight = center, radius, weight
 
     @classmethod
     def around_best(cls, base: AcquisitionFunction, data: AcquisitionData, dim: int,
@@ -270,9 +278,6 @@ class ExcludeIncumbent(AcquisitionFunction):
         best = as_tensor(data.X[int(np.argmax(data.y))])
         weight = 3.0 * float(np.ptp(data.y)) + 1e-12 if opts.acquisition == "ucb" else LOG_PENALTY
         return cls(base, best, opts.stall_radius * math.sqrt(dim), weight)
-
-    def set_X_pending(self, X_pending: torch.Tensor | None = None) -> None:
-        self.base.set_X_pending(X_pending)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         d2 = ((X - self.center) ** 2).sum(-1)

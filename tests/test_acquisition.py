@@ -105,3 +105,17 @@ def test_the_penalty_of_a_log_acquisition_is_in_nats() -> None:
         opts = AcquisitionOptions(acquisition=acquisition, stall_rounds=1)
         acq = ExcludeIncumbent.around_best(UpperConfidenceBound(gp, beta=4.0), data, 2, opts)
         assert acq.weight == pytest.approx(weight, rel=1e-9)
+
+
+def test_an_escaping_batch_with_pending_points_leaves_the_basin() -> None:
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.random((8, 2)), [0.3, 0.3], 0.3 + 0.01 * rng.standard_normal((7, 2))])
+    y = -((X - 0.3) ** 2).sum(-1)
+    y[8] += 0.5
+    pending = np.array([[0.9, 0.1]])
+    data = AcquisitionData(X=X, y=y, pending=pending)
+    opts = AcquisitionOptions(stall_rounds=5, num_restarts=4, raw_samples=128)
+    batch = propose_with_model(fit_local_gp(X, y), SPACE, data, 2, 0, opts, round=7)
+    assert batch.shape == (2, 2)
+    assert np.all(np.linalg.norm(batch - X[8], axis=1) > 2 * opts.stall_radius * np.sqrt(2))
+    assert np.all(np.abs(batch - pending).max(axis=1) > 1e-6)

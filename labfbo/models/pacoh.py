@@ -423,7 +423,7 @@ def svgd_step(particles: Tensor, score: Tensor, cfg: PacohConfig,
         opt.state[param] = {k: v.clone() for k, v in state.items()}
     param.grad = _finite_rows(svgd_direction(phi, score, cfg.bandwidth))
     opt.step()
-    moments = {k: v.detach().clone() for k, v in opt.state[param].items()}
+    moments = {k: v.detach() for k, v in opt.state[param].items()}  # this call's own tensors
     return phi + _capped(param.detach() - phi, cfg.max_step), moments
 
 
