@@ -21,12 +21,15 @@ rounds in between keep refining the incumbent. Thompson sampling is left as it i
 
 Pending trials enter as ``X_pending`` (the q-acquisitions integrate over them), so a
 batch never re-proposes a point that is in flight. Optimization uses ``optimize_acqf``
-(continuous spaces) or ``optimize_acqf_mixed_alternating`` (integer / categorical
-columns), with 10 restarts and 512 raw samples by default, seeded.
+(continuous spaces), scores every unseen combination of a small fully discrete space
+(``optimize_acqf_discrete``), enumerates the discrete part of a mixed space with at most
+10 combinations (``optimize_acqf_mixed``) and otherwise alternates
+(``optimize_acqf_mixed_alternating``); 10 restarts and 512 raw samples by default, seeded.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from dataclasses import dataclass
@@ -45,7 +48,7 @@ from botorch.acquisition import (
 from botorch.exceptions.warnings import OptimizationWarning
 from botorch.generation.sampling import MaxPosteriorSampling
 from botorch.models.model import Model
-from botorch.optim import optimize_acqf
+from botorch.optim import optimize_acqf, optimize_acqf_discrete, optimize_acqf_mixed
 from botorch.optim.initializers import initialize_q_batch
 from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
 from botorch.sampling import SobolQMCNormalSampler
@@ -61,6 +64,8 @@ if TYPE_CHECKING:
 AcquisitionName = Literal["ucb", "ei", "nei", "ts"]
 STALL_TOL = 1e-3  # an improvement below this fraction of y's range does not end a stall
 LOG_PENALTY = 30.0  # the incumbent's penalty on a log-acquisition, in nats
+MAX_ENUMERATE = 4096  # a fully discrete space up to this size is scored exhaustively
+MAX_FIXED_COMBOS = 10  # a mixed space with up to this many discrete combinations enumerates them (BoTorch's rule)
 
 
 class AcquisitionOptions(BaseModel):
@@ -71,6 +76,8 @@ class AcquisitionOptions(BaseModel):
     beta: float = Field(4.0, gt=0, description="UCB exploration weight (kappa^2)")
     num_restarts: int = Field(10, ge=1)
     raw_samples: int = Field(512, ge=1)
+    sample_around_best: bool = Field(False, description="add perturbations of the best observed points to "
+                                     "the raw samples that choose the restarts (BoTorch's sample_around_best)")
     mc_samples: int = Field(256, ge=16, description="QMC samples of q-acquisitions")
     ts_candidates: int = Field(2048, ge=16, description="Sobol candidates for Thompson sampling")
     stall_rounds: int | None = Field(None, ge=1, description="once this many observations brought no "
@@ -127,14 +134,22 @@ def _initial_conditions(acqf: AcquisitionFunction, space: SearchSpace, q: int, s
 
 
 def optimize_acquisition(acqf: AcquisitionFunction, space: SearchSpace, q: int, seed: int,
-                         opts: AcquisitionOptions, extra_raw: np.ndarray | None = None) -> np.ndarray:
+                         opts: AcquisitionOptions, extra_raw: np.ndarray | None = None,
+                         observed: np.ndarray | None = None) -> np.ndarray:
     """Maximize ``acqf`` over the unit cube of ``space``; returns ``(q, d)`` feasible points.
 
-    ``extra_raw`` (``(m, d)`` unit-cube points) are added to the raw samples that choose
-    the restarts (continuous spaces).
+    * continuous: ``optimize_acqf`` (``extra_raw``, ``(m, d)`` unit-cube points such as
+      prior samples, join the raw samples that choose the restarts);
+    * no continuous parameter and at most :data:`MAX_ENUMERATE` combinations: every
+      combination not in ``observed`` is scored (``optimize_acqf_discrete``);
+    * mixed with at most :data:`MAX_FIXED_COMBOS` discrete combinations: one continuous
+      optimization per combination (``optimize_acqf_mixed``);
+    * otherwise ``optimize_acqf_mixed_alternating``.
     """
     d = space.dim
     bounds = torch.stack([torch.zeros(d, dtype=DTYPE), torch.ones(d, dtype=DTYPE)])
+    discrete = {**space.discrete_dims(), **space.cat_dims()}
+    n_combos = math.prod(len(v) for v in discrete.values())
     with seeded_torch(seed), warnings.catch_warnings():
         # L-BFGS-B line-search failures on some restarts: BoTorch retries and keeps the best
         warnings.filterwarnings("ignore", category=OptimizationWarning)
@@ -145,13 +160,33 @@ def optimize_acquisition(acqf: AcquisitionFunction, space: SearchSpace, q: int, 
                                  batch_initial_conditions=ic)
         elif space.is_continuous:
             X, _ = optimize_acqf(acqf, bounds=bounds, q=q, num_restarts=opts.num_restarts,
-                                 raw_samples=opts.raw_samples, options={"seed": seed % (2**31)})
+                                 raw_samples=opts.raw_samples,
+                                 options={"seed": seed % (2**31), "sample_around_best": opts.sample_around_best})
+        elif len(discrete) == d and n_combos <= MAX_ENUMERATE:
+            choices = _unseen(space, discrete, observed)
+            if len(choices) < q:  # everything was tried: re-score the whole grid
+                choices = _unseen(space, discrete, None)
+            X, _ = optimize_acqf_discrete(acqf, q=q, choices=as_tensor(choices), unique=True)
+        elif n_combos <= MAX_FIXED_COMBOS:
+            fixed = [dict(zip(discrete, combo)) for combo in itertools.product(*discrete.values())]
+            X, _ = optimize_acqf_mixed(acqf, bounds=bounds, q=q, num_restarts=opts.num_restarts,
+                                       raw_samples=opts.raw_samples, fixed_features_list=fixed)
         else:
             X, _ = optimize_acqf_mixed_alternating(
                 acqf, bounds=bounds, discrete_dims=space.discrete_dims() or None,
                 cat_dims=space.cat_dims() or None, q=q, num_restarts=opts.num_restarts,
                 raw_samples=opts.raw_samples)
     return space.snap(X.detach().numpy().reshape(q, d))
+
+
+def _unseen(space: SearchSpace, grids: dict[int, list[float]], observed: np.ndarray | None) -> np.ndarray:
+    """Every point of a fully discrete space's grid (columns in order), minus ``observed``."""
+    cols = [grids[j] for j in range(space.dim)]
+    grid = np.array(list(itertools.product(*cols)), dtype=np.float64).reshape(-1, space.dim)
+    if observed is None or not len(observed):
+        return grid
+    seen = np.abs(grid[:, None, :] - space.snap(observed)[None]).max(-1).min(1) < 1e-9
+    return grid[~seen]
 
 
 def sobol_candidates(space: SearchSpace, n: int, seed: int) -> np.ndarray:
@@ -238,8 +273,8 @@ def propose_with_model(model: Model, space: SearchSpace, data: AcquisitionData, 
         acqf = PriorWeighted(acqf, prior[0], prior[1], log_base=opts.acquisition != "ucb",
                              ref=ref, scale=scale)
         extra = prior[0].sample(max(opts.raw_samples // 2, opts.num_restarts), seed)
-        return optimize_acquisition(acqf, space, q, seed, opts, extra_raw=extra)
-    return optimize_acquisition(acqf, space, q, seed, opts)
+        return optimize_acquisition(acqf, space, q, seed, opts, extra_raw=extra, observed=data.X)
+    return optimize_acquisition(acqf, space, q, seed, opts, observed=data.X)
 
 
 def stalled(y: np.ndarray, rounds: int, tol: float = STALL_TOL) -> bool:

@@ -13,13 +13,13 @@ from pydantic import model_validator
 
 from labfbo.acquisition import AcquisitionData, AcquisitionOptions, propose_with_model
 from labfbo.messages import Message
-from labfbo.models.gp import fit_local_gp, predict
+from labfbo.models.gp import SurrogateOptions, fit_local_gp, predict
 from labfbo.priors import LocationPrior, PriorOptions, prior_exponent, site_prior
 from labfbo.protocols.base import Protocol, SiteData, SiteLogic
 
 
-class ModelOptions(AcquisitionOptions, PriorOptions):
-    """Acquisition and expert-prior options shared by local-GP protocols."""
+class ModelOptions(AcquisitionOptions, SurrogateOptions, PriorOptions):
+    """Acquisition, surrogate and expert-prior options shared by local-GP protocols."""
 
     @model_validator(mode="after")
     def _prior_needs_deterministic_acquisition(self) -> "ModelOptions":
@@ -50,7 +50,8 @@ class LocalGPSite(SiteLogic):
         if self._cache_key != key or self._cache_model is None:
             self._cache_model = fit_local_gp(
                 data.X, data.y, data.yvar, cat_dims=list(self.space.cat_dims()),
-                seed=self.context.seed_for(data.n, "gp-fit"))
+                seed=self.context.seed_for(data.n, "gp-fit"),
+                options=self.options if isinstance(self.options, SurrogateOptions) else None)
             self._cache_key = key
         return self._cache_model
 

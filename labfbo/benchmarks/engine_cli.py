@@ -1,0 +1,50 @@
+"""``labfbo bench engine``: the command-line front of :mod:`labfbo.benchmarks.engine`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from labfbo.benchmarks import engine
+from labfbo.benchmarks.engine_panel import PANEL, QUICK
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from labfbo.benchmarks.runner import run_pending
+
+    problems = tuple(args.problems) if args.problems else (QUICK if args.quick else tuple(PANEL))
+    seeds = list(range(3 if args.quick and args.seeds is None else (args.seeds or 5)))
+    methods = tuple(args.methods)
+    jobs = engine.jobs(args.out, problems, seeds, methods)
+    cmd = "labfbo bench engine " + " ".join(sys.argv[3:])
+    todo = sum(not Path(j.path).exists() for j in jobs)
+    print(f"{cmd}\n{len(jobs)} runs ({todo} to do), cache: {args.out}")
+    bar = tqdm(total=len(jobs), desc="engine", unit="run")
+
+    def progress(done: int, total: int) -> None:
+        bar.n = done
+        bar.refresh()
+
+    run_pending(jobs, engine.run_engine_job, args.workers, progress)
+    bar.close()
+    text = engine.report(engine.load(jobs), problems, methods)
+    out = Path(args.out)
+    (out / "summary.md").write_text(f"# engine suite\n\n`{cmd}`\n\n{text}\n")
+    print(text)
+    return 0
+
+
+def add_parser(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    en = bsub.add_parser("engine", help="single-site engine: labfbo vs Optuna GPSampler, BoTorch, random "
+                         "(cached, resumable)")
+    en.add_argument("--quick", action="store_true", help=f"{len(QUICK)} of the {len(PANEL)} problems, 3 seeds")
+    en.add_argument("--problems", nargs="+", choices=list(PANEL), help="these panel problems only")
+    en.add_argument("--methods", nargs="+", default=list(engine.DEFAULT_METHODS), choices=list(engine.METHODS),
+                    help="labfbo (defaults), optuna, botorch, random, and labfbo-* variants")
+    en.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 5; 3 with --quick)")
+    en.add_argument("--workers", type=int, default=2)
+    en.add_argument("--out", default="runs/bench/engine")
+    en.set_defaults(func=run)

@@ -1,0 +1,127 @@
+"""The engine suite: its panel, shared designs, metrics and the loss check; the engine's
+categorical kernel and discrete optimizers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import labfbo
+from labfbo.benchmarks import engine
+from labfbo.benchmarks.engine_panel import PANEL, QUICK, engine_problem
+from labfbo.exceptions import ConfigurationError
+from labfbo.models.gp import SurrogateOptions, fit_local_gp, predict
+
+
+def test_panel_covers_the_issue():
+    problems = [engine_problem(n, 0) for n in PANEL]
+    assert len(problems) >= 12 and set(QUICK) <= set(PANEL)
+    dims = [p.space.dim for p in problems]
+    assert min(dims) == 2 and max(dims) == 10
+    assert any(not p.space.is_continuous for p in problems)
+    assert any(p.noise_sd > 0 for p in problems) and any(p.noise_sd == 0 for p in problems)
+    for p in problems:
+        assert 5 <= p.n_init <= 10 and 20 <= p.budget <= 50
+        u = np.random.default_rng(0).random((64, p.space.dim))
+        vals = [p.fn(x) for x in p.space.decode(p.space.snap(u))]
+        assert min(vals) >= p.f_min - 1e-9 and p.f_range > 0, p.name
+
+
+def test_family_problems_change_with_the_seed():
+    a, b = engine_problem("branin_site", 0), engine_problem("branin_site", 1)
+    assert a.f_min != b.f_min
+
+
+def test_unknown_names_are_refused(tmp_path):
+    with pytest.raises(ConfigurationError, match="unknown engine methods"):
+        engine.jobs(str(tmp_path), ["branin"], [0], ["labfbo", "nope"])
+    with pytest.raises(ConfigurationError, match="unknown engine problems"):
+        engine.jobs(str(tmp_path), ["nope"], [0])
+
+
+def test_every_method_starts_from_the_same_design(tmp_path):
+    jobs = engine.jobs(str(tmp_path), ["branin_catalyst"], [1], list(engine.DEFAULT_METHODS))
+    jobs = [engine.EngineJob(**{**j.__dict__, "budget": 2}) for j in jobs]
+    for j in jobs:
+        engine.run_engine_job(j)
+    recs = engine.load(jobs)
+    n0 = recs[0]["n_init"]
+    for r in recs:
+        assert len(r["values"]) == n0 + 2 and len(r["ask_seconds"]) == 2
+        assert r["values"][:n0] == recs[0]["values"][:n0]
+    assert engine.jobs(str(tmp_path), ["branin_catalyst"], [1])[0].path == jobs[0].path  # cached
+    text = engine.report(recs, ["branin_catalyst"], list(engine.DEFAULT_METHODS))
+    assert "mean rank" in text and "labfbo: above both" in text
+
+
+def _rec(problem, label, seed, final):
+    return {"problem": problem, "label": label, "seed": seed, "n_init": 1, "f_min": 0.0, "f_range": 1.0,
+            "values": [1.0, final], "ask_seconds": [0.1]}
+
+
+def test_ranks_and_the_loss_check():
+    recs = []
+    for s in range(4):
+        recs += [_rec("p", "labfbo", s, 0.5 + 0.01 * s), _rec("p", "optuna", s, 0.1), _rec("p", "botorch", s, 0.2),
+                 _rec("q", "labfbo", s, 0.1), _rec("q", "optuna", s, 0.3 + 0.1 * s), _rec("q", "botorch", s, 0.05)]
+    table = engine.cells(recs)
+    assert engine.losses(table, ["p", "q"]) == ["p"]  # q: above optuna? no, below it
+    ranks = engine.mean_ranks(table, ["p", "q"], ["labfbo", "optuna", "botorch"])
+    assert ranks == {"labfbo": 2.5, "optuna": 2.0, "botorch": 1.5}
+    assert engine.regret_curve(recs[0]).tolist() == [0.5]
+
+
+def test_categorical_codes_are_not_ordinal():
+    """Relabelling the choices (so every code moves) leaves the model's predictions unchanged."""
+    rng = np.random.default_rng(0)
+    names = ["a", "b", "c", "d"]
+    perm = ["c", "a", "d", "b"]
+    x = rng.random(16)
+    cats = [names[i] for i in rng.integers(0, 4, 16)]
+    y = np.sin(6 * x) + np.array([names.index(c) for c in cats]) * 0.7
+
+    def preds(order):
+        space = labfbo.SearchSpace([labfbo.Real("x", 0, 1), labfbo.Categorical("c", order)])
+        X = space.encode([{"x": a, "c": c} for a, c in zip(x, cats)])
+        model = fit_local_gp(X, y, cat_dims=[1], seed=0)
+        test = space.encode([{"x": 0.5, "c": c} for c in names])
+        return predict(model, test)[0]
+
+    assert np.allclose(preds(names), preds(perm), atol=1e-4)
+
+
+def test_fully_discrete_space_never_repeats_an_observed_point():
+    space = labfbo.SearchSpace([labfbo.Integer("k", 0, 3), labfbo.Categorical("c", ["a", "b", "c"])])
+    opt = labfbo.Optimizer(space, seed=0, n_init=3)
+    seen = []
+    for _ in range(12):
+        t = opt.ask()
+        seen.append((t.params["k"], t.params["c"]))
+        opt.tell(t, abs(t.params["k"] - 2) + "abc".index(t.params["c"]))
+    design, proposed = seen[:3], seen[3:]  # (a snapped design may repeat itself: issue 17)
+    assert len(set(proposed)) == len(proposed) and not set(proposed) & set(design)
+    assert len(set(seen)) >= 11
+    batch = opt.ask(n=2)  # every combination tried: the whole grid is scored again
+    assert len({(t.params["k"], t.params["c"]) for t in batch}) == 2
+
+
+@pytest.mark.parametrize("options", [dict(kernel="matern52"), dict(input_warping=True),
+                                     dict(acquisition="ucb"), dict(sample_around_best=True)])
+def test_engine_options_propose_feasible_points(options):
+    space = labfbo.SearchSpace([labfbo.Real("x", 0, 1), labfbo.Real("y", -1, 1),
+                                labfbo.Categorical("c", ["p", "q"])])
+    opt = labfbo.Optimizer(space, seed=1, n_init=4, **options)
+    for _ in range(6):
+        t = opt.ask()
+        assert 0 <= t.params["x"] <= 1 and -1 <= t.params["y"] <= 1 and t.params["c"] in ("p", "q")
+        opt.tell(t, (t.params["x"] - 0.2) ** 2 + t.params["y"] ** 2 + (t.params["c"] == "q"))
+    assert opt.best.value < 1.0
+
+
+def test_surrogate_options_are_validated():
+    with pytest.raises(ValueError):
+        SurrogateOptions(kernel="linear")
+    with pytest.raises(labfbo.exceptions.ConfigurationError):
+        labfbo.Optimizer(labfbo.SearchSpace([labfbo.Real("x", 0, 1)]), kernel="linear")
