@@ -390,8 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
     lat = bsub.add_parser("latency", help="ask() latency of `independent` vs a plain BoTorch loop")
     lat.add_argument("--problems", nargs="+", default=["branin", "hartmann6"])
     lat.add_argument("--n-obs", type=int, nargs="+", default=[10, 30, 100])
-    lat.add_argument("--acquisition", default="ei", choices=["ei", "ucb"], help="labfbo's and the same-model "
-                     "loop's acquisition")
+    lat.add_argument("--acquisition", default="nei", choices=["nei", "ei", "ucb"], help="labfbo's and the "
+                     "same-model loop's acquisition (default: independent's)")
     lat.add_argument("--repeats", type=int, default=7)
     lat.set_defaults(func=_cmd_bench_latency)
     pm = bsub.add_parser("pmcbo", help="PMCBO Tables 4-5: priors and consensus (cached, resumable)")

@@ -125,3 +125,29 @@ def test_surrogate_options_are_validated():
         SurrogateOptions(kernel="linear")
     with pytest.raises(labfbo.exceptions.ConfigurationError):
         labfbo.Optimizer(labfbo.SearchSpace([labfbo.Real("x", 0, 1)]), kernel="linear")
+
+
+def test_latency_bench_times_three_sides():
+    from labfbo.benchmarks.latency import format_rows, measure
+    from labfbo.benchmarks.problems import get_problem
+
+    row = measure(get_problem("branin", n_sites=1, seed=0), n_obs=8, repeats=1)
+    assert row.labfbo_s > 0 and row.botorch_s > 0 and row.tutorial_s > 0
+    assert row.ratio > 0 and row.tutorial_ratio > 0
+    assert "tutorial loop" in format_rows([row])
+
+
+def test_engine_cli_reports_from_the_cache(tmp_path, capsys):
+    from labfbo.cli import main
+
+    out = tmp_path / "eng"
+    jobs = engine.jobs(str(out), ["branin"], [0], ["random", "labfbo"])
+    for j in jobs:  # a tiny budget cached under the suite's paths
+        engine.run_engine_job(engine.EngineJob(**{**j.__dict__, "budget": 2}))
+    assert main(["bench", "engine", "--problems", "branin", "--seeds", "1", "--methods", "random", "labfbo",
+                 "--workers", "1", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "0 to do" in text and "| branin | 2 | labfbo |" in text
+    assert (out / "summary.md").exists()
+    with pytest.raises(SystemExit):  # argparse refuses an unknown method by name
+        main(["bench", "engine", "--methods", "nope"])

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from labfbo.benchmarks import engine
-from labfbo.benchmarks.engine_panel import PANEL, QUICK
+from labfbo.benchmarks.engine_panel import FAMILIES, PANEL, QUICK, family_problems
 
 
 def run(args: argparse.Namespace) -> int:
@@ -15,7 +15,10 @@ def run(args: argparse.Namespace) -> int:
 
     from labfbo.benchmarks.runner import run_pending
 
-    problems = tuple(args.problems) if args.problems else (QUICK if args.quick else tuple(PANEL))
+    if args.families:
+        problems = tuple(p for fam in FAMILIES for p in family_problems(fam))
+    else:
+        problems = tuple(args.problems) if args.problems else (QUICK if args.quick else tuple(PANEL))
     seeds = list(range(3 if args.quick and args.seeds is None else (args.seeds or 5)))
     methods = tuple(args.methods)
     jobs = engine.jobs(args.out, problems, seeds, methods)
@@ -30,7 +33,9 @@ def run(args: argparse.Namespace) -> int:
 
     run_pending(jobs, engine.run_engine_job, args.workers, progress)
     bar.close()
-    text = engine.report(engine.load(jobs), problems, methods)
+    records = engine.load(jobs)
+    text = (engine.family_report(records, tuple(FAMILIES), methods) if args.families
+            else engine.report(records, problems, methods))
     out = Path(args.out)
     (out / "summary.md").write_text(f"# engine suite\n\n`{cmd}`\n\n{text}\n")
     print(text)
@@ -42,6 +47,8 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                          "(cached, resumable)")
     en.add_argument("--quick", action="store_true", help=f"{len(QUICK)} of the {len(PANEL)} problems, 3 seeds")
     en.add_argument("--problems", nargs="+", choices=list(PANEL), help="these panel problems only")
+    en.add_argument("--families", action="store_true", help="instead of the panel: every site of the related-site "
+                    f"families {', '.join(FAMILIES)}, each alone")
     en.add_argument("--methods", nargs="+", default=list(engine.DEFAULT_METHODS), choices=list(engine.METHODS),
                     help="labfbo (defaults), optuna, botorch, random, and labfbo-* variants")
     en.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 5; 3 with --quick)")

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from labfbo.benchmarks.engine_panel import EngineProblem
+from labfbo.exceptions import ConfigurationError
 from labfbo.space import Categorical, Integer, Real, SearchSpace
 
 Evaluate = Callable[[dict[str, Any]], float]  # returns the noisy observation, records the truth
@@ -43,8 +44,17 @@ def run_labfbo(problem: EngineProblem, design: list[dict[str, Any]], observe: Ev
     return times
 
 
+def _optuna() -> Any:
+    try:
+        import optuna
+    except ImportError as exc:
+        raise ConfigurationError("the optuna method needs Optuna: pip install 'labfbo[bench]'") from exc
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
 def _optuna_distributions(space: SearchSpace) -> dict[str, Any]:
-    import optuna
+    optuna = _optuna()
 
     dists: dict[str, Any] = {}
     for p in space.params:
@@ -60,9 +70,7 @@ def _optuna_distributions(space: SearchSpace) -> dict[str, Any]:
 def run_optuna(problem: EngineProblem, design: list[dict[str, Any]], observe: Evaluate, seed: int,
                options: dict[str, Any]) -> list[float]:
     """Optuna's ``GPSampler`` after the shared design (added as completed trials)."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna = _optuna()
     dists = _optuna_distributions(problem.space)
     sampler = optuna.samplers.GPSampler(seed=seed, n_startup_trials=len(design), **options)
     study = optuna.create_study(direction="minimize", sampler=sampler)

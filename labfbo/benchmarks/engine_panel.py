@@ -231,8 +231,34 @@ def _range(space: SearchSpace, fn: Callable[[dict[str, Any]], float], f_min: flo
     return max(float(vals.max() - vals.min()), 1e-12)
 
 
+FAMILIES: dict[str, tuple[str, int, int, int]] = {
+    "hartmann3-4x(4+20)": ("hartmann3", 4, 4, 20),
+    "branin_family-5x(3+20)": ("branin_family", 5, 3, 20),
+    "hartmann6-5x(6+30)": ("hartmann6", 5, 6, 30),
+}
+"""Related-site families run site by site (``--families``): family, sites, design, budget.
+The first two are the settings in which the issue measured Optuna ahead of labfbo."""
+
+
+def family_problems(family: str) -> list[str]:
+    """Problem names ``family#site`` of a :data:`FAMILIES` entry."""
+    return [f"{family}#{i}" for i in range(FAMILIES[family][1])]
+
+
+def _family_problem(name: str, seed: int) -> EngineProblem:
+    family, site = name.split("#")
+    base, n_sites, n_init, budget = FAMILIES[family]
+    prob = get_problem(base, n_sites=n_sites, seed=seed)
+    i = int(site)
+    fn, f_min = prob.objectives[i], float(prob.optima[i])
+    return EngineProblem(name, prob.space, fn, f_min, float(prob.objective_ranges()[i]), n_init, budget)
+
+
 def engine_problem(name: str, seed: int) -> EngineProblem:
-    """The panel problem ``name`` for ``seed`` (family problems: site ``seed % 5``)."""
+    """The panel problem ``name`` for ``seed`` (family problems: site ``seed % 5``), or site
+    ``i`` of a :data:`FAMILIES` entry, ``"family#i"`` (the family drawn from ``seed``)."""
+    if "#" in name and name.split("#")[0] in FAMILIES:
+        return _family_problem(name, seed)
     if name not in PANEL:
         raise ConfigurationError(f"unknown engine problem {name!r}; available: {list(PANEL)}")
     spec = PANEL[name]
