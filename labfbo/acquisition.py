@@ -141,7 +141,8 @@ def optimize_acquisition(acqf: AcquisitionFunction, space: SearchSpace, q: int, 
     * continuous: ``optimize_acqf`` (``extra_raw``, ``(m, d)`` unit-cube points such as
       prior samples, join the raw samples that choose the restarts);
     * no continuous parameter and at most :data:`MAX_ENUMERATE` combinations: every
-      combination not in ``observed`` is scored (``optimize_acqf_discrete``);
+      combination not in ``observed`` (observed and pending points) is scored
+      (``optimize_acqf_discrete``);
     * mixed with at most :data:`MAX_FIXED_COMBOS` discrete combinations: one continuous
       optimization per combination (``optimize_acqf_mixed``);
     * otherwise ``optimize_acqf_mixed_alternating``.
@@ -263,7 +264,8 @@ def propose_with_model(model: Model, space: SearchSpace, data: AcquisitionData, 
     """
     if opts.acquisition == "ts":
         return thompson_sample(model, space, q, seed, opts, exclude=data.pending)
-    acqf = build_acquisition(model, data, opts, q, seed)
+    with seeded_torch(seed):  # qLogNEI prunes its baseline with posterior draws from torch's RNG
+        acqf = build_acquisition(model, data, opts, q, seed)
     if escaping(data.y, round, opts):
         acqf = ExcludeIncumbent.around_best(acqf, data, space.dim, opts)
     if prior is not None and prior[1] > 0:
@@ -273,8 +275,13 @@ def propose_with_model(model: Model, space: SearchSpace, data: AcquisitionData, 
         acqf = PriorWeighted(acqf, prior[0], prior[1], log_base=opts.acquisition != "ucb",
                              ref=ref, scale=scale)
         extra = prior[0].sample(max(opts.raw_samples // 2, opts.num_restarts), seed)
-        return optimize_acquisition(acqf, space, q, seed, opts, extra_raw=extra, observed=data.X)
-    return optimize_acquisition(acqf, space, q, seed, opts, observed=data.X)
+        return optimize_acquisition(acqf, space, q, seed, opts, extra_raw=extra, observed=_tried(data))
+    return optimize_acquisition(acqf, space, q, seed, opts, observed=_tried(data))
+
+
+def _tried(data: AcquisitionData) -> np.ndarray:
+    """Observed and pending points: a fully discrete space never proposes them again."""
+    return np.concatenate([data.X, data.pending.reshape(-1, data.X.shape[1])]) if len(data.pending) else data.X
 
 
 def stalled(y: np.ndarray, rounds: int, tol: float = STALL_TOL) -> bool:

@@ -180,7 +180,9 @@ def losses(table: dict[tuple[str, str], Cell], problems: Sequence[str], candidat
     for p in problems:
         above = []
         for peer in peers:
-            d = table[(p, candidate)].final - table[(p, peer)].final
+            a, b = table[(p, candidate)], table[(p, peer)]
+            common = sorted(set(a.seeds) & set(b.seeds))
+            d = np.array([a.final[a.seeds.index(s)] - b.final[b.seeds.index(s)] for s in common])
             se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else 0.0
             above.append(d.mean() > se)
         if all(above):
