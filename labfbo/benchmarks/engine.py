@@ -196,28 +196,43 @@ def _fmt(x: np.ndarray) -> str:
 
 
 def report(records: list[dict[str, Any]], problems: Sequence[str], methods: Sequence[str]) -> str:
-    """Markdown: per-problem final / mean regret (mean ± s.e.), seconds per ask, ranks, the check."""
+    """Markdown: per-problem final / mean regret (mean ± s.e.), seconds per ask, ranks, the check.
+
+    Ranks, mean ranks and the check use the problems every method was run on; a problem
+    with a method missing (not run yet) is listed with what it has.
+    """
     table = cells(records)
-    lines = ["| problem | d | method | final regret | mean regret | s / ask | rank |",
-             "|---|---:|---|---:|---:|---:|---:|"]
+    complete = [p for p in problems if all((p, m) in table for m in methods)]
+    lines = ["| problem | d | method | seeds | final regret | mean regret | s / ask | rank |",
+             "|---|---:|---|---:|---:|---:|---:|---:|"]
     for p in problems:
-        ranks = rankdata([table[(p, m)].final.mean() for m in methods])
+        ranks = dict(zip(methods, rankdata([table[(p, m)].final.mean() for m in methods]))) if p in complete else {}
         dim = engine_problem(p, 0).space.dim
-        for m, rk in zip(methods, ranks):
-            c = table[(p, m)]
-            lines.append(f"| {p} | {dim} | {m} | {_fmt(c.final)} | {_fmt(c.mean)} | {c.ask_s:.3f} | {rk:g} |")
-    mr = mean_ranks(table, problems, methods)
-    lines += ["", "| method | mean rank | mean normalized final regret | mean normalized mean regret |",
+        for m in methods:
+            c = table.get((p, m))
+            if c is None:
+                lines.append(f"| {p} | {dim} | {m} | 0 | not run | | | |")
+                continue
+            rk = f"{ranks[m]:g}" if m in ranks else "—"
+            lines.append(f"| {p} | {dim} | {m} | {len(c.seeds)} | {_fmt(c.final)} | {_fmt(c.mean)} | {c.ask_s:.3f} | {rk} |")
+    if not complete:
+        return "\n".join(lines)
+    mr = mean_ranks(table, complete, methods)
+    lines += ["", f"Over the {len(complete)} problems every method ran on:", "",
+              "| method | mean rank | mean normalized final regret | mean normalized mean regret |",
               "|---|---:|---:|---:|"]
     for m in sorted(methods, key=lambda m: mr[m]):
-        fin = np.mean([table[(p, m)].final.mean() for p in problems])
-        mean = np.mean([table[(p, m)].mean.mean() for p in problems])
+        fin = np.mean([table[(p, m)].final.mean() for p in complete])
+        mean = np.mean([table[(p, m)].mean.mean() for p in complete])
         lines.append(f"| {m} | {mr[m]:.2f} | {fin:.4f} | {mean:.4f} |")
+    missing = [p for p in problems if p not in complete]
+    if missing:
+        lines.append(f"\nNot ranked (a method not run): {', '.join(missing)}")
     peers = [q for q in PEERS if q in methods]
     for cand in [m for m in methods if m.startswith("labfbo")] if peers else []:
-        bad = losses(table, problems, cand, peers)
+        bad = losses(table, complete, cand, peers)
         lines.append(f"\n{cand}: above both {'/'.join(peers)} by more than one s.e. on "
-                     f"{len(bad)} of {len(problems)} problems{': ' + ', '.join(bad) if bad else ''}")
+                     f"{len(bad)} of {len(complete)} problems{': ' + ', '.join(bad) if bad else ''}")
     return "\n".join(lines)
 
 
@@ -236,8 +251,11 @@ def family_report(records: list[dict[str, Any]], families: Sequence[str], method
 
 
 def load(jobs_: Sequence[EngineJob]) -> list[dict[str, Any]]:
+    """The cached records of ``jobs_`` (jobs not run yet are skipped)."""
     out = []
     for j in jobs_:
+        if not Path(j.path).exists():
+            continue
         rec = json.loads(Path(j.path).read_text())
         rec["label"] = j.label
         out.append(rec)

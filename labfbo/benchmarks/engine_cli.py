@@ -31,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
         bar.n = done
         bar.refresh()
 
-    run_pending(jobs, engine.run_engine_job, args.workers, progress)
+    if not args.report_only:
+        run_pending(jobs, engine.run_engine_job, args.workers, progress)
     bar.close()
     records = engine.load(jobs)
     text = (engine.family_report(records, tuple(FAMILIES), methods) if args.families
@@ -53,5 +54,6 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                     help="labfbo (defaults), optuna, botorch, random, and labfbo-* variants")
     en.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 5; 3 with --quick)")
     en.add_argument("--workers", type=int, default=2)
+    en.add_argument("--report-only", action="store_true", help="run nothing; report the cached runs")
     en.add_argument("--out", default="runs/bench/engine")
     en.set_defaults(func=run)
