@@ -9,7 +9,7 @@ parameter**, in the order the parameters were declared:
   integer. The acquisition optimizer treats the column as discrete (grid
   :math:`\{j/(h-l)\}`).
 * ``Categorical(choices)``: :math:`u = j/(k-1)` for the :math:`j`-th of :math:`k`
-  choices. Models treat the column as *categorical* (BoTorch's ``MixedSingleTaskGP``
+  choices. Models treat the column as *categorical* (BoTorch's ``CategoricalKernel``
   categorical kernel and mixed optimizer), so the ordering carries no meaning there;
   protocols that average points (consensus) snap to the nearest code.
 

@@ -31,6 +31,7 @@ import torch
 from botorch.models import SingleTaskGP
 from botorch.models.model import Model
 from botorch.sampling.pathwise import draw_kernel_feature_paths, draw_matheron_paths
+from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
 from scipy.stats import qmc
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import BayesianGaussianMixture
@@ -77,11 +78,11 @@ def optimum_samples(model: Model, candidates: np.ndarray, M: int, seed: int,
     (``num_features`` random Fourier features for the prior part of each path, Table 7)."""
     C = as_tensor(candidates)
     with seeded_torch(seed), torch.no_grad():
-        if type(model) is SingleTaskGP:
+        if type(model) is SingleTaskGP and isinstance(model.covar_module, (RBFKernel, MaternKernel, ScaleKernel)):
             paths = draw_matheron_paths(model, sample_shape=torch.Size([M]), prior_sampler=partial(
                 draw_kernel_feature_paths, num_features=num_features))
             values = paths(C)  # (M, n)
-        else:  # mixed spaces: joint draws on the candidate set
+        else:  # categorical columns (a product with CategoricalKernel has no RFF): joint draws
             values = model.posterior(C).rsample(torch.Size([M])).squeeze(-1)
     return candidates[values.argmax(-1).numpy()]
 
