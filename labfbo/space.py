@@ -10,7 +10,7 @@ parameter**, in the order the parameters were declared:
   :math:`\{j/(h-l)\}`).
 * ``Categorical(choices)``: :math:`u = j/(k-1)` for the :math:`j`-th of :math:`k`
   choices. Models treat the column as *categorical* (BoTorch's ``CategoricalKernel``
-  categorical kernel and mixed optimizer), so the ordering carries no meaning there;
+  and the discrete or mixed optimizers), so the ordering carries no meaning there;
   protocols that average points (consensus) snap to the nearest code.
 
 Decoding clamps to the box, so ``decode`` always returns valid params in user units.
