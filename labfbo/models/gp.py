@@ -95,14 +95,12 @@ def _kernel(d: int, cat_dims: list[int], rbf: bool) -> Kernel:
     (a 4x faster fit) and is what Optuna's kernel amounts to.
     """
     cont = [j for j in range(d) if j not in cat_dims]
-    cat = CategoricalKernel(ard_num_dims=len(cat_dims), active_dims=cat_dims,
-                            lengthscale_constraint=GreaterThan(1e-6)) if cat_dims else None
+    if not cat_dims:
+        return get_covar_module_with_dim_scaled_prior(ard_num_dims=d, use_rbf_kernel=rbf)
+    cat = CategoricalKernel(ard_num_dims=len(cat_dims), active_dims=cat_dims, lengthscale_constraint=GreaterThan(1e-6))
     if not cont:
-        assert cat is not None
         return cat
-    base = get_covar_module_with_dim_scaled_prior(ard_num_dims=len(cont), use_rbf_kernel=rbf,
-                                                  active_dims=cont if cat_dims else None)
-    return base if cat is None else base * cat
+    return get_covar_module_with_dim_scaled_prior(ard_num_dims=len(cont), use_rbf_kernel=rbf, active_dims=cont) * cat
 
 
 def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
