@@ -7,7 +7,7 @@ information between the sites' :class:`Optimizer` objects.
 from labfbo.exceptions import (ConfigurationError, FederationError, JournalError, LabFBOError,
                                ProtocolError, RoundError, SearchSpaceError, TrialError,
                                ValidationError)
-from labfbo.space import Categorical, Integer, Real, SearchSpace
+from labfbo.space import Categorical, Discrete, Integer, Real, SearchSpace
 from labfbo.trial import Observation, Trial
 from labfbo.optimizer import Optimizer
 from labfbo.coordinator import Coordinator
@@ -20,7 +20,7 @@ from labfbo import priors
 __version__ = "0.1.0"
 
 __all__ = [
-    "Categorical", "ConfigurationError", "Coordinator", "DP", "FederatedProblem", "FederationError",
+    "Categorical", "ConfigurationError", "Coordinator", "DP", "Discrete", "FederatedProblem", "FederationError",
     "Integer", "JournalError", "LabFBOError", "Observation", "Optimizer", "ProtocolError", "Real",
     "RoundError", "SearchSpace", "SearchSpaceError", "SimulationResult", "Trial", "TrialError",
     "ValidationError", "available_protocols", "priors", "simulate",

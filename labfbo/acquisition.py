@@ -55,6 +55,7 @@ from botorch.sampling import SobolQMCNormalSampler
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.stats import qmc
 
+from labfbo.exceptions import SearchSpaceError
 from labfbo.models.gp import DTYPE, as_tensor, seeded_torch
 from labfbo.space import SearchSpace
 
@@ -66,6 +67,7 @@ STALL_TOL = 1e-3  # an improvement below this fraction of y's range does not end
 LOG_PENALTY = 30.0  # the incumbent's penalty on a log-acquisition, in nats
 MAX_ENUMERATE = 4096  # a fully discrete space up to this size is scored exhaustively
 MAX_FIXED_COMBOS = 10  # a mixed space with up to this many discrete combinations enumerates them (BoTorch's rule)
+MAX_TABLE_CANDIDATES = 200_000  # allowed combinations x the other grid values: beyond this, refused
 
 
 class AcquisitionOptions(BaseModel):
@@ -94,6 +96,7 @@ class AcquisitionData:
     X: np.ndarray        # (n, d) observed, unit cube
     y: np.ndarray        # (n,) maximization orientation
     pending: np.ndarray  # (p, d) in flight
+    failed: np.ndarray | None = None  # (f, d) failed trials: a discrete space does not propose them again
 
 
 def build_acquisition(model: Model, data: AcquisitionData, opts: AcquisitionOptions,
@@ -136,21 +139,22 @@ def _initial_conditions(acqf: AcquisitionFunction, space: SearchSpace, q: int, s
 def optimize_acquisition(acqf: AcquisitionFunction, space: SearchSpace, q: int, seed: int,
                          opts: AcquisitionOptions, extra_raw: np.ndarray | None = None,
                          observed: np.ndarray | None = None) -> np.ndarray:
-    """Maximize ``acqf`` over the unit cube of ``space``; returns ``(q, d)`` feasible points.
+    """Maximize ``acqf`` over the feasible points of ``space``; returns ``(q, d)`` points.
 
     * continuous: ``optimize_acqf`` (``extra_raw``, ``(m, d)`` unit-cube points such as
       prior samples, join the raw samples that choose the restarts);
-    * no continuous parameter and at most :data:`MAX_ENUMERATE` combinations: every
-      combination not in ``observed`` (observed and pending points) is scored
-      (``optimize_acqf_discrete``);
+    * no continuous column and at most :data:`MAX_ENUMERATE` feasible combinations (the
+      allowed ones, if the space restricts them): every combination not in ``observed``
+      (observed, pending and failed points) is scored (``optimize_acqf_discrete``);
     * mixed with at most :data:`MAX_FIXED_COMBOS` discrete combinations: one continuous
-      optimization per combination (``optimize_acqf_mixed``);
-    * otherwise ``optimize_acqf_mixed_alternating``.
+      optimization per combination (``optimize_acqf_mixed``), the restarts and raw samples
+      shared out over them (at least 2 and 64 each); with allowed combinations,
+      the :data:`MAX_FIXED_COMBOS` that score best at a Sobol continuous point each;
+    * otherwise ``optimize_acqf_mixed_alternating`` (unrestricted spaces only).
     """
     d = space.dim
     bounds = torch.stack([torch.zeros(d, dtype=DTYPE), torch.ones(d, dtype=DTYPE)])
     discrete = {**space.discrete_dims(), **space.cat_dims()}
-    n_combos = math.prod(len(v) for v in discrete.values())
     with seeded_torch(seed), warnings.catch_warnings():
         # L-BFGS-B line-search failures on some restarts: BoTorch retries and keeps the best
         warnings.filterwarnings("ignore", category=OptimizationWarning)
@@ -163,15 +167,17 @@ def optimize_acquisition(acqf: AcquisitionFunction, space: SearchSpace, q: int, 
             X, _ = optimize_acqf(acqf, bounds=bounds, q=q, num_restarts=opts.num_restarts,
                                  raw_samples=opts.raw_samples,
                                  options={"seed": seed % (2**31), "sample_around_best": opts.sample_around_best})
-        elif len(discrete) == d and n_combos <= MAX_ENUMERATE:
-            choices = _unseen(space, discrete, observed)
+        elif len(discrete) == d and (grid := feasible_grid(space, MAX_ENUMERATE, seed)) is not None:
+            choices = _unseen(space, grid, observed)
             if len(choices) < q:  # everything was tried: re-score the whole grid
-                choices = _unseen(space, discrete, None)
+                choices = grid
             X, _ = optimize_acqf_discrete(acqf, q=q, choices=as_tensor(choices), unique=True)
-        elif n_combos <= MAX_FIXED_COMBOS:
-            fixed = [dict(zip(discrete, combo)) for combo in itertools.product(*discrete.values())]
-            X, _ = optimize_acqf_mixed(acqf, bounds=bounds, q=q, num_restarts=opts.num_restarts,
-                                       raw_samples=opts.raw_samples, fixed_features_list=fixed)
+        elif (fixed := _fixed_combos(acqf, space, seed)) is not None:
+            # the restarts and raw samples are shared out over the combinations (at least 2 and 64
+            # each): a categorical costs about what a continuous column does, not k times more
+            X, _ = optimize_acqf_mixed(acqf, bounds=bounds, q=q, fixed_features_list=fixed,
+                                       num_restarts=max(2, math.ceil(opts.num_restarts / len(fixed))),
+                                       raw_samples=max(64, opts.raw_samples // len(fixed)))
         else:
             X, _ = optimize_acqf_mixed_alternating(
                 acqf, bounds=bounds, discrete_dims=space.discrete_dims() or None,
@@ -180,13 +186,51 @@ def optimize_acquisition(acqf: AcquisitionFunction, space: SearchSpace, q: int, 
     return space.snap(X.detach().numpy().reshape(q, d))
 
 
-def _unseen(space: SearchSpace, grids: dict[int, list[float]], observed: np.ndarray | None) -> np.ndarray:
-    """Every point of a fully discrete space's grid (columns in order), minus ``observed``."""
-    cols = [grids[j] for j in range(space.dim)]
-    grid = np.array(list(itertools.product(*cols)), dtype=np.float64).reshape(-1, space.dim)
+def feasible_grid(space: SearchSpace, limit: int, seed: int = 0) -> np.ndarray | None:
+    """Every feasible combination of the grid columns, ``(m, n_grid)`` in column order, or
+    None if there are more than ``limit`` (with ``allowed``: a seeded random ``limit`` of them,
+    since no local search could respect the table). A fully discrete space's rows are points."""
+    grids = {**space.discrete_dims(), **space.cat_dims()}
+    cols = sorted(grids)
+    restricted = space.allowed_dims()
+    free = [j for j in cols if j not in restricted]
+    n_allowed = len(space.allowed or ()) or 1
+    n = n_allowed * math.prod(len(grids[j]) for j in free)
+    if n > limit and space.allowed is None:
+        return None
+    if n > MAX_TABLE_CANDIDATES:
+        raise SearchSpaceError(f"the allowed combinations times the other discrete parameters' values make {n} "
+                               "candidates; restrict fewer parameters or list fewer combinations")
+    A = space.allowed_codes() if space.allowed is not None else np.zeros((1, 0))
+    rows = [np.concatenate([a, f]) for a in A for f in itertools.product(*(grids[j] for j in free))]
+    out = np.empty((len(rows), len(cols)))
+    order = [cols.index(j) for j in restricted + free]
+    out[:, order] = np.asarray(rows, dtype=np.float64).reshape(len(rows), len(cols))
+    if len(out) > limit:
+        out = out[np.sort(np.random.default_rng(seed).choice(len(out), limit, replace=False))]
+    return out
+
+
+def _fixed_combos(acqf: AcquisitionFunction, space: SearchSpace, seed: int) -> list[dict[int, float]] | None:
+    """The discrete combinations ``optimize_acqf_mixed`` enumerates, or None (too many, no table)."""
+    cols = sorted({**space.discrete_dims(), **space.cat_dims()})
+    grid = feasible_grid(space, MAX_ENUMERATE, seed)
+    if grid is None or (len(grid) > MAX_FIXED_COMBOS and space.allowed is None):
+        return None
+    if len(grid) > MAX_FIXED_COMBOS:  # pre-select by the acquisition at one Sobol continuous point each
+        pts = sobol_candidates(space, len(grid), seed)[: len(grid)]
+        pts[:, cols] = grid
+        with torch.no_grad():
+            vals = torch.cat([acqf(as_tensor(c).unsqueeze(1)) for c in np.array_split(pts, max(1, len(pts) // 256))])
+        grid = grid[torch.topk(vals, MAX_FIXED_COMBOS).indices.numpy()]
+    return [dict(zip(cols, row.tolist())) for row in grid]
+
+
+def _unseen(space: SearchSpace, grid: np.ndarray, observed: np.ndarray | None) -> np.ndarray:
+    """The rows of a fully discrete space's ``grid`` not in ``observed``."""
     if observed is None or not len(observed):
         return grid
-    seen = np.abs(grid[:, None, :] - space.snap(observed)[None]).max(-1).min(1) < 1e-9
+    seen = np.abs(grid[:, None, :] - space.snap(observed, restrict=False)[None]).max(-1).min(1) < 1e-9
     return grid[~seen]
 
 
@@ -280,8 +324,10 @@ def propose_with_model(model: Model, space: SearchSpace, data: AcquisitionData, 
 
 
 def _tried(data: AcquisitionData) -> np.ndarray:
-    """Observed and pending points: a fully discrete space never proposes them again."""
-    return np.concatenate([data.X, data.pending.reshape(-1, data.X.shape[1])]) if len(data.pending) else data.X
+    """Observed, pending and failed points: a fully discrete space does not propose them again."""
+    d = data.X.shape[1]
+    failed = np.zeros((0, d)) if data.failed is None else data.failed.reshape(-1, d)
+    return np.concatenate([data.X, data.pending.reshape(-1, d), failed])
 
 
 def stalled(y: np.ndarray, rounds: int, tol: float = STALL_TOL) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import time
@@ -31,14 +32,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_latency(args: argparse.Namespace) -> int:
-    from labfbo.benchmarks.latency import format_rows, run
+    from labfbo.benchmarks.latency import cli_run
 
-    rows = run(args.problems, args.n_obs, args.repeats, args.acquisition)
-    print("labfbo bench latency " + " ".join(sys.argv[3:]) + "\n")
-    print(format_rows(rows))
-    print(f"\nworst median ratio labfbo / same-model loop: {max(r.ratio for r in rows):.2f}x (defect > 1.5x); "
-          f"/ tutorial loop: {max(r.tutorial_ratio for r in rows):.2f}x")
-    return 0
+    return cli_run(args)
 
 
 def _run_cached(name: str, jobs: list, workers: int, cache: str) -> tuple[str, list]:
@@ -393,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     lat.add_argument("--acquisition", default="nei", choices=["nei", "ei", "ucb"], help="labfbo's and the "
                      "same-model loop's acquisition (default: independent's)")
     lat.add_argument("--repeats", type=int, default=7)
+    lat.add_argument("--no-categorical", action="store_true", help="skip the 276-combination and one-categorical rows")
     lat.set_defaults(func=_cmd_bench_latency)
     pm = bsub.add_parser("pmcbo", help="PMCBO Tables 4-5: priors and consensus (cached, resumable)")
     pm.add_argument("--quick", action="store_true", help="3 seeds, UCB variants on Branin only")
@@ -477,9 +474,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "meta_optimizer=sgd,step_size=0.1"],
                     help="PacohConfig overrides to compare, e.g. meta_optimizer=adam,step_size=0.03")
     mf.set_defaults(func=_cmd_bench_meta_fit)
-    from labfbo.benchmarks.engine_cli import add_parser as add_engine
-
-    add_engine(bsub)
+    for suite in ("engine_cli", "reactions_cli"):  # suites that bring their own parser
+        importlib.import_module(f"labfbo.benchmarks.{suite}").add_parser(bsub)
     return parser
 
 

@@ -126,8 +126,9 @@ class Coordinator:
             raise FederationError(f"site {request.site!r} has protocol options that differ from the study's: "
                                   f"{ {k: request.shared_options.get(k) for k in diff} } vs { {k: ours[k] for k in diff} }")
         if request.space_hash != self.space.fingerprint():
-            raise FederationError(f"site {request.site!r} has a different search space than the "
-                                  f"study (hash {request.space_hash} != {self.space.fingerprint()})")
+            what = self.space.difference(space) if space.fingerprint() == request.space_hash else "tampered space"
+            raise FederationError(f"site {request.site!r} has a different search space than the study: "
+                                  f"{what} (hash {request.space_hash} != {self.space.fingerprint()})")
         if request.site not in self.members:
             if self.expected is not None:
                 if request.site not in self.expected:

@@ -435,7 +435,7 @@ class Optimizer:
         if extra_pending is None or not len(extra_pending):
             return cached
         return SiteData(space=cached.space, X=cached.X, y=cached.y, yvar=cached.yvar,
-                        pending=np.vstack([cached.pending, extra_pending]))
+                        pending=np.vstack([cached.pending, extra_pending]), failed=cached.failed)
 
     def _build_site_data(self) -> SiteData:
         return build_site_data(self.space, self._sign, self._hist_x, self._historical, list(self._trials.values()))

@@ -89,4 +89,5 @@ def build_site_data(space: "SearchSpace", sign: float, hist_x: list[np.ndarray],
     y = sign * np.asarray(values, dtype=np.float64)
     yvar = None if not sems or any(s is None for s in sems) else np.square(np.asarray(sems, dtype=np.float64))
     pending = np.array([t.x for t in trials if t.state == "pending"]).reshape(-1, space.dim)
-    return SiteData(space=space, X=X, y=y, yvar=yvar, pending=pending)
+    failed = np.array([t.x for t in trials if t.state == "failed"]).reshape(-1, space.dim)
+    return SiteData(space=space, X=X, y=y, yvar=yvar, pending=pending, failed=failed)

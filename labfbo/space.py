@@ -1,17 +1,14 @@
-r"""Search spaces: parameter definitions, validation, and the unit-cube encoding.
+r"""Search spaces: an ordered set of parameters, the unit-cube encoding, allowed combinations.
 
 Every model in labfbo works on the unit cube :math:`[0, 1]^d` with **one column per
-parameter**, in the order the parameters were declared:
+parameter**, in the order the parameters were declared (each parameter's coding is in
+:mod:`labfbo.params`). Columns with finitely many values (``Integer``, ``Discrete``,
+``Real(step=...)``, ``Categorical``) have a grid; the acquisition optimizer searches only
+the grid, and :meth:`SearchSpace.snap` rounds any point onto it.
 
-* ``Real(low, high)``: :math:`u = (v - l)/(h - l)`; with ``log=True`` the same on
-  :math:`\log v`.
-* ``Integer(low, high)``: :math:`u = (v - l)/(h - l)`; decoding rounds to the nearest
-  integer. The acquisition optimizer treats the column as discrete (grid
-  :math:`\{j/(h-l)\}`).
-* ``Categorical(choices)``: :math:`u = j/(k-1)` for the :math:`j`-th of :math:`k`
-  choices. Models treat the column as *categorical* (BoTorch's ``CategoricalKernel``
-  and the discrete or mixed optimizers), so the ordering carries no meaning there;
-  protocols that average points (consensus) snap to the nearest code.
+``allowed`` (optional) lists the combinations of discrete parameters a lab can run (the
+reagents in stock, the plate layouts that exist): every proposal is one of them. It is
+part of the study's identity (:meth:`SearchSpace.fingerprint`): partners must agree on it.
 
 Decoding clamps to the box, so ``decode`` always returns valid params in user units.
 """
@@ -20,188 +17,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-import numbers
-from typing import Annotated, Any, Iterable, Literal, Sequence, Union
+from typing import Any, Iterable, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic import ValidationError as PydanticValidationError
+from pydantic import ConfigDict, field_validator, model_validator
 
 from labfbo.exceptions import SearchSpaceError
+from labfbo.params import (Categorical, Choice, Discrete, Integer, Param, Real, _Checked,  # noqa: F401 (re-exported)
+                           _is_number)
 
-Choice = Union[bool, int, float, str]
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-
-
-class _Checked(BaseModel):
-    """Turns pydantic's validation errors into :class:`SearchSpaceError`."""
-
-    def __init__(self, **kw: Any) -> None:
-        try:
-            super().__init__(**kw)
-        except PydanticValidationError as exc:
-            where = kw.get("name", type(self).__name__)
-            problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
-            prefix = "" if repr(where) in problems else f"{type(self).__name__} {where!r}: "
-            raise SearchSpaceError(prefix + problems) from None
-
-
-class _Param(_Checked):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    name: str = Field(min_length=1)
-
-
-class Real(_Param):
-    """A continuous parameter in ``[low, high]`` (log-uniform scale if ``log``)."""
-
-    type: Literal["real"] = "real"
-    low: float
-    high: float
-    log: bool = False
-
-    def __init__(self, name: str | None = None, low: float | None = None,
-                 high: float | None = None, log: bool = False, **kw: Any) -> None:
-        if name is not None:
-            kw.update(name=name, low=low, high=high, log=log)
-        super().__init__(**kw)
-
-    @model_validator(mode="after")
-    def _check(self) -> "Real":
-        if not (math.isfinite(self.low) and math.isfinite(self.high)):
-            raise ValueError(f"Real {self.name!r}: bounds must be finite")
-        if not self.low < self.high:
-            raise ValueError(f"Real {self.name!r}: low={self.low} must be < high={self.high}")
-        if self.log and self.low <= 0:
-            raise ValueError(f"Real {self.name!r}: log scale needs low > 0, got {self.low}")
-        return self
-
-    def to_unit(self, v: float) -> float:
-        if self.log:
-            lo, hi = math.log(self.low), math.log(self.high)
-            return (math.log(max(v, self.low)) - lo) / (hi - lo)
-        return (v - self.low) / (self.high - self.low)
-
-    def from_unit(self, u: float) -> float:
-        u = min(max(float(u), 0.0), 1.0)
-        if u in (0.0, 1.0):
-            return self.low if u == 0.0 else self.high
-        if self.log:
-            lo, hi = math.log(self.low), math.log(self.high)
-            v = math.exp(lo + u * (hi - lo))
-        else:
-            v = self.low + u * (self.high - self.low)
-        return min(max(v, self.low), self.high)
-
-    def check(self, v: Any) -> tuple[float, bool]:
-        """Return ``(value, in_bounds)``; raise on a wrong type or a non-finite value."""
-        if not _is_number(v):
-            raise SearchSpaceError(
-                f"parameter {self.name!r} expects a real number, got {type(v).__name__} {v!r}")
-        v = float(v)
-        if not math.isfinite(v):
-            raise SearchSpaceError(f"parameter {self.name!r} must be finite, got {v}")
-        if self.log and v <= 0:
-            raise SearchSpaceError(f"parameter {self.name!r} is on a log scale; got {v} <= 0")
-        return v, self.low <= v <= self.high
-
-
-class Integer(_Param):
-    """An integer parameter in ``[low, high]`` (both inclusive)."""
-
-    type: Literal["integer"] = "integer"
-    low: int
-    high: int
-
-    def __init__(self, name: str | None = None, low: int | None = None,
-                 high: int | None = None, **kw: Any) -> None:
-        if name is not None:
-            kw.update(name=name, low=low, high=high)
-        super().__init__(**kw)
-
-    @model_validator(mode="after")
-    def _check(self) -> "Integer":
-        if not self.low < self.high:
-            raise ValueError(f"Integer {self.name!r}: low={self.low} must be < high={self.high}")
-        return self
-
-    def to_unit(self, v: float) -> float:
-        return (v - self.low) / (self.high - self.low)
-
-    def from_unit(self, u: float) -> int:
-        u = min(max(float(u), 0.0), 1.0)
-        return int(min(max(round(self.low + u * (self.high - self.low)), self.low), self.high))
-
-    def grid(self) -> list[float]:
-        n = self.high - self.low
-        return [j / n for j in range(n + 1)]
-
-    def check(self, v: Any) -> tuple[int, bool]:
-        if not _is_number(v):
-            raise SearchSpaceError(
-                f"parameter {self.name!r} expects an integer, got {type(v).__name__} {v!r}")
-        fv = float(v)
-        if not math.isfinite(fv) or fv != round(fv):
-            raise SearchSpaceError(f"parameter {self.name!r} expects an integer, got {v!r}")
-        iv = int(round(fv))
-        return iv, self.low <= iv <= self.high
-
-
-class Categorical(_Param):
-    """A parameter taking one of ``choices`` (strings, numbers or booleans)."""
-
-    type: Literal["categorical"] = "categorical"
-    choices: tuple[Choice, ...]
-
-    def __init__(self, name: str | None = None, choices: Sequence[Choice] | None = None,
-                 **kw: Any) -> None:
-        if name is not None:
-            kw.update(name=name, choices=tuple(choices) if choices is not None else None)
-        super().__init__(**kw)
-
-    @field_validator("choices")
-    @classmethod
-    def _check_choices(cls, v: tuple[Choice, ...]) -> tuple[Choice, ...]:
-        if len(v) < 2:
-            raise ValueError("a Categorical needs at least two choices")
-        keys = [(type(c).__name__, c) for c in v]
-        if len(set(keys)) != len(keys):
-            raise ValueError(f"duplicate choices in {list(v)}")
-        return v
-
-    def index(self, v: Any) -> int:
-        for j, c in enumerate(self.choices):
-            if type(c) is type(v) and c == v:
-                return j
-        for j, c in enumerate(self.choices):  # numpy scalars / int-vs-float for numbers
-            if _is_number(c) and _is_number(v) and float(c) == float(v):
-                return j
-            if isinstance(c, str) and isinstance(v, str) and c == v:  # e.g. numpy.str_
-                return j
-            if isinstance(c, bool) and isinstance(v, np.bool_) and c == bool(v):
-                return j
-        raise SearchSpaceError(
-            f"parameter {self.name!r}: unknown category {v!r}; choices are {list(self.choices)}")
-
-    def to_unit(self, v: Any) -> float:
-        return self.index(v) / (len(self.choices) - 1)
-
-    def from_unit(self, u: float) -> Choice:
-        u = min(max(float(u), 0.0), 1.0)
-        return self.choices[int(round(u * (len(self.choices) - 1)))]
-
-    def grid(self) -> list[float]:
-        k = len(self.choices) - 1
-        return [j / k for j in range(k + 1)]
-
-    def check(self, v: Any) -> tuple[Choice, bool]:
-        return self.choices[self.index(v)], True
-
-
-Param = Annotated[Union[Real, Integer, Categorical], Field(discriminator="type")]
+__all__ = ["Categorical", "Discrete", "Integer", "Real", "SearchSpace", "Choice", "Param"]
 
 
 class SearchSpace(_Checked):
@@ -210,14 +35,32 @@ class SearchSpace(_Checked):
     >>> space = SearchSpace([Real("t", 150, 250), Categorical("s", ["water", "dmso"])])
     >>> space.decode(space.encode([{"t": 200.0, "s": "dmso"}]))
     [{'t': 200.0, 's': 'dmso'}]
+
+    ``allowed``: a list of dicts (or a pandas DataFrame) over some of the discrete
+    parameters; only those combinations are ever proposed.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     params: tuple[Param, ...]
+    allowed_names: tuple[str, ...] | None = None
+    allowed: tuple[tuple[Choice, ...], ...] | None = None
 
-    def __init__(self, params: Iterable[Any] | None = None, **kw: Any) -> None:
+    def __init__(self, params: Iterable[Any] | None = None, allowed: Any = None, **kw: Any) -> None:
         if params is not None:
             kw["params"] = tuple(params)
+        if allowed is not None and "allowed_names" in kw:  # the stored form (names + value rows), e.g. from JSON
+            kw["allowed"] = tuple(tuple(r) for r in allowed)
+        elif allowed is not None:
+            rows = allowed.to_dict("records") if hasattr(allowed, "to_dict") else list(allowed)
+            if not rows or not all(isinstance(r, dict) for r in rows):
+                raise SearchSpaceError("allowed must be a non-empty list of dicts (or a DataFrame) of combinations")
+            names = list(rows[0])
+            for r in rows:
+                if list(r) != names and set(r) != set(names):
+                    raise SearchSpaceError(f"allowed: every combination needs the same parameters; "
+                                           f"{sorted(r, key=str)} != {sorted(names, key=str)}")
+            kw["allowed_names"] = tuple(names)
+            kw["allowed"] = tuple(tuple(r[n] for n in names) for r in rows)
         super().__init__(**kw)
 
     @field_validator("params")
@@ -230,6 +73,40 @@ class SearchSpace(_Checked):
         if dup:
             raise ValueError(f"duplicate parameter names: {dup}")
         return v
+
+    @model_validator(mode="after")
+    def _check_allowed(self) -> "SearchSpace":
+        if (self.allowed is None) != (self.allowed_names is None):
+            raise ValueError("allowed and allowed_names go together")
+        if self.allowed is None:
+            return self
+        by_name = {p.name: p for p in self.params}
+        names = list(self.allowed_names or ())
+        unknown = [n for n in names if n not in by_name]
+        if unknown:
+            raise ValueError(f"allowed: unknown parameter(s) {unknown}; the space has {self.names}")
+        if len(set(names)) != len(names) or not names:
+            raise ValueError(f"allowed: duplicate or no parameter names {names}")
+        cont = [n for n in names if not by_name[n].is_discrete]
+        if cont:
+            raise ValueError(f"allowed: {cont} can take any value in a range; allowed combinations are over "
+                             "categorical, discrete, integer and stepped parameters")
+        order = [p.name for p in self.params if p.name in names]  # canonical: the space's order
+        canon = set()
+        for row in self.allowed:
+            values = dict(zip(names, row))
+            clean = []
+            for n in order:
+                v, inside = by_name[n].check(values[n])
+                if not inside:
+                    raise ValueError(f"allowed: {n}={values[n]!r} is not a value of the parameter "
+                                     f"({by_name[n].bounds_text() if hasattr(by_name[n], 'bounds_text') else ''})")
+                clean.append(by_name[n].from_unit(by_name[n].to_unit(v)))
+            canon.add(tuple(clean))
+        codes = {row: tuple(by_name[n].to_unit(v) for n, v in zip(order, row)) for row in canon}
+        object.__setattr__(self, "allowed_names", tuple(order))
+        object.__setattr__(self, "allowed", tuple(sorted(canon, key=lambda r: codes[r])))
+        return self
 
     # -- structure -------------------------------------------------------------------
     @property
@@ -251,17 +128,48 @@ class SearchSpace(_Checked):
         return {i: p.grid() for i, p in enumerate(self.params) if isinstance(p, Categorical)}
 
     def discrete_dims(self) -> dict[int, list[float]]:
-        """Integer columns and their unit-cube grid."""
-        return {i: p.grid() for i, p in enumerate(self.params) if isinstance(p, Integer)}
+        """Ordered discrete columns (integer, discrete, stepped real) and their unit-cube grid."""
+        return {i: p.grid() for i, p in enumerate(self.params) if p.is_discrete and not isinstance(p, Categorical)}
+
+    def descriptor_dims(self) -> list[int]:
+        """Categorical columns whose choices carry descriptors."""
+        return [i for i, p in enumerate(self.params) if isinstance(p, Categorical) and p.descriptors is not None]
 
     @property
     def is_continuous(self) -> bool:
-        return all(isinstance(p, Real) for p in self.params)
+        """True if no column is restricted to a grid."""
+        return not any(p.is_discrete for p in self.params)
+
+    def allowed_dims(self) -> list[int]:
+        """Columns the allowed combinations restrict (empty without ``allowed``)."""
+        names = set(self.allowed_names or ())
+        return [i for i, p in enumerate(self.params) if p.name in names]
+
+    def allowed_codes(self) -> np.ndarray:
+        """``(m, len(allowed_dims))`` unit-cube codes of the allowed combinations."""
+        dims = self.allowed_dims()
+        return np.array([[self.params[j].to_unit(v) for j, v in zip(dims, row)] for row in self.allowed or ()],
+                        dtype=np.float64).reshape(-1, len(dims))
 
     def fingerprint(self) -> str:
         """A stable hash of the space's canonical JSON (used when a site joins)."""
-        canon = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        canon = json.dumps(self.model_dump(mode="json", exclude_none=True), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+    def difference(self, other: "SearchSpace") -> str:
+        """A short description of how ``other`` differs from this space ("" if it does not)."""
+        if self.fingerprint() == other.fingerprint():
+            return ""
+        if self.names != other.names:
+            return f"parameters {self.names} != {other.names}"
+        for a, b in zip(self.params, other.params):
+            if a != b:
+                return f"parameter {a.name!r}: {a.model_dump(exclude={'name'})} != {b.model_dump(exclude={'name'})}"
+        if self.allowed_names != other.allowed_names:
+            return f"allowed combinations over {self.allowed_names} != over {other.allowed_names}"
+        mine, theirs = set(self.allowed or ()), set(other.allowed or ())
+        return (f"allowed combinations differ: {len(mine - theirs)} only here (e.g. {sorted(mine - theirs, key=str)[:2]}), "
+                f"{len(theirs - mine)} only there (e.g. {sorted(theirs - mine, key=str)[:2]})")
 
     def to_json(self) -> str:
         return self.model_dump_json()
@@ -276,7 +184,8 @@ class SearchSpace(_Checked):
 
         Raises :class:`SearchSpaceError` on a non-dict, unknown or missing names, wrong
         types, non-finite numbers and unknown categories; with ``strict`` also on numeric
-        values outside the bounds (otherwise they are returned in ``out_of_bounds``).
+        values outside the bounds or not among a ``Discrete``'s values (otherwise they are
+        returned in ``out_of_bounds``).
         """
         if not isinstance(params, dict):
             raise SearchSpaceError(f"params must be a dict of name -> value, got {type(params).__name__}")
@@ -292,11 +201,20 @@ class SearchSpace(_Checked):
             value, inside = p.check(params[p.name])
             if not inside:
                 if strict:
-                    raise SearchSpaceError(
-                        f"parameter {p.name!r}={value!r} is outside [{p.low}, {p.high}]")
+                    where = "one of" if isinstance(p, Discrete) else "outside"
+                    raise SearchSpaceError(f"parameter {p.name!r}={value!r} is {'not ' if where == 'one of' else ''}"
+                                           f"{where} {p.bounds_text()}")
                 oob.append(p.name)
             clean[p.name] = value
         return clean, oob
+
+    def is_allowed(self, params: dict[str, Any]) -> bool:
+        """True if ``params`` is one of the allowed combinations (always, without ``allowed``)."""
+        if self.allowed is None:
+            return True
+        names = self.allowed_names or ()
+        code = np.array([[self.params[j].to_unit(params[n]) for j, n in zip(self.allowed_dims(), names)]])
+        return bool((np.abs(self.allowed_codes() - code).max(1) < 1e-9).any())
 
     # -- encoding --------------------------------------------------------------------
     def encode(self, params_list: Sequence[dict[str, Any]]) -> np.ndarray:
@@ -317,12 +235,21 @@ class SearchSpace(_Checked):
             raise SearchSpaceError(f"expected points with {self.dim} columns, got {X.shape[1]}")
         return [{p.name: p.from_unit(x[c]) for c, p in enumerate(self.params)} for x in X]
 
-    def snap(self, X: np.ndarray) -> np.ndarray:
-        """Round unit-cube points to feasible values (integer grid, category codes)."""
+    def snap(self, X: np.ndarray, restrict: bool = True) -> np.ndarray:
+        """Round unit-cube points to feasible values: every grid column onto its grid, then
+        (with ``allowed`` and ``restrict``) the restricted columns onto the nearest allowed
+        combination (L1 distance of the codes; the first one on ties)."""
         X = np.clip(np.array(X, dtype=np.float64), 0.0, 1.0)
         for c, grid in {**self.discrete_dims(), **self.cat_dims()}.items():
             g = np.asarray(grid)
             X[..., c] = g[np.abs(X[..., c, None] - g).argmin(-1)]
+        if restrict and self.allowed is not None and X.size:
+            dims = self.allowed_dims()
+            A = self.allowed_codes()
+            flat = X.reshape(-1, self.dim)
+            nearest = np.abs(flat[:, None, dims] - A[None]).sum(-1).argmin(1)
+            flat[:, dims] = A[nearest]
+            X = flat.reshape(X.shape)
         return X
 
     def vector(self, params: dict[str, Any]) -> list[Any]:

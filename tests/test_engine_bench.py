@@ -3,7 +3,6 @@ categorical kernel and discrete optimizers."""
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
@@ -151,3 +150,12 @@ def test_engine_cli_reports_from_the_cache(tmp_path, capsys):
     assert (out / "summary.md").exists()
     with pytest.raises(SystemExit):  # argparse refuses an unknown method by name
         main(["bench", "engine", "--methods", "nope"])
+
+
+def test_latency_bench_has_the_categorical_rows():
+    from labfbo.benchmarks.latency import categorical_rows
+
+    rows = categorical_rows(repeats=1, n_obs=10)
+    assert len(rows) == 4 and "276 combinations" in rows[2] and "4 reals" in rows[3]
+    for row in rows[2:]:
+        assert float(row.split("|")[-2].strip().rstrip("x")) > 0

@@ -26,7 +26,7 @@ from labfbo.trial import Trial
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 PLUGIN = EXAMPLES / "adapter_plugin"
-SCRIPTS = ("single_site", "federation_local", "simulate_custom_problem", "http_consortium")
+SCRIPTS = ("single_site", "federation_local", "simulate_custom_problem", "http_consortium", "reagent_screen")
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +73,14 @@ def test_federation_local(runs) -> None:
         assert re.search(rf"^{site}: best yield \d+\.\d+ at .*sent 3 message\(s\) \['join', 'optimum_belief'\]",
                          stdout, re.M), stdout
         assert (out / f"{site}.journal").exists()
+    assert stdout.count("round ") == 2
+
+
+def test_reagent_screen(runs) -> None:
+    stdout, out = _check(runs, "reagent_screen")
+    for site in ("lab-a", "lab-b", "lab-c"):
+        assert re.search(rf"^{site}: best yield \d+\.\d% .*'base': '.*sent \['join', 'score'\], never a yield",
+                         stdout, re.M), stdout
     assert stdout.count("round ") == 2
 
 

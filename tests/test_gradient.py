@@ -128,11 +128,39 @@ def test_batches_under_gradient_are_pending_aware() -> None:
     assert mean.shape == (3,) and (std > 0).all()
 
 
-def test_gradient_refuses_categorical_spaces() -> None:
-    space = labfbo.SearchSpace([labfbo.Real("x", 0, 1), labfbo.Categorical("c", ["a", "b"])])
-    coord = labfbo.Coordinator("gradient", sites=["a"], seed=0)
-    with pytest.raises(labfbo.ProtocolError, match="categorical"):
-        labfbo.Optimizer(space, protocol="gradient", coordinator=coord, site="a")
+CAT_SPACE = labfbo.SearchSpace([labfbo.Real("x", -2.0, 2.0), labfbo.Categorical("c", ["a", "b", "c"]),
+                                 labfbo.Categorical("s", ["w", "e"], descriptors={"w": [80.1], "e": [24.5]})])
+
+
+def _f_cat(i: int, p: dict) -> float:
+    return (p["x"] - 0.3 * i) ** 2 + {"a": 0.0, "b": 1.0, "c": 0.5}[p["c"]] + (0.3 if p["s"] == "w" else 0.0)
+
+
+@pytest.mark.parametrize("protocol", ["gradient", "centralized"])
+def test_meta_learning_reads_categoricals_one_hot_and_descriptors(protocol: str) -> None:
+    coord = labfbo.Coordinator(protocol, sites=SITES, seed=3, horizon=5, **FAST)
+    sites = [labfbo.Optimizer(CAT_SPACE, protocol=protocol, coordinator=coord, site=s, seed=3, n_init=4, **FAST)
+             for s in SITES]
+    props = run_campaign(sites, _f_cat, 4, 2)
+    # the feature map reads x, a one-hot of c (3) and the scaled descriptor of s (1): 5 inputs
+    assert coord.aggregator().features.n_out == 5
+    assert all(p["c"] in ("a", "b", "c") and p["s"] in ("w", "e") for rnd in props for p in rnd)
+    mean, std = sites[0].predict([{"x": 0.0, "c": c, "s": "w"} for c in ("a", "b", "c")])
+    assert mean.shape == (3,) and np.isfinite(mean).all() and (std > 0).all()
+
+
+def test_distributed_equals_centralized_on_a_categorical_space() -> None:
+    runs = {}
+    for protocol in ("gradient", "centralized"):
+        coord = labfbo.Coordinator(protocol, sites=SITES, seed=3, horizon=5, **{**FAST, "svgd_steps": 4})
+        sites = [labfbo.Optimizer(CAT_SPACE, protocol=protocol, coordinator=coord, site=s, seed=3, n_init=4,
+                                  **{**FAST, "svgd_steps": 4}) for s in SITES]
+        runs[protocol] = (coord, run_campaign(sites, _f_cat, 4, 3))
+    pd, pc = runs["gradient"][0].aggregator().particles, runs["centralized"][0].aggregator().particles
+    assert torch.max(torch.abs(pd - pc)).item() <= 1e-10
+    for rd, rc in zip(runs["gradient"][1], runs["centralized"][1]):
+        for a, b in zip(rd, rc):
+            assert (a["c"], a["s"]) == (b["c"], b["s"]) and a["x"] == pytest.approx(b["x"], abs=1e-10)
 
 
 def test_centralized_refuses_dp() -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from scipy.stats import qmc, rankdata
 from labfbo.benchmarks.engine_methods import RUNNERS
 from labfbo.benchmarks.engine_panel import FAMILIES, PANEL, EngineProblem, engine_problem
 from labfbo.benchmarks.problems import stable_hash
+from labfbo.benchmarks.runner import write_atomic
 from labfbo.exceptions import ConfigurationError
 
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -129,12 +129,7 @@ def run_engine_job(job: EngineJob) -> str:
               "budget": problem.budget, "f_min": problem.f_min, "f_range": problem.f_range,
               "noise_sd": problem.noise_sd, "values": truth, "ask_seconds": times,
               "options": _resolved(job.runner, job.options)}
-    path = Path(job.path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, path)
-    return job.path
+    return write_atomic(job.path, json.dumps(record))
 
 
 def regret_curve(record: dict[str, Any]) -> np.ndarray:

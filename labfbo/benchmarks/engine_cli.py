@@ -11,9 +11,7 @@ from labfbo.benchmarks.engine_panel import FAMILIES, PANEL, QUICK, family_proble
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm.auto import tqdm
-
-    from labfbo.benchmarks.runner import run_pending
+    from labfbo.benchmarks.runner import run_with_progress
 
     if args.families:
         problems = tuple(p for fam in FAMILIES for p in family_problems(fam))
@@ -25,15 +23,7 @@ def run(args: argparse.Namespace) -> int:
     cmd = "labfbo bench engine " + " ".join(sys.argv[3:])
     todo = sum(not Path(j.path).exists() for j in jobs)
     print(f"{cmd}\n{len(jobs)} runs ({todo} to do), cache: {args.out}")
-    bar = tqdm(total=len(jobs), desc="engine", unit="run")
-
-    def progress(done: int, total: int) -> None:
-        bar.n = done
-        bar.refresh()
-
-    if not args.report_only:
-        run_pending(jobs, engine.run_engine_job, args.workers, progress)
-    bar.close()
+    run_with_progress(jobs, engine.run_engine_job, args.workers, "engine", args.report_only)
     records = engine.load(jobs)
     text = (engine.family_report(records, tuple(FAMILIES), methods) if args.families
             else engine.report(records, problems, methods))

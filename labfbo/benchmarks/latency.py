@@ -13,6 +13,8 @@ time ratios (labfbo / loop), so machine noise hits every side alike.
 
 from __future__ import annotations
 
+import argparse
+
 import time
 from dataclasses import dataclass
 from statistics import median
@@ -124,3 +126,117 @@ def format_rows(rows: list[LatencyRow]) -> str:
         lines.append(f"| {r.problem} | {r.n_obs} | {r.labfbo_s:.3f} | {r.botorch_s:.3f} | {r.ratio:.2f}x | "
                      f"{r.tutorial_s:.3f} | {r.tutorial_ratio:.2f}x |")
     return "\n".join(lines)
+
+
+# -- categorical spaces ---------------------------------------------------------------------------
+def discrete_loop_step(X: np.ndarray, y: np.ndarray, candidates: np.ndarray, seed: int) -> np.ndarray:
+    """A hand-written BoTorch loop on an all-categorical space (unit-cube codes): labfbo's model
+    (``SingleTaskGP`` with a ``CategoricalKernel``, ``Standardize``), qLogNEI, and every
+    candidate scored by ``optimize_acqf_discrete``."""
+    from botorch.models.kernels.categorical import CategoricalKernel
+    from botorch.optim import optimize_acqf_discrete
+
+    train_X = torch.as_tensor(X, dtype=torch.float64)
+    train_Y = torch.as_tensor(y, dtype=torch.float64).reshape(-1, 1)
+    model = SingleTaskGP(train_X, train_Y, covar_module=CategoricalKernel(ard_num_dims=X.shape[1]),
+                         outcome_transform=Standardize(m=1))
+    fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+    torch.manual_seed(seed)
+    sampler = SobolQMCNormalSampler(torch.Size([256]), seed=seed)
+    acqf = qLogNoisyExpectedImprovement(model, X_baseline=train_X, sampler=sampler, prune_baseline=True)
+    cand, _ = optimize_acqf_discrete(acqf, q=1, choices=torch.as_tensor(candidates, dtype=torch.float64))
+    return cand.numpy()[0]
+
+
+def _timed_asks(make_opt, repeats: int, others: dict | None = None) -> dict[str, list[float]]:
+    """Per repetition (after one warm-up), seconds of ``ask()`` on a fresh optimizer and of the
+    ``others`` callables, in rotating order."""
+    times: dict[str, list[float]] = {}
+    for r in range(-1, repeats):
+        opt = make_opt(r)
+        sides = {"labfbo": lambda: opt.ask(), **{k: (lambda f=f, r=r: f(r)) for k, f in (others or {}).items()}}
+        names = list(sides)
+        for name in names[(r + 1) % len(names):] + names[:(r + 1) % len(names)]:
+            t0 = time.perf_counter()
+            sides[name]()
+            if r >= 0:
+                times.setdefault(name, []).append(time.perf_counter() - t0)
+    return times
+
+
+def categorical_rows(repeats: int, n_obs: int = 30) -> list[str]:
+    """Two comparisons in one run: ``ask()`` on the 276-combination reaction space against the
+    discrete BoTorch loop (same candidates); and a 4-parameter space with one 5-choice
+    ``Categorical`` against the same space with that parameter a ``Real``."""
+    import labfbo
+    from labfbo.benchmarks.reactions_data import load_reactions
+
+    data = load_reactions()
+    space, combos, table = data.space, data.combos(), data.tables[0]
+    grid = space.encode([dict(zip(space.names, c)) for c in combos])
+
+    def obs(r: int) -> tuple[list[int], np.ndarray]:
+        pick = np.random.default_rng(r + 1).choice([k for k, c in enumerate(combos) if c in table], n_obs, replace=False)
+        return list(pick), np.array([table[combos[k]] for k in pick])
+
+    def reaction_opt(r: int) -> "labfbo.Optimizer":
+        pick, y = obs(r)
+        opt = labfbo.Optimizer(space, objective="maximize", seed=r + 1, n_init=0)
+        opt.add_observations([dict(zip(space.names, combos[k])) for k in pick], list(y))
+        return opt
+
+    def loop(r: int) -> np.ndarray:
+        pick, y = obs(r)
+        unseen = np.delete(grid, pick, axis=0)
+        return discrete_loop_step(grid[pick], y, unseen, r + 1)
+
+    t = _timed_asks(reaction_opt, repeats, {"loop": loop})
+    rows = [f"| reaction space, 3 categoricals (276 combinations) | {n_obs} | {median(t['labfbo']):.3f} | "
+            f"discrete BoTorch loop {median(t['loop']):.3f} | "
+            f"{median(a / b for a, b in zip(t['labfbo'], t['loop'])):.2f}x |"]
+
+    def f(p: dict) -> float:
+        c = p["c"] if isinstance(p["c"], float) else float("abcde".index(p["c"])) / 4
+        return -sum((p[k] - 0.3) ** 2 for k in ("x1", "x2", "x3")) + np.sin(5 * c)
+
+    spaces = {"cat": labfbo.SearchSpace([labfbo.Real(k, 0, 1) for k in ("x1", "x2", "x3")]
+                                        + [labfbo.Categorical("c", list("abcde"))]),
+              "real": labfbo.SearchSpace([labfbo.Real(k, 0, 1) for k in ("x1", "x2", "x3", "c")])}
+
+    def mixed_opt(kind: str):
+        def make(r: int) -> "labfbo.Optimizer":
+            sp = spaces[kind]
+            params = sp.decode(qmc.LatinHypercube(4, scramble=True, seed=r + 1).random(n_obs))
+            opt = labfbo.Optimizer(sp, objective="maximize", seed=r + 1, n_init=0)
+            opt.add_observations(params, [f(p) for p in params])
+            return opt
+        return make
+
+    t = {"cat": [], "real": []}
+    for r in range(-1, repeats):
+        pair = {kind: mixed_opt(kind)(r) for kind in ("cat", "real")}
+        for kind in (("cat", "real") if r % 2 else ("real", "cat")):
+            t0 = time.perf_counter()
+            pair[kind].ask()
+            if r >= 0:
+                t[kind].append(time.perf_counter() - t0)
+    t["labfbo"] = t["cat"]
+    rows.append(f"| 3 reals + 1 categorical (5 choices) | {n_obs} | {median(t['labfbo']):.3f} | "
+                f"same space, 4 reals {median(t['real']):.3f} | "
+                f"{median(a / b for a, b in zip(t['labfbo'], t['real'])):.2f}x |")
+    return ["| space | n obs | labfbo ask() s | baseline s | ratio |", "|---|---:|---:|---|---:|", *rows]
+
+
+def cli_run(args: "argparse.Namespace") -> int:
+    """``labfbo bench latency``: the continuous rows, then (unless ``--no-categorical``) the categorical ones."""
+    import sys
+
+    rows = run(args.problems, args.n_obs, args.repeats, args.acquisition)
+    print("labfbo bench latency " + " ".join(sys.argv[3:]) + "\n")
+    print(format_rows(rows))
+    print(f"\nworst median ratio labfbo / same-model loop: {max(r.ratio for r in rows):.2f}x (defect > 1.5x); "
+          f"/ tutorial loop: {max(r.tutorial_ratio for r in rows):.2f}x")
+    if not args.no_categorical:
+        print("\ncategorical spaces (qLogNEI, median of per-repetition ratios):\n")
+        print("\n".join(categorical_rows(args.repeats)))
+    return 0

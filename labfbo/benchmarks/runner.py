@@ -47,12 +47,33 @@ def run_job(job: Job) -> str:
     res = simulate(problem, protocol=job.protocol, n_init=job.n_init, budget=job.budget, seed=job.seed,
                    **job.options)
     res.options["label"] = job.label
-    path = Path(job.path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(res.to_json())
-    os.replace(tmp, path)
-    return job.path
+    return write_atomic(job.path, res.to_json())
+
+
+def write_atomic(path: str, text: str) -> str:
+    """Write ``text`` to ``path`` through a temporary file (a killed run leaves no half file)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, p)
+    return path
+
+
+def run_with_progress(jobs: Sequence[Any], run: Callable[[Any], str], workers: int, name: str,
+                      report_only: bool = False) -> None:
+    """:func:`run_pending` behind a progress bar (nothing runs with ``report_only``)."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(jobs), desc=name, unit="run")
+
+    def progress(done: int, total: int) -> None:
+        bar.n = done
+        bar.refresh()
+
+    if not report_only:
+        run_pending(jobs, run, workers, progress)
+    bar.close()
 
 
 def run_jobs(jobs: Sequence[Job], workers: int = 1,

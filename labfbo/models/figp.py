@@ -40,11 +40,20 @@ VARIANCE_FLOOR = 1e-10
 
 @dataclass(frozen=True)
 class GuidanceField:
-    r"""Weighted diagonal Gaussian bumps :math:`G(x)` (unnormalized, so :math:`0 \le G \le \sum\omega`)."""
+    r"""Weighted bumps :math:`G(x)` (unnormalized, so :math:`0 \le G \le \sum\omega`).
+
+    On a space with categorical columns (``cats``: ``(column, choices, offset)``; ``means``
+    and ``variances`` then cover the other columns, ``ordered``) a bump is the Gaussian
+    factor times, per categorical column :math:`j`, :math:`p_{pj}(x_j)/\max_c p_{pj}(c)`:
+    1 at the component's most likely choices, as the Gaussian factor is 1 at its centre.
+    """
 
     weights: np.ndarray    # (P,)
-    means: np.ndarray      # (P, d), unit cube
-    variances: np.ndarray  # (P, d)
+    means: np.ndarray      # (P, d_o), unit cube
+    variances: np.ndarray  # (P, d_o)
+    probs: np.ndarray | None = None                  # (P, sum of choice counts)
+    ordered: tuple[int, ...] | None = None          # None: every column
+    cats: tuple[tuple[int, int, int], ...] = ()
 
     @classmethod
     def empty(cls, d: int) -> "GuidanceField":
@@ -53,6 +62,10 @@ class GuidanceField:
     def __len__(self) -> int:
         return int(len(self.weights))
 
+    @property
+    def dim(self) -> int:
+        return self.means.shape[1] + len(self.cats)
+
     def __call__(self, X: torch.Tensor) -> torch.Tensor:
         """:math:`G` at ``X (..., d)``; returns ``(...)``."""
         if not len(self):
@@ -60,12 +73,18 @@ class GuidanceField:
         w = torch.as_tensor(self.weights, dtype=X.dtype)
         mu = torch.as_tensor(self.means, dtype=X.dtype)
         var = torch.as_tensor(np.maximum(self.variances, VARIANCE_FLOOR), dtype=X.dtype)
-        z2 = ((X.unsqueeze(-2) - mu) ** 2 / var).sum(-1)  # (..., P)
-        return (w * torch.exp(-0.5 * z2)).sum(-1)
+        Xo = X if self.ordered is None else X[..., list(self.ordered)]
+        bump = torch.exp(-0.5 * ((Xo.unsqueeze(-2) - mu) ** 2 / var).sum(-1))  # (..., P)
+        for j, k, off in self.cats:
+            p = torch.as_tensor(self.probs[:, off:off + k], dtype=X.dtype)      # type: ignore[index]
+            rel = p / p.max(-1, keepdim=True).values                            # (P, k)
+            idx = torch.round(X[..., j].detach() * (k - 1)).long().clamp(0, k - 1)
+            bump = bump * rel.T[idx]                                             # (..., P)
+        return (w * bump).sum(-1)
 
     def domain_average(self, n: int = 512) -> float:
         r""":math:`\bar G`: the mean of :math:`G` over ``n`` unscrambled Sobol points of the cube."""
-        d = self.means.shape[1]
+        d = self.dim
         with np.errstate(all="ignore"):
             pts = qmc.Sobol(d, scramble=False).random(n)
         return float(self(as_tensor(pts)).mean()) if len(self) else 0.0

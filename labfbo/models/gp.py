@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import warnings
 from contextlib import contextmanager
-from typing import Iterator, Literal
+from typing import TYPE_CHECKING, Iterator, Literal
 
 import numpy as np
 import torch
@@ -36,6 +36,10 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.priors import GammaPrior, LogNormalPrior
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from labfbo.models.encoding import FeatureMap
+    from labfbo.space import SearchSpace
 
 DTYPE = torch.float64
 
@@ -72,18 +76,24 @@ class SurrogateOptions(BaseModel):
         "noiseless response be interpolated)")
 
 
-def _input_transform(d: int, cat_dims: list[int], warp: bool) -> InputTransform:
-    """``Normalize`` to the unit cube, then (``warp``) a Kumaraswamy CDF per continuous column
-    with BoTorch's tutorial priors on its two concentrations."""
+def _input_transform(d: int, cat_dims: list[int], warp: bool, features: "FeatureMap | None" = None,
+                     warp_dims: list[int] | None = None) -> InputTransform:
+    """``features`` (descriptors of categorical choices), then ``Normalize`` to the unit cube,
+    then (``warp``) a Kumaraswamy CDF per continuous column (``warp_dims``, default: every
+    non-categorical column) with BoTorch's tutorial priors on its two concentrations."""
     bounds = torch.stack([torch.zeros(d, dtype=DTYPE), torch.ones(d, dtype=DTYPE)])
-    normalize = Normalize(d=d, bounds=bounds)
-    cont = [j for j in range(d) if j not in cat_dims]
-    if not warp or not cont:
-        return normalize
-    warping = Warp(d=d, indices=cont, bounds=bounds,
-                   concentration1_prior=LogNormalPrior(0.0, 0.75 ** 0.5),
-                   concentration0_prior=LogNormalPrior(0.0, 0.75 ** 0.5))
-    return ChainedInputTransform(normalize=normalize, warp=warping)
+    steps: dict[str, InputTransform] = {}
+    if features is not None:
+        from labfbo.models.encoding import FeatureTransform
+
+        steps["features"] = FeatureTransform(features)
+    steps["normalize"] = Normalize(d=d, bounds=bounds)
+    cont = warp_dims if warp_dims is not None else [j for j in range(d) if j not in cat_dims]
+    if warp and cont:
+        steps["warp"] = Warp(d=d, indices=cont, bounds=bounds,
+                             concentration1_prior=LogNormalPrior(0.0, 0.75 ** 0.5),
+                             concentration0_prior=LogNormalPrior(0.0, 0.75 ** 0.5))
+    return steps["normalize"] if len(steps) == 1 else ChainedInputTransform(**steps)
 
 
 def _kernel(d: int, cat_dims: list[int], rbf: bool) -> Kernel:
@@ -105,10 +115,13 @@ def _kernel(d: int, cat_dims: list[int], rbf: bool) -> Kernel:
 
 def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
                  cat_dims: list[int] | None = None, seed: int = 0,
-                 options: SurrogateOptions | None = None) -> Model:
+                 options: SurrogateOptions | None = None, space: "SearchSpace | None" = None) -> Model:
     """Fit the site's GP on unit-cube inputs ``X (n, d)`` and targets ``y (n,)``.
 
     ``y`` is in the maximization orientation (labfbo flips minimization objectives).
+    With ``space``, its categorical columns are categorical (``cat_dims`` is ignored), and
+    those whose choices carry descriptors enter as the scaled descriptors
+    (:mod:`labfbo.models.encoding`).
     """
     opts = options or SurrogateOptions()
     train_X = as_tensor(X)
@@ -116,13 +129,22 @@ def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
     train_Yvar = None if yvar is None else as_tensor(yvar).reshape(-1, 1).clamp_min(1e-10)
     d = train_X.shape[-1]
     cat_dims = sorted(cat_dims or [])
+    features, warp_dims = None, None
+    if space is not None:
+        cat_dims = sorted(space.cat_dims())
+        if space.descriptor_dims():
+            from labfbo.models.encoding import FeatureMap
+
+            features = FeatureMap(space)
+            warp_dims = [features.slices[j][0] for j, p in enumerate(space.params) if not p.is_discrete]
+            d, cat_dims = features.n_out, features.cat_out
     likelihood = None
     if train_Yvar is None and opts.noise_prior == "gamma":
         likelihood = GaussianLikelihood(noise_prior=GammaPrior(1.1, 30.0),
                                         noise_constraint=GreaterThan(1e-6, transform=None, initial_value=1e-3))
     model = SingleTaskGP(train_X, train_Y, train_Yvar, likelihood=likelihood,
                          covar_module=_kernel(d, cat_dims, opts.kernel == "rbf"),
-                         input_transform=_input_transform(d, cat_dims, opts.input_warping),
+                         input_transform=_input_transform(d, cat_dims, opts.input_warping, features, warp_dims),
                          outcome_transform=Standardize(m=1))
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
     with seeded_torch(seed), warnings.catch_warnings():

@@ -45,16 +45,42 @@ FALLBACK_JITTER = 1e-4
 
 @dataclass(frozen=True)
 class Belief:
-    """A diagonal Gaussian mixture over the optimum location (unit cube)."""
+    """A mixture over the optimum location: diagonal Gaussians on the ordered columns
+    (continuous, integer, discrete; unit cube) times, per component, one probability vector
+    per categorical column (``probs``, the vectors concatenated in column order)."""
 
     weights: np.ndarray    # (K,), sums to 1
-    means: np.ndarray      # (K, d)
-    variances: np.ndarray  # (K, d)
+    means: np.ndarray      # (K, d_o) over the ordered columns
+    variances: np.ndarray  # (K, d_o)
     fallback: bool = False  # True: the single-Gaussian fallback was used
+    probs: np.ndarray | None = None  # (K, sum of the categorical columns' choice counts)
 
     def top(self) -> int:
         """Index of the component with the largest weight."""
         return int(np.argmax(self.weights))
+
+
+def choice_layout(space: SearchSpace) -> tuple[list[int], list[tuple[int, int, int]]]:
+    """``(ordered columns, [(categorical column, number of choices, offset in probs)])``."""
+    cats, off = [], 0
+    for j, grid in sorted(space.cat_dims().items()):
+        cats.append((j, len(grid), off))
+        off += len(grid)
+    ordered = [j for j in range(space.dim) if j not in space.cat_dims()]
+    return ordered, cats
+
+
+def choice_probabilities(samples: np.ndarray, resp: np.ndarray, cats: list[tuple[int, int, int]],
+                         pseudo: float = 0.5) -> np.ndarray:
+    r"""Per component, the (responsibility-weighted) frequency of each choice among the optimum
+    samples, with a pseudo-count :math:`lpha = 0.5` per choice (Jeffreys):
+    :math:`p_{kj}(c) = (\sum_m r_{mk}[x^{(m)}_j = c] + lpha)/(\sum_m r_{mk} + lpha K_j)`."""
+    out = np.zeros((resp.shape[1], sum(k for _, k, _ in cats)))
+    for j, k, off in cats:
+        idx = np.clip(np.rint(samples[:, j] * (k - 1)).astype(int), 0, k - 1)
+        counts = resp.T @ np.eye(k)[idx]                                   # (K, k)
+        out[:, off:off + k] = (counts + pseudo) / (counts.sum(1, keepdims=True) + pseudo * k)
+    return out
 
 
 def candidate_set(space: SearchSpace, X: np.ndarray, y: np.ndarray, n: int, seed: int,
@@ -69,7 +95,14 @@ def candidate_set(space: SearchSpace, X: np.ndarray, y: np.ndarray, n: int, seed
         k = max(n // 4, 1)
         local = best[gen.integers(0, len(best), size=k)] + local_sd * gen.standard_normal((k, space.dim))
         parts.append(np.clip(local, 0.0, 1.0))
-    return space.snap(np.vstack(parts))
+    pts = space.snap(np.vstack(parts))
+    if len(space.discrete_dims()) + len(space.cat_dims()) == space.dim:  # a small discrete space: all of it
+        from labfbo.acquisition import feasible_grid
+
+        grid = feasible_grid(space, max(n, 1024), seed)
+        if grid is not None:
+            return grid
+    return pts
 
 
 def optimum_samples(model: Model, candidates: np.ndarray, M: int, seed: int,
@@ -94,8 +127,28 @@ def single_gaussian(samples: np.ndarray, fallback: bool = False) -> Belief:
 
 
 def fit_belief(samples: np.ndarray, seed: int, max_components: int = 10,
-               mode: Literal["dpgmm", "single_gaussian"] = "dpgmm") -> Belief:
-    """Fit the optimum-location belief to ``samples (M, d)``."""
+               mode: Literal["dpgmm", "single_gaussian"] = "dpgmm", space: SearchSpace | None = None) -> Belief:
+    """Fit the optimum-location belief to ``samples (M, d)``.
+
+    With a ``space`` that has categorical columns, the mixture is fitted to the ordered
+    columns and each component gets the choice frequencies of the samples it is responsible
+    for (:func:`choice_probabilities`); with no ordered column it is one component.
+    """
+    if space is not None and space.cat_dims():
+        ordered, cats = choice_layout(space)
+        if not ordered:
+            return Belief(np.ones(1), np.zeros((1, 0)), np.ones((1, 0)),
+                          probs=choice_probabilities(samples, np.ones((len(samples), 1)), cats))
+        base = fit_belief(samples[:, ordered], seed, max_components, mode)
+        if len(base.weights) == 1:
+            resp = np.ones((len(samples), 1))
+        else:
+            z2 = ((samples[:, None, ordered] - base.means[None]) ** 2 / base.variances[None]).sum(-1)
+            logp = np.log(base.weights)[None] - 0.5 * z2 - 0.5 * np.log(base.variances).sum(-1)[None]
+            resp = np.exp(logp - logp.max(1, keepdims=True))
+            resp /= resp.sum(1, keepdims=True)
+        return Belief(base.weights, base.means, base.variances, base.fallback,
+                      probs=choice_probabilities(samples, resp, cats))
     if mode == "single_gaussian":
         return single_gaussian(samples)
     if len(np.unique(samples, axis=0)) < 2:

@@ -9,7 +9,7 @@ covariance :math:`\frac1K\sum_k\Sigma_k + \frac1K\sum_k(\mu_k-\tilde\mu)(\mu_k-\
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from botorch.models.model import Model
@@ -77,13 +77,19 @@ class ParticleMixtureGP(Model):
     r"""BoTorch model of the equally weighted mixture of the particles' GP posteriors on
     one site's data, moment-matched to a Gaussian: mean Eq. 8, covariance
     :math:`\frac1K\sum_k \Sigma_k + \frac1K\sum_k (\mu_k-\tilde\mu)(\mu_k-\tilde\mu)^\top`
-    (Eq. 9 on the diagonal). ``posterior(X)`` takes ``X (..., q, d)``; differentiable in ``X``."""
+    (Eq. 9 on the diagonal). ``posterior(X)`` takes ``X (..., q, d)``; differentiable in ``X``.
 
-    def __init__(self, particles: Tensor, X_train: Any, y_train: Any, cfg: PacohConfig) -> None:
+    ``features`` (e.g. a :class:`~labfbo.models.encoding.FeatureMap`) maps the unit-cube
+    inputs to what the particles were meta-learned on (one-hot or descriptor columns for
+    categorical parameters); ``X_train`` and ``posterior`` take unit-cube points."""
+
+    def __init__(self, particles: Tensor, X_train: Any, y_train: Any, cfg: PacohConfig,
+                 features: Callable[[Tensor], Tensor] | None = None) -> None:
         super().__init__()
         self.cfg = cfg
-        self._post = _ParticlePosteriors(particles, X_train, y_train, cfg)
+        self.features = features
         X, y = _data(X_train, y_train)
+        self._post = _ParticlePosteriors(particles, X if features is None else features(X), y, cfg)
         self.register_buffer("train_X", X.clone())
         self.register_buffer("train_y", y.clone())
 
@@ -101,6 +107,8 @@ class ParticleMixtureGP(Model):
         if output_indices not in (None, [0]):
             raise ValueError("ParticleMixtureGP has a single output")
         X = X.to(DTYPE)
+        if self.features is not None:
+            X = self.features(X)
         lead, q, d = X.shape[:-2], X.shape[-2], X.shape[-1]
         means, covs = self._post.joint(X.reshape(-1, q, d))             # (K, B, q), (K, B, q, q)
         mu = means.mean(0)

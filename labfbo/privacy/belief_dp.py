@@ -20,6 +20,7 @@ rounds in the same PLD ledger as `gradient` (``PrivacyLedger(dp, n_particles=1)`
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 
@@ -50,9 +51,31 @@ def from_unit(z: np.ndarray, clip: float) -> tuple[float, np.ndarray, np.ndarray
 
 
 def privatize_belief(weight: float, mean: np.ndarray, variance: np.ndarray, value: float, dp: DP,
-                     rng: np.random.Generator) -> tuple[float, np.ndarray, np.ndarray, float]:
-    """The Gaussian mechanism on the normalized belief; returns the released ``(weight, mean, variance, value)``."""
+                     rng: np.random.Generator, probs: np.ndarray | None = None,
+                     cats: Sequence[tuple[int, int, int]] = ()
+                     ) -> tuple[float, np.ndarray, np.ndarray, float, np.ndarray | None]:
+    """The Gaussian mechanism on the normalized belief; returns the released ``(weight, mean,
+    variance, value, probs)``.
+
+    ``probs`` (the categorical columns' choice probabilities, layout ``cats``) join the
+    released vector as they are; each is a point of a simplex, whose :math:`\ell_2` diameter
+    is :math:`\sqrt 2`, so with :math:`d_o` ordered and :math:`d_c` categorical columns the
+    sensitivity is :math:`\sqrt{2d_o + 2 + 2d_c} = \sqrt{2d + 2}` as on a continuous space.
+    After the noise each vector is clipped to :math:`[10^{-6}, 1]` and renormalized
+    (post-processing).
+    """
+    d = len(mean) + len(cats)
     z = to_unit(weight, mean, variance, value, dp.clip)
+    p = np.zeros(0) if probs is None else np.asarray(probs, dtype=float)
     if dp.noise_multiplier:
-        z = z + rng.normal(0.0, dp.noise_multiplier * sensitivity(len(mean)), size=z.shape)
-    return from_unit(z, dp.clip)
+        scale = dp.noise_multiplier * sensitivity(d)
+        z = z + rng.normal(0.0, scale, size=z.shape)
+        if len(p):
+            p = p + rng.normal(0.0, scale, size=p.shape)
+    w, mu, var, v = from_unit(z, dp.clip)
+    if probs is None:
+        return w, mu, var, v, None
+    p = np.clip(p, 1e-6, 1.0)
+    for _, k, off in cats:
+        p[off:off + k] /= p[off:off + k].sum()
+    return w, mu, var, v, p

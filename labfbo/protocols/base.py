@@ -36,7 +36,7 @@ class SiteData:
 
     ``X`` are unit-cube inputs of the completed observations, ``y`` their values in the
     *maximization* orientation, ``yvar`` the known noise variances (``None`` unless every
-    observation has a standard error), ``pending`` the unit-cube points in flight.
+    observation has a standard error), ``pending`` the unit-cube points in flight, ``failed`` those of failed trials.
     """
 
     space: SearchSpace
@@ -44,6 +44,7 @@ class SiteData:
     y: np.ndarray
     yvar: np.ndarray | None
     pending: np.ndarray
+    failed: np.ndarray | None = None  # unit-cube points of failed trials (not proposed again where avoidable)
 
     @property
     def n(self) -> int:
@@ -149,7 +150,7 @@ class Protocol:
 
     name: ClassVar[str]
     federated: ClassVar[bool] = True
-    supported_types: ClassVar[frozenset[str]] = frozenset({"real", "integer", "categorical"})
+    supported_types: ClassVar[frozenset[str]] = frozenset({"real", "integer", "discrete", "categorical"})
     Options: ClassVar[type[BaseModel]]
     site_logic: ClassVar[type[SiteLogic]]
     aggregator: ClassVar[type[Aggregator] | None] = None  # None: no coordinator rounds

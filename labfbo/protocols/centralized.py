@@ -60,7 +60,7 @@ class CentralizedAggregator(GradientAggregator):
         return Exchange({s: DataRequest() for s in self.sites})
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
-        tasks = [(responses[s].X.numpy(), responses[s].y.numpy())  # type: ignore[attr-defined]
+        tasks = [(self.features.numpy(responses[s].X.numpy()), responses[s].y.numpy())  # type: ignore[attr-defined]
                  for s in self.sites if isinstance(responses.get(s), RawData)]
         if tasks:
             for _ in range(self.steps_in_round()):
@@ -76,7 +76,6 @@ class CentralizedProtocol(Protocol):
     federated = True
     demo = False  # not a privacy-preserving protocol: not in `labfbo demo`
     shared_options = GradientProtocol.shared_options
-    supported_types = frozenset({"real", "integer"})
     Options = CentralizedOptions
     site_logic = CentralizedSite
     aggregator = CentralizedAggregator

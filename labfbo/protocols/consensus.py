@@ -145,10 +145,16 @@ class ConsensusSite(LocalGPSite):
     def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
         self._n = 1
         got = guidance.points.numpy()[:n] if isinstance(guidance, ConsensusReply) else np.zeros((0, self.space.dim))
+        if len(got) and not self.space.is_continuous:  # a vote for a combination this site has run: its own pick
+            d = self.space.dim
+            tried = np.concatenate([data.X, data.pending.reshape(-1, d),
+                                    np.zeros((0, d)) if data.failed is None else data.failed.reshape(-1, d)])
+            if len(tried):
+                got = got[np.abs(got[:, None, :] - tried[None]).max(-1).min(1) > 1e-9]
         if len(got) == n:
             return got
         extra = SiteData(space=data.space, X=data.X, y=data.y, yvar=data.yvar,
-                         pending=np.vstack([data.pending, got]) if len(got) else data.pending)
+                         pending=np.vstack([data.pending, got]) if len(got) else data.pending, failed=data.failed)
         return np.vstack([got, self.propose_local(extra, n - len(got), round)]) if len(got) else \
             self.propose_local(extra, n, round)
 

@@ -51,15 +51,17 @@ from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import pdist
 from scipy.special import logsumexp
 
+from labfbo.exceptions import ProtocolError
 from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.figp import FIGP, GuidanceField, guidance_strength
 from labfbo.models.gp import predict
-from labfbo.models.optimum_belief import candidate_set, fit_belief, optimum_samples
+from labfbo.models.optimum_belief import Belief, candidate_set, choice_layout, fit_belief, optimum_samples
 from labfbo.privacy import DP
 from labfbo.privacy.belief_dp import privatize_belief
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.seeding import rng
+from labfbo.space import SearchSpace
 
 
 # -- messages ----------------------------------------------------------------------------
@@ -75,6 +77,14 @@ def _check_finite(a: np.ndarray, name: str) -> None:
         raise ValueError(f"{name} must be finite")
 
 
+def _check_probs(probs: Array | None, ndim: int) -> None:
+    if probs is None:
+        return
+    p = probs.numpy()
+    if p.ndim != ndim or not np.all(np.isfinite(p)) or np.any(p < 0) or np.any(p > 1):
+        raise ValueError(f"choice probabilities must be a {ndim}-D array of numbers in [0, 1]")
+
+
 @register
 class OptimumBelief(Message):
     """Site -> coordinator: one diagonal Gaussian component and its value score (2d + 2 scalars)."""
@@ -84,6 +94,7 @@ class OptimumBelief(Message):
     mean: Array
     variance: Array
     value: float
+    probs: Array | None = None  # categorical columns: the choice probabilities, concatenated
     dp_clip: float | None = None  # under DP: the bound of |value|, and the noise multiplier
     dp_noise_multiplier: float | None = None
 
@@ -95,11 +106,12 @@ class OptimumBelief(Message):
         _check_finite(np.r_[mean, var, self.value], "belief")
         if np.any(var <= 0):
             raise ValueError("variances must be positive")
+        _check_probs(self.probs, 1)
         return self
 
     @property
     def n_scalars(self) -> int:
-        return 2 + self.mean.n_scalars + self.variance.n_scalars
+        return 2 + self.mean.n_scalars + self.variance.n_scalars + (self.probs.n_scalars if self.probs is not None else 0)
 
 
 @register
@@ -108,8 +120,9 @@ class GuidancePacket(Message):
 
     kind: Literal["guidance_packet"] = "guidance_packet"
     weights: Array    # (P,)
-    means: Array      # (P, d)
-    variances: Array  # (P, d)
+    means: Array      # (P, d_o) over the ordered (non-categorical) columns
+    variances: Array  # (P, d_o)
+    probs: Array | None = None  # (P, sum of choice counts) on spaces with categorical columns
 
     @model_validator(mode="after")
     def _shapes(self) -> "GuidancePacket":
@@ -119,14 +132,27 @@ class GuidancePacket(Message):
         _check_finite(np.concatenate([w, mu.ravel(), var.ravel()]), "packet")
         if np.any(w < 0) or np.any(var <= 0):
             raise ValueError("weights must be >= 0 and variances > 0")
+        _check_probs(self.probs, 2)
+        if self.probs is not None and self.probs.shape[0] != len(w):
+            raise ValueError(f"{self.probs.shape[0]} probability rows for {len(w)} components")
         return self
 
     @property
     def n_scalars(self) -> int:
-        return self.weights.n_scalars + self.means.n_scalars + self.variances.n_scalars
+        return (self.weights.n_scalars + self.means.n_scalars + self.variances.n_scalars
+                + (self.probs.n_scalars if self.probs is not None else 0))
 
-    def field(self) -> GuidanceField:
-        return GuidanceField(self.weights.numpy(), self.means.numpy(), self.variances.numpy())
+    def field(self, space: SearchSpace | None = None) -> GuidanceField:
+        """The guidance field; with categorical columns in ``space``, over its layout."""
+        w, mu, var = self.weights.numpy(), self.means.numpy(), self.variances.numpy()
+        if space is None or not space.cat_dims():
+            return GuidanceField(w, mu, var)
+        ordered, cats = choice_layout(space)
+        probs = self.probs.numpy() if self.probs is not None else None
+        if probs is None or mu.shape[1] != len(ordered) or probs.shape[1] != sum(k for _, k, _ in cats):
+            raise ProtocolError(f"a guidance packet of shape {mu.shape}/{None if probs is None else probs.shape} "
+                                "does not fit this space")
+        return GuidanceField(w, mu, var, probs=probs, ordered=tuple(ordered), cats=tuple(cats))
 
 
 # -- options ------------------------------------------------------------------------------
@@ -153,34 +179,50 @@ class DistributionOptions(ModelOptions):
 # -- coordinator-side math ------------------------------------------------------------------
 @dataclass(frozen=True)
 class Components:
-    """A pool of diagonal Gaussian components with mixture masses and value scores."""
+    """A pool of components (diagonal Gaussians on the ordered columns, choice probabilities
+    on the categorical ones) with mixture masses and value scores."""
 
     weights: np.ndarray    # (L,)
-    means: np.ndarray      # (L, d)
-    variances: np.ndarray  # (L, d)
+    means: np.ndarray      # (L, d_o)
+    variances: np.ndarray  # (L, d_o)
     values: np.ndarray     # (L,)
+    probs: np.ndarray | None = None  # (L, sum of choice counts)
+    cats: tuple[tuple[int, int, int], ...] = ()
 
     def __len__(self) -> int:
         return int(len(self.weights))
 
 
+def component_distances(c: Components) -> np.ndarray:
+    r"""Condensed pairwise distances :math:`\sqrt{(\lVert\Delta\mu\rVert^2 + \sum_j
+    \mathrm{TV}_j^2)/d}`: RMS over the columns, a categorical column contributing the total
+    variation between the two choice distributions (1 for disjoint certain choices, as a
+    unit-cube coordinate at most contributes 1)."""
+    sq = pdist(c.means, "sqeuclidean") if c.means.shape[1] else np.zeros(len(c) * (len(c) - 1) // 2)
+    for _, k, off in c.cats:
+        sq = sq + (0.5 * pdist(c.probs[:, off:off + k], "cityblock")) ** 2  # type: ignore[index]
+    return np.sqrt(sq / (c.means.shape[1] + len(c.cats)))
+
+
 def merge_components(c: Components, threshold: float) -> Components:
-    """Complete-linkage clusters (RMS distance <= threshold), moment-matched per cluster."""
+    """Complete-linkage clusters (distance <= threshold), moment-matched per cluster (choice
+    probabilities: the mass-weighted mean)."""
     if len(c) < 2:
         return c
-    d = c.means.shape[1]
-    Z = linkage(pdist(c.means) / np.sqrt(d), method="complete")
+    Z = linkage(component_distances(c), method="complete")
     labels = fcluster(Z, t=threshold, criterion="distance")
-    out: list[tuple[float, np.ndarray, np.ndarray, float]] = []
+    out: list[tuple[float, np.ndarray, np.ndarray, float, np.ndarray | None]] = []
     for lab in sorted(set(labels), key=lambda lb: int(np.argmax(labels == lb))):  # first-member order
         idx = np.nonzero(labels == lab)[0]
         w = c.weights[idx]
         W = float(w.sum())
         mu = (w[:, None] * c.means[idx]).sum(0) / W
         var = (w[:, None] * (c.variances[idx] + (c.means[idx] - mu) ** 2)).sum(0) / W
-        out.append((W, mu, var, float(w @ c.values[idx] / W)))
+        probs = None if c.probs is None else (w[:, None] * c.probs[idx]).sum(0) / W
+        out.append((W, mu, var, float(w @ c.values[idx] / W), probs))
     return Components(np.array([o[0] for o in out]), np.stack([o[1] for o in out]),
-                      np.stack([o[2] for o in out]), np.array([o[3] for o in out]))
+                      np.stack([o[2] for o in out]), np.array([o[3] for o in out]),
+                      None if c.probs is None else np.stack([o[4] for o in out]), c.cats)
 
 
 def temperature(values: np.ndarray, scale: float = 0.1, floor: float = 0.01) -> float:
@@ -216,23 +258,37 @@ class DistributionSite(LocalGPSite):
         model = self.local_model(data)
         cands = candidate_set(self.space, data.X, data.y, o.candidates, self.context.seed_for(round, "guide-candidates"))
         samples = optimum_samples(model, cands, o.M, self.context.seed_for(round, "guide-paths"))
-        belief = fit_belief(samples, self.context.seed_for(round, "guide-dpgmm"), o.max_components, o.belief)
+        belief = fit_belief(samples, self.context.seed_for(round, "guide-dpgmm"), o.max_components, o.belief,
+                            space=self.space)
         k = belief.top()
-        mean, sd = predict(model, belief.means[k:k + 1])
+        mean, sd = predict(model, self.centre(belief, k)[None])
         y_sd = float(np.std(data.y)) or 1.0
         value = float((mean[0] - o.kappa * sd[0] - np.mean(data.y)) / y_sd)
         weight, centre, variance = float(belief.weights[k]), belief.means[k], belief.variances[k]
+        probs = None if belief.probs is None else belief.probs[k]
         dp: DP | None = o.privacy
         if dp is not None:  # the site-private stream, never the study seed
             gen = self.context.private_rng(round, "dp-belief")
-            weight, centre, variance, value = privatize_belief(weight, centre, variance, value, dp, gen)
+            weight, centre, variance, value, probs = privatize_belief(weight, centre, variance, value, dp, gen,
+                                                                      probs, choice_layout(self.space)[1])
         return OptimumBelief(weight=weight, mean=Array.of(centre), variance=Array.of(variance), value=value,
+                             probs=None if probs is None else Array.of(probs),
                              dp_clip=None if dp is None else dp.clip,
                              dp_noise_multiplier=None if dp is None else dp.noise_multiplier)
 
+    def centre(self, belief: Belief, k: int) -> np.ndarray:
+        """Component ``k``'s centre as a unit-cube point (its most likely choice per categorical)."""
+        ordered, cats = choice_layout(self.space)
+        x = np.zeros(self.space.dim)
+        x[ordered] = belief.means[k]
+        for j, m, off in cats:
+            x[j] = int(np.argmax(belief.probs[k, off:off + m])) / (m - 1)  # type: ignore[index]
+        return x
+
     def figp(self, data: SiteData, guidance: Message | None, round: int) -> FIGP:
         """The FI-GP of this round (an empty field, i.e. the local GP, without guidance)."""
-        field = guidance.field() if isinstance(guidance, GuidancePacket) else GuidanceField.empty(self.space.dim)
+        field = (guidance.field(self.space) if isinstance(guidance, GuidancePacket)
+                 else GuidanceField.empty(self.space.dim))
         strength = guidance_strength(self.options.lambda_max, round + 1)
         return FIGP(self.local_model(data), field, strength, uniform=not self.options.spatial)
 
@@ -245,21 +301,26 @@ class DistributionAggregator(Aggregator):
         return Exchange({s: BeliefRequest() for s in self.sites})
 
     def pool(self, responses: Mapping[str, Message]) -> Components:
-        """The valid uploads, in site order (a wrong dimension is left out with a warning)."""
-        d = self.space.dim if self.space is not None else None
+        """The valid uploads, in site order (a wrong shape is left out with a warning)."""
+        ordered, cats = choice_layout(self.space) if self.space is not None else (None, [])
+        d = None if ordered is None else len(ordered)
+        n_probs = sum(k for _, k, _ in cats)
         got = []
         for s in self.sites:
             m = responses.get(s)
             if not isinstance(m, OptimumBelief):
                 continue
-            if d is not None and m.mean.shape != (d,):
-                warnings.warn(f"site {s!r} sent a {m.mean.shape} belief for a {d}-D space; left out", stacklevel=2)
+            p_shape = None if m.probs is None else m.probs.shape
+            if d is not None and (m.mean.shape != (d,) or p_shape != ((n_probs,) if cats else None)):
+                warnings.warn(f"site {s!r} sent a {m.mean.shape}/{p_shape} belief for a space with {d} ordered "
+                              f"and {len(cats)} categorical columns; left out", stacklevel=2)
                 continue
             got.append(m)
         if not got:
             return Components(np.zeros(0), np.zeros((0, d or 0)), np.zeros((0, d or 0)), np.zeros(0))
         return Components(np.array([m.weight for m in got]), np.stack([m.mean.numpy() for m in got]),
-                          np.stack([m.variance.numpy() for m in got]), np.array([m.value for m in got]))
+                          np.stack([m.variance.numpy() for m in got]), np.array([m.value for m in got]),
+                          np.stack([m.probs.numpy() for m in got]) if cats else None, tuple(cats))
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
         o = self.options
@@ -274,7 +335,8 @@ class DistributionAggregator(Aggregator):
         for i, s in enumerate(self.sites):
             idx = shared if shared is not None else draw_packet(omega, o.P, rng(self.seed, i, t, "guide-packet"))
             replies[s] = GuidancePacket(weights=Array.of(omega[idx]), means=Array.of(comps.means[idx]),
-                                        variances=Array.of(comps.variances[idx]))
+                                        variances=Array.of(comps.variances[idx]),
+                                        probs=None if comps.probs is None else Array.of(comps.probs[idx]))
         return Finish(replies)
 
 

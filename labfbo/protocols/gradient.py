@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 
 from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.gp import predict
+from labfbo.models.encoding import FeatureMap
 from labfbo.models.pacoh import AdamState, PacohConfig, init_particles, meta_score, site_score, svgd_step
 from labfbo.models.particle_mixture import ParticleMixtureGP
 from labfbo.exceptions import ConfigurationError
@@ -140,6 +141,10 @@ class GradientSite(LocalGPSite):
     _mixture_key: tuple[bytes, bytes] | None = None
     _mixture: ParticleMixtureGP | None = None
 
+    def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(space, options, context)
+        self.features = FeatureMap(space, one_hot=True)  # what the meta-learned feature map reads
+
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
         ctx = self.context
         if isinstance(request, KeyRequest):
@@ -153,7 +158,7 @@ class GradientSite(LocalGPSite):
         if self.options.secure_aggregation and (refusal := check_cohort(request.cohort, ctx.site, ctx.key_seed)):
             return refusal
         theta = torch.as_tensor(request.particles.numpy())
-        A = site_score(theta, data.X, data.y, self.options.pacoh()).numpy()
+        A = site_score(theta, self.features.numpy(data.X), data.y, self.options.pacoh()).numpy()
         dp: DP | None = self.options.privacy
         if dp is not None:
             A = privatize(A, dp, ctx.private_rng(round, request.dp_purpose))  # never from the study seed
@@ -172,7 +177,8 @@ class GradientSite(LocalGPSite):
             return None
         key = (self.particles.numpy().tobytes(), data.key())
         if key != self._mixture_key:
-            self._mixture = ParticleMixtureGP(self.particles, data.X, data.y, self.options.pacoh())
+            self._mixture = ParticleMixtureGP(self.particles, data.X, data.y, self.options.pacoh(),
+                                              features=None if self.features.identity else self.features)
             self._mixture_key = key
         return self._mixture
 
@@ -206,7 +212,9 @@ class GradientAggregator(Aggregator):
         super().__init__(options, sites, seed, horizon, space)
         GradientProtocol.check_study(options, len(self.sites))
         self.cfg = options.pacoh()
-        self.particles = init_particles(self.cfg, space.dim, int(rng(seed, 0, 0, "pacoh-init").integers(2**31)))
+        self.features = FeatureMap(space, one_hot=True)
+        self.particles = init_particles(self.cfg, self.features.n_out,
+                                        int(rng(seed, 0, 0, "pacoh-init").integers(2**31)))
         self.step = 0
         self.adam: AdamState | None = None  # the meta-optimizer's moments, carried across rounds
         self.trained = False
@@ -288,7 +296,6 @@ class GradientProtocol(Protocol):
     federated = True
     shared_options = ("n_particles", "hidden", "feature_dim", "learn_mean", "prior_std", "beta_meta", "lam",
                       "secure_aggregation")
-    supported_types = frozenset({"real", "integer"})
     Options = GradientOptions
     site_logic = GradientSite
     aggregator = GradientAggregator

@@ -56,7 +56,7 @@ class LocalGPSite(SiteLogic):
         key = data.key()
         if self._cache_key != key or self._cache_model is None:
             self._cache_model = fit_local_gp(
-                data.X, data.y, data.yvar, cat_dims=list(self.space.cat_dims()),
+                data.X, data.y, data.yvar, space=self.space,
                 seed=self.context.seed_for(data.n, "gp-fit"),
                 options=self.options if isinstance(self.options, SurrogateOptions) else None)
             self._cache_key = key
@@ -74,7 +74,7 @@ class LocalGPSite(SiteLogic):
 
     def propose_with(self, model: Model, data: SiteData, n: int, round: int) -> np.ndarray:
         """Maximize the (prior-weighted) acquisition of ``model`` (pending-aware)."""
-        acq_data = AcquisitionData(X=data.X, y=data.y, pending=data.pending)
+        acq_data = AcquisitionData(X=data.X, y=data.y, pending=data.pending, failed=data.failed)
         return propose_with_model(model, self.space, acq_data, n, self.context.seed_for(round, "acquisition"),
                                   self.options, prior=self.prior_weight(data, round), round=round)
 
