@@ -17,12 +17,13 @@ from labfbo.protocols.distribution import Components, GuidancePacket, OptimumBel
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0, step=0.05), labfbo.Categorical("c", ["a", "b", "c", "d"]),
                             labfbo.Discrete("conc", [0.057, 0.1, 0.153]), labfbo.Categorical("s", ["u", "v"])])
+ORDERED = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0, step=0.05), labfbo.Discrete("conc", [0.057, 0.1, 0.153]),
+                              labfbo.Integer("n", 1, 4)])
 SITES = ["lab-a", "lab-b", "lab-c"]
 FAST = {"num_restarts": 2, "raw_samples": 32}
 PROTOCOL_FAST = {
     "gradient": {"n_particles": 4, "hidden": (8, 8), "warmup_steps": 5, "svgd_steps": 3},
     "distribution": {"M": 64, "candidates": 128},
-    "consensus": {},
     "centralized": {"n_particles": 4, "hidden": (8, 8), "warmup_steps": 5, "svgd_steps": 3},
 }
 
@@ -43,6 +44,16 @@ def test_every_protocol_runs_on_categorical_discrete_and_stepped_parameters(prot
         for p in rnd:
             assert p["c"] in "abcd" and p["s"] in "uv" and p["conc"] in (0.057, 0.1, 0.153)
             assert abs(p["x"] / 0.05 - round(p["x"] / 0.05)) < 1e-9
+
+
+def test_consensus_runs_on_discrete_and_stepped_parameters_and_refuses_categoricals() -> None:
+    coord = labfbo.Coordinator("consensus", sites=SITES, seed=0, horizon=4, **FAST)
+    sites = [labfbo.Optimizer(ORDERED, objective="maximize", protocol="consensus", coordinator=coord, site=s, seed=0,
+                              n_init=4, **FAST) for s in SITES]
+    props = run_campaign(sites, lambda i, p: -(p["x"] - 0.3) ** 2 - (p["conc"] - 0.1) ** 2 - 0.1 * p["n"], 4, 3)
+    assert all(p["conc"] in (0.057, 0.1, 0.153) and p["n"] in (1, 2, 3, 4) for rnd in props for p in rnd)
+    with pytest.raises(labfbo.ProtocolError, match="use 'gradient'"):
+        labfbo.Coordinator("consensus", sites=SITES, seed=0, horizon=4, space=SPACE)
 
 
 def test_a_categorical_belief_is_a_probability_vector_per_parameter() -> None:
@@ -104,3 +115,64 @@ def test_dp_noises_the_choice_probabilities_with_the_same_sensitivity() -> None:
     assert probs.std(0).min() > 0.05 and (probs > 0).all()
     assert privatize_belief(0.5, np.array([0.3]), np.array([0.01]), 0.1, dp, np.random.default_rng(0))[4] is None
     assert math.isclose(sensitivity(3), math.sqrt(8))  # d = 1 ordered + 2 categorical columns
+
+
+def _brute_loo(K: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Per-point leave-one-out log density of residuals ``r`` under N(0, K), by refitting."""
+    out = []
+    for i in range(len(r)):
+        o = np.delete(np.arange(len(r)), i)
+        w = np.linalg.solve(K[np.ix_(o, o)], K[o, i])
+        mu, var = w @ r[o], K[i, i] - w @ K[o, i]
+        out.append(-0.5 * ((r[i] - mu) ** 2 / var + np.log(2 * np.pi * var)))
+    return np.array(out)
+
+
+def test_the_harm_guards_leave_one_out_densities_match_refitting() -> None:
+    from labfbo.models.gp import fit_local_gp, loo_log_density
+    from labfbo.models.pacoh import PacohConfig, _fit, init_particles
+    from labfbo.models.particle_mixture import ParticleMixtureGP
+
+    gen = np.random.default_rng(0)
+    X = gen.random((12, 2))
+    y = 10 * np.sin(6 * X[:, 0]) + X[:, 1] + 0.1 * gen.standard_normal(12)
+    model = fit_local_gp(X, y)
+    Xt = model.input_transform(torch.as_tensor(X))
+    with torch.no_grad():
+        K = (model.covar_module(Xt).to_dense() + model.likelihood.noise * torch.eye(12)).numpy()
+        r = (model.train_targets - model.mean_module.constant).numpy()
+    s = float(model.outcome_transform.stdvs)
+    assert loo_log_density(model) == pytest.approx(_brute_loo(K, r).mean() - np.log(s), rel=1e-6)
+
+    cfg = PacohConfig(n_particles=3, hidden=(8, 8))
+    particles = init_particles(cfg, 2, seed=1)
+    mix = ParticleMixtureGP(particles, X, y, cfg)
+    f = _fit(particles, X, y, cfg)
+    Ky = (f["L"] @ f["L"].transpose(-1, -2)).numpy()
+    per = np.stack([_brute_loo(Ky[k], f["r"][k].detach().numpy()) for k in range(3)])  # (K, n), standardized
+    expect = (np.log(np.exp(per).mean(0))).mean() - np.log(float(np.std(y, ddof=1)))
+    assert mix.loo_log_density() == pytest.approx(expect, rel=1e-6)
+
+
+def test_the_harm_guard_falls_back_to_the_local_gp_when_the_federation_misleads() -> None:
+    from labfbo.protocols.gradient import GradientOptions, GradientSite
+    from labfbo.protocols.base import SiteContext, SiteData
+
+    space = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0)])
+    site = GradientSite(space, GradientOptions(n_particles=2, hidden=(4, 4)), SiteContext("a"))
+    X = np.linspace(0, 1, 8)[:, None]
+    data = SiteData(space, X, np.sin(6 * X[:, 0]), None, np.zeros((0, 1)))
+
+    class _Fake:
+        def __init__(self, lpd: float) -> None:
+            self.lpd = lpd
+
+        def loo_log_density(self) -> float:
+            return self.lpd
+
+    assert site.trusts(_Fake(50.0), data) and not site.trusts(_Fake(-50.0), data)
+    site.options = GradientOptions(n_particles=2, hidden=(4, 4), harm_guard=False)
+    assert site.trusts(_Fake(-50.0), data)
+    short = SiteData(space, X[:4], np.sin(6 * X[:4, 0]), None, np.zeros((0, 1)))
+    site.options = GradientOptions(n_particles=2, hidden=(4, 4))
+    assert site.trusts(_Fake(-50.0), short)  # too few points to judge

@@ -61,16 +61,22 @@ def test_sinkhorn_keeps_an_isolated_site_on_its_own_point() -> None:
     np.testing.assert_allclose(W, np.eye(2))
 
 
-def test_combine_is_a_convex_combination_and_votes_categories() -> None:
+def test_combine_is_a_convex_combination_snapped_to_the_grids() -> None:
     space = labfbo.SearchSpace([labfbo.Real("x", 0, 1), labfbo.Integer("k", 0, 4),
-                                labfbo.Categorical("c", ["a", "b", "c"])])
+                                labfbo.Discrete("c", [0.057, 0.1, 0.153])])
     X = np.array([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.5, 0.5, 1.0]])
     W = uniform_schedule(3, 10, 0)
     out = combine(space, W, X)
     assert out[0, 0] == pytest.approx(0.5)
-    assert out[0, 1] in space.discrete_dims()[1]
-    assert out[0, 2] == 1.0  # two of three sites chose "c"
+    assert out[0, 1] in space.discrete_dims()[1] and out[0, 2] in space.discrete_dims()[2]
     assert ((out >= 0) & (out <= 1)).all()
+
+
+def test_consensus_refuses_categorical_parameters_naming_them() -> None:
+    space = labfbo.SearchSpace([labfbo.Real("x", 0, 1), labfbo.Categorical("solvent", ["a", "b"])])
+    coord = labfbo.Coordinator("consensus", sites=["a", "b"], seed=0, horizon=3)
+    with pytest.raises(labfbo.ProtocolError, match="consensus' does not support categorical parameters \\(solvent\\)"):
+        labfbo.Optimizer(space, protocol="consensus", coordinator=coord, site="a")
 
 
 def _aggregator(sites: list[str], horizon: int = 4, **opts: object) -> ConsensusAggregator:

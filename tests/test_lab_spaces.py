@@ -150,3 +150,13 @@ def test_failed_combinations_are_not_proposed_again_on_a_small_discrete_space() 
         else:
             opt.tell(tr, float(len(seen)))
     assert len(set(seen)) == 6
+
+
+def test_a_mixed_space_with_many_allowed_combinations_stays_inside_them() -> None:
+    space = SearchSpace([Real("t", 0.0, 1.0), Categorical("a", list("pqrstu")), Categorical("b", list("xyz"))],
+                        allowed=[{"a": a, "b": b} for a in "pqrstu" for b in "xy"])  # 12 > 10: pre-selected
+    opt = labfbo.Optimizer(space, objective="maximize", seed=0, n_init=3, **FAST)
+    for _ in range(6):
+        tr = opt.ask()
+        assert tr.params["b"] != "z"
+        opt.tell(tr, -(tr.params["t"] - 0.4) ** 2 + (tr.params["a"] == "s"))

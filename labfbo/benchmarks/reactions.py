@@ -38,6 +38,7 @@ PROTOCOLS = ("independent", "gradient", "distribution", "consensus")
 METHODS = ("random", *PROTOCOLS, "pooled")
 #: variants studied beside the defaults: method -> (protocol, options)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "gradient-noguard": ("gradient", {"harm_guard": False}),
     "gradient-nei": ("gradient", {"acquisition": "nei"}),
     "gradient-nei-nostall": ("gradient", {"acquisition": "nei", "stall_rounds": None}),
     "distribution-nei": ("distribution", {"acquisition": "nei"}),

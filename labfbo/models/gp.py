@@ -16,6 +16,7 @@ scale). The defaults were chosen on ``labfbo bench engine`` (``docs/benchmarks.m
 
 from __future__ import annotations
 
+import math
 import threading
 import warnings
 from contextlib import contextmanager
@@ -161,3 +162,26 @@ def predict(model: Model, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         mean = post.mean.reshape(-1).numpy().copy()
         std = post.variance.clamp_min(0.0).sqrt().reshape(-1).numpy().copy()
     return mean, std
+
+
+def loo_log_density(model: Model) -> float:
+    r"""Mean leave-one-out log predictive density of a fitted ``SingleTaskGP`` on its own
+    training targets, in the units of ``y``, at the fitted hyper-parameters: with
+    :math:`K_y = K + \Sigma_\text{noise}` and :math:`r = y - m`,
+    :math:`\mu_{-i} = y_i - [K_y^{-1}r]_i/[K_y^{-1}]_{ii}`, :math:`\sigma^2_{-i} = 1/[K_y^{-1}]_{ii}`
+    (on the standardized scale, then less :math:`\log s` of the ``Standardize`` transform)."""
+    n = model.train_targets.shape[-1]
+    if n < 2:
+        return float("nan")
+    with torch.no_grad():
+        Xt = model.train_inputs[0]                       # transformed: the model is in eval mode
+        noise = model.likelihood.noise.reshape(-1).expand(n)
+        Ky = model.covar_module(Xt).to_dense() + torch.diag_embed(noise)
+        r = model.train_targets - model.mean_module(Xt)
+        Kinv = torch.cholesky_inverse(torch.linalg.cholesky(Ky))
+        diag = torch.diagonal(Kinv)
+        var = 1.0 / diag
+        z2 = (Kinv @ r) ** 2 * var                        # (r_i - mu_-i)^2 / var
+        lpd = float((-0.5 * (z2 + torch.log(2 * math.pi * var))).mean())
+    scale = getattr(getattr(model, "outcome_transform", None), "stdvs", None)
+    return lpd - (float(torch.log(scale).sum()) if scale is not None else 0.0)

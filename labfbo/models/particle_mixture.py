@@ -9,6 +9,7 @@ covariance :math:`\frac1K\sum_k\Sigma_k + \frac1K\sum_k(\mu_k-\tilde\mu)(\mu_k-\
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import torch
@@ -38,6 +39,21 @@ class _ParticlePosteriors:
         if self.n:
             f = _fit(phi, X, y, cfg)
             self.Ft, self.L, self.alpha = f["F"], f["L"], f["alpha"]    # (K, n, f), (K, n, n), (K, n)
+
+    def loo_log_density(self, y: Tensor) -> float:
+        r"""Mean leave-one-out log predictive density of the mixture on the site's own ``y`` (its
+        units): per particle the exact GP identities :math:`\mu_{-i} = y_i - [K^{-1}r]_i/[K^{-1}]_{ii}`,
+        :math:`\sigma^2_{-i} = 1/[K^{-1}]_{ii}` (:math:`r` the residual from the particle's mean),
+        then the equally weighted mixture of the particles' Gaussians at each :math:`y_i`."""
+        if self.n < 2:
+            return float("nan")
+        Kinv = torch.cholesky_inverse(self.L)                               # (K, n, n)
+        diag = torch.diagonal(Kinv, dim1=-2, dim2=-1)                       # (K, n)
+        ys = (torch.as_tensor(y, dtype=DTYPE) - self.mu_y) / self.sd_y
+        mean, var = ys - self.alpha / diag, 1.0 / diag
+        logp = -0.5 * ((ys - mean) ** 2 / var + torch.log(2 * math.pi * var))  # (K, n), standardized
+        mix = torch.logsumexp(logp, 0) - math.log(logp.shape[0])
+        return float(mix.mean()) - math.log(self.sd_y)
 
     def joint(self, Xq: Tensor) -> tuple[Tensor, Tensor]:
         """``Xq (B, q, d)`` -> means ``(K, B, q)``, covariances ``(K, B, q, q)`` (standardized)."""
@@ -90,6 +106,7 @@ class ParticleMixtureGP(Model):
         self.features = features
         X, y = _data(X_train, y_train)
         self._post = _ParticlePosteriors(particles, X if features is None else features(X), y, cfg)
+        self.loo_log_density = lambda: self._post.loo_log_density(y)  # see _ParticlePosteriors
         self.register_buffer("train_X", X.clone())
         self.register_buffer("train_y", y.clone())
 

@@ -22,9 +22,11 @@ which the site evaluates. Consensus matrices (:func:`uniform_schedule`,
   double stochasticity by Sinkhorn scaling (the matrix stays symmetric).
 
 Sites that do not answer in a round are left out: W is restricted to the contributors
-and re-normalized. Integer columns are averaged and rounded; categorical columns take
-the weighted vote (the choice with the largest total weight). Consensus points stay in
-the box (a convex combination of box points; clipped for round-off).
+and re-normalized. Integer, discrete and stepped columns are averaged and snapped to their
+grid. Categorical parameters are refused (:meth:`ConsensusProtocol.check_space`): a vote
+over choices made labs run their partners' reagents, which on real reaction data with
+dissimilar partners ended far worse than optimizing alone. Consensus points stay in the
+box (a convex combination of box points; clipped for round-off).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Literal, Mapping
 import numpy as np
 from pydantic import Field
 
-from labfbo.exceptions import ConfigurationError
+from labfbo.exceptions import ConfigurationError, ProtocolError
 from labfbo.messages import Abstain, Array, Message, register
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
@@ -109,16 +111,9 @@ def leader_matrix(L: int, T: int, t: int, leader: int, iters: int = 200) -> np.n
 
 
 def combine(space: SearchSpace | None, W: np.ndarray, X: np.ndarray) -> np.ndarray:
-    """Consensus points ``W @ X`` for ``X (L, d)``; categoricals by weighted vote."""
+    """Consensus points ``W @ X`` for ``X (L, d)``, snapped to the space's grids."""
     out = np.clip(W @ X, 0.0, 1.0)
-    if space is not None:
-        for c, grid in space.cat_dims().items():
-            codes = np.asarray(grid)
-            idx = np.abs(X[:, c, None] - codes).argmin(-1)           # each site's category
-            votes = W @ np.eye(len(codes))[idx]                       # (L, k) weights per category
-            out[:, c] = codes[votes.argmax(1)]
-        out = space.snap(out)
-    return out
+    return space.snap(out) if space is not None else out
 
 
 # -- the two sides -----------------------------------------------------------------------
@@ -214,6 +209,18 @@ class ConsensusProtocol(Protocol):
     federated = True
     needs_horizon = True
     shared_options = ("matrix",)
+    supported_types = frozenset({"real", "integer", "discrete"})
     Options = ConsensusOptions
     site_logic = ConsensusSite
     aggregator = ConsensusAggregator
+
+    @classmethod
+    def check_space(cls, space: SearchSpace) -> None:
+        if "categorical" in space.kinds():
+            names = [p.name for p in space.params if p.type == "categorical"]
+            raise ProtocolError(
+                f"protocol 'consensus' does not support categorical parameters ({', '.join(names)}): its vote "
+                "makes a lab run its partners' choices, which on real reaction data with dissimilar partners "
+                "ended far worse than optimizing alone (docs/protocols/consensus.md); use 'gradient' (recommended "
+                "for categorical lab spaces) or 'distribution'")
+        super().check_space(space)

@@ -29,8 +29,8 @@ import torch
 from pydantic import BaseModel, Field
 
 from labfbo.messages import Abstain, Array, Message, register
-from labfbo.models.gp import predict
 from labfbo.models.encoding import FeatureMap
+from labfbo.models.gp import loo_log_density, predict
 from labfbo.models.pacoh import AdamState, PacohConfig, init_particles, meta_score, site_score, svgd_step
 from labfbo.models.particle_mixture import ParticleMixtureGP
 from labfbo.exceptions import ConfigurationError
@@ -97,6 +97,8 @@ class GradientOptions(ModelOptions):
     warmup_steps: int = Field(500, ge=0, description="SVGD steps of the first round (fresh particles)")
     stall_rounds: int | None = Field(10, ge=1, description="escape a stalled basin (labfbo.acquisition): the "
                                      "meta-learned prior herds every site to the family's usual optimum")
+    harm_guard: bool = Field(True, description="a site proposes from its local GP whenever that predicts its own "
+                             "data (leave-one-out) better than the meta-learned mixture; False: the paper")
     privacy: DP | None = None
     secure_aggregation: bool = Field(False, description="pairwise-masked sums: the coordinator sees only sum_i A_i")
 
@@ -134,6 +136,9 @@ def secure_meta_step(particles: torch.Tensor, total: np.ndarray, cfg: PacohConfi
 
 
 # -- site side -------------------------------------------------------------------------------
+MIN_GUARD_POINTS = 5  # fewer observations: a leave-one-out comparison says nothing yet
+
+
 class GradientSite(LocalGPSite):
     """Scores the coordinator's particles on local data; proposes from the particle mixture."""
 
@@ -186,13 +191,22 @@ class GradientSite(LocalGPSite):
         if isinstance(guidance, ParticlesReply):
             self.particles = torch.as_tensor(guidance.particles.numpy())
         model = self.mixture(data)
-        if model is None:  # no guidance yet (e.g. left out of the first round): local GP
+        if model is None or not self.trusts(model, data):  # no guidance yet, or it misleads here: local GP
             return self.propose_local(data, n, round)
         return self.propose_with(model, data, n, round)
 
+    def trusts(self, mixture: ParticleMixtureGP, data: SiteData) -> bool:
+        """``harm_guard``: keep the federation's model only while it predicts this site's own data
+        (leave-one-out log density) at least as well as the site's local GP."""
+        if not self.options.harm_guard or data.n < MIN_GUARD_POINTS:
+            return True
+        fed, own = mixture.loo_log_density(), loo_log_density(self.local_model(data))
+        return not (np.isfinite(fed) and np.isfinite(own) and fed < own)
+
     def predict(self, data: SiteData, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The model the site proposes from: the mixture, or its local GP when the guard says so."""
         model = self.mixture(data)
-        if model is None:
+        if model is None or not self.trusts(model, data):
             return super().predict(data, X)
         return predict(model, X[:, None, :])  # marginals, not one joint posterior
 
