@@ -29,7 +29,6 @@ batch never re-proposes a point that is in flight. Optimization uses ``optimize_
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
 from dataclasses import dataclass
@@ -67,7 +66,6 @@ STALL_TOL = 1e-3  # an improvement below this fraction of y's range does not end
 LOG_PENALTY = 30.0  # the incumbent's penalty on a log-acquisition, in nats
 MAX_ENUMERATE = 4096  # a fully discrete space up to this size is scored exhaustively
 MAX_FIXED_COMBOS = 10  # a mixed space with up to this many discrete combinations enumerates them (BoTorch's rule)
-MAX_TABLE_CANDIDATES = 200_000  # allowed combinations x the other grid values: beyond this, refused
 
 
 class AcquisitionOptions(BaseModel):
@@ -167,10 +165,13 @@ def optimize_acquisition(acqf: AcquisitionFunction, space: SearchSpace, q: int, 
             X, _ = optimize_acqf(acqf, bounds=bounds, q=q, num_restarts=opts.num_restarts,
                                  raw_samples=opts.raw_samples,
                                  options={"seed": seed % (2**31), "sample_around_best": opts.sample_around_best})
-        elif len(discrete) == d and (grid := feasible_grid(space, MAX_ENUMERATE, seed)) is not None:
+        elif len(discrete) == d and (grid := space.feasible_grid(MAX_ENUMERATE, seed)) is not None:
             choices = _unseen(space, grid, observed)
             if len(choices) < q:  # everything was tried: re-score the whole grid
                 choices = grid
+            if len(choices) < q:
+                raise SearchSpaceError(f"asked for {q} points at once, but the space has only {len(choices)} "
+                                       "feasible combinations")
             X, _ = optimize_acqf_discrete(acqf, q=q, choices=as_tensor(choices), unique=True)
         elif (fixed := _fixed_combos(acqf, space, seed)) is not None:
             # the restarts and raw samples are shared out over the combinations (at least 2 and 64
@@ -186,35 +187,10 @@ def optimize_acquisition(acqf: AcquisitionFunction, space: SearchSpace, q: int, 
     return space.snap(X.detach().numpy().reshape(q, d))
 
 
-def feasible_grid(space: SearchSpace, limit: int, seed: int = 0) -> np.ndarray | None:
-    """Every feasible combination of the grid columns, ``(m, n_grid)`` in column order, or
-    None if there are more than ``limit`` (with ``allowed``: a seeded random ``limit`` of them,
-    since no local search could respect the table). A fully discrete space's rows are points."""
-    grids = {**space.discrete_dims(), **space.cat_dims()}
-    cols = sorted(grids)
-    restricted = space.allowed_dims()
-    free = [j for j in cols if j not in restricted]
-    n_allowed = len(space.allowed or ()) or 1
-    n = n_allowed * math.prod(len(grids[j]) for j in free)
-    if n > limit and space.allowed is None:
-        return None
-    if n > MAX_TABLE_CANDIDATES:
-        raise SearchSpaceError(f"the allowed combinations times the other discrete parameters' values make {n} "
-                               "candidates; restrict fewer parameters or list fewer combinations")
-    A = space.allowed_codes() if space.allowed is not None else np.zeros((1, 0))
-    rows = [np.concatenate([a, f]) for a in A for f in itertools.product(*(grids[j] for j in free))]
-    out = np.empty((len(rows), len(cols)))
-    order = [cols.index(j) for j in restricted + free]
-    out[:, order] = np.asarray(rows, dtype=np.float64).reshape(len(rows), len(cols))
-    if len(out) > limit:
-        out = out[np.sort(np.random.default_rng(seed).choice(len(out), limit, replace=False))]
-    return out
-
-
 def _fixed_combos(acqf: AcquisitionFunction, space: SearchSpace, seed: int) -> list[dict[int, float]] | None:
     """The discrete combinations ``optimize_acqf_mixed`` enumerates, or None (too many, no table)."""
     cols = sorted({**space.discrete_dims(), **space.cat_dims()})
-    grid = feasible_grid(space, MAX_ENUMERATE, seed)
+    grid = space.feasible_grid(MAX_ENUMERATE, seed)
     if grid is None or (len(grid) > MAX_FIXED_COMBOS and space.allowed is None):
         return None
     if len(grid) > MAX_FIXED_COMBOS:  # pre-select by the acquisition at one Sobol continuous point each

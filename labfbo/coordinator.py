@@ -47,7 +47,7 @@ def collaborative_design(space: SearchSpace, n_sites: int, n_init: int, seed: in
         return np.zeros((n_sites, 0, space.dim))
     gen = rng(seed, 0, 0, f"collaborative-lhs/{n_sites}/{n_init}")
     pts = qmc.LatinHypercube(space.dim, scramble=True, seed=gen).random(n_sites * n_init)
-    pts = space.snap(pts[gen.permutation(n_sites * n_init)])
+    pts = space.design(pts[gen.permutation(n_sites * n_init)], int(gen.integers(2**31)))
     return pts.reshape(n_sites, n_init, space.dim)
 
 

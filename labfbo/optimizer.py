@@ -267,6 +267,9 @@ class Optimizer:
     def enqueue(self, params: dict[str, Any]) -> Trial:
         """Register an experiment the scientist chose; returns it as a pending Trial."""
         clean = self._clean(params, strict=True)
+        if not self.space.is_allowed(clean):
+            warnings.warn(f"enqueued {clean} is not one of the space's allowed combinations; it is run as asked",
+                          stacklevel=2)
         x = self.space.encode([clean])[0]
         rec = {"id": self._next_id, "params": clean, "x": x.tolist(), "source": "enqueued", "round": self._round}
         self._commit({"op": "enqueue", "trials": [rec]})
@@ -447,8 +450,8 @@ class Optimizer:
             from scipy.stats import qmc
 
             gen = rng(self.seed, 0, 0, "design")
-            self._own_design = (self.space.snap(qmc.LatinHypercube(self.space.dim, scramble=True, seed=gen)
-                                                .random(self.n_init)) if self.n_init
+            self._own_design = (self.space.design(qmc.LatinHypercube(self.space.dim, scramble=True, seed=gen)
+                                                  .random(self.n_init), int(gen.integers(2**31))) if self.n_init
                                 else np.zeros((0, self.space.dim)))
         return self._own_design
 

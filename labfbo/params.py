@@ -29,7 +29,22 @@ from labfbo.exceptions import SearchSpaceError
 Choice = Union[bool, int, float, str]
 
 #: a ``step`` grid longer than this is optimized as a continuous column and then snapped
-MAX_STEP_GRID = 100_000
+MAX_STEP_GRID = 10_000
+
+
+def choice_index(u: Any, k: int) -> Any:
+    r"""The choice (of ``k``) a unit-cube value names: :math:`\min(\lfloor u k\rfloor, k - 1)`.
+
+    Equal shares of [0, 1] per choice, so uniform designs pick every choice equally often,
+    and the code :math:`j/(k-1)` of choice :math:`j` maps back to :math:`j`. Works on floats,
+    numpy arrays and torch tensors.
+    """
+    import numpy as _np
+
+    if hasattr(u, "floor") and not isinstance(u, (float, _np.ndarray)):  # a torch tensor
+        return (u.clamp(0.0, 1.0) * k).floor().long().clamp(0, k - 1)
+    idx = _np.minimum(_np.floor(_np.clip(u, 0.0, 1.0) * k), k - 1).astype(int)
+    return int(idx) if _np.ndim(idx) == 0 else idx
 
 
 def _is_number(value: Any) -> bool:
@@ -344,8 +359,7 @@ class Categorical(_Param):
         return self.index(v) / (len(self.choices) - 1)
 
     def from_unit(self, u: float) -> Choice:
-        u = min(max(float(u), 0.0), 1.0)
-        return self.choices[int(round(u * (len(self.choices) - 1)))]
+        return self.choices[choice_index(float(u), len(self.choices))]
 
     def grid(self) -> list[float]:
         k = len(self.choices) - 1
@@ -368,7 +382,7 @@ def _descriptor_rows(name: str, choices: tuple[Choice, ...] | None,
     rows = []
     for c in choices:
         row = descriptors[c]
-        if isinstance(row, (str, bytes)) or not all(_is_number(x) for x in row):
+        if isinstance(row, (str, bytes)) or not hasattr(row, "__iter__") or not all(_is_number(x) for x in row):
             raise SearchSpaceError(f"Categorical {name!r}: descriptors of {c!r} must be numbers, got {row!r}")
         rows.append(tuple(float(x) for x in row))
     return rows

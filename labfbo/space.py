@@ -16,7 +16,9 @@ Decoding clamps to the box, so ``decode`` always returns valid params in user un
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import math
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -24,7 +26,10 @@ from pydantic import ConfigDict, field_validator, model_validator
 
 from labfbo.exceptions import SearchSpaceError
 from labfbo.params import (Categorical, Choice, Discrete, Integer, Param, Real, _Checked,  # noqa: F401 (re-exported)
-                           _is_number)
+                           choice_index)
+
+#: allowed combinations x the other grid values: a larger table is refused
+MAX_TABLE_CANDIDATES = 200_000
 
 __all__ = ["Categorical", "Discrete", "Integer", "Real", "SearchSpace", "Choice", "Param"]
 
@@ -103,9 +108,15 @@ class SearchSpace(_Checked):
                                      f"({by_name[n].bounds_text() if hasattr(by_name[n], 'bounds_text') else ''})")
                 clean.append(by_name[n].from_unit(by_name[n].to_unit(v)))
             canon.add(tuple(clean))
+        if not canon:
+            raise ValueError("allowed: the table lists no combination")
         codes = {row: tuple(by_name[n].to_unit(v) for n, v in zip(order, row)) for row in canon}
         object.__setattr__(self, "allowed_names", tuple(order))
         object.__setattr__(self, "allowed", tuple(sorted(canon, key=lambda r: codes[r])))
+        if self._n_feasible() > MAX_TABLE_CANDIDATES:
+            raise ValueError(f"allowed: {len(canon)} combinations times the other discrete parameters' values make "
+                             f"{self._n_feasible()} candidates (at most {MAX_TABLE_CANDIDATES}); restrict fewer "
+                             "parameters or list fewer combinations")
         return self
 
     # -- structure -------------------------------------------------------------------
@@ -150,6 +161,30 @@ class SearchSpace(_Checked):
         dims = self.allowed_dims()
         return np.array([[self.params[j].to_unit(v) for j, v in zip(dims, row)] for row in self.allowed or ()],
                         dtype=np.float64).reshape(-1, len(dims))
+
+    def feasible_grid(self, limit: int, seed: int = 0) -> np.ndarray | None:
+        """Every feasible combination of the grid columns, ``(m, n_grid)`` in column order, or
+        None if there are more than ``limit`` (with ``allowed``: a seeded random ``limit`` of them,
+        since no local search could respect the table). A fully discrete space's rows are points."""
+        grids = {**self.discrete_dims(), **self.cat_dims()}
+        cols = sorted(grids)
+        restricted = self.allowed_dims()
+        free = [j for j in cols if j not in restricted]
+        if self._n_feasible() > limit and self.allowed is None:
+            return None
+        A = self.allowed_codes() if self.allowed is not None else np.zeros((1, 0))
+        rows = [np.concatenate([a, f]) for a in A for f in itertools.product(*(grids[j] for j in free))]
+        out = np.empty((len(rows), len(cols)))
+        out[:, [cols.index(j) for j in restricted + free]] = np.asarray(rows, dtype=np.float64).reshape(len(rows), -1)
+        if len(out) > limit:
+            out = out[np.sort(np.random.default_rng(seed).choice(len(out), limit, replace=False))]
+        return out
+
+    def _n_feasible(self) -> int:
+        """The number of feasible combinations of the grid columns."""
+        grids = {**self.discrete_dims(), **self.cat_dims()}
+        free = [j for j in grids if j not in self.allowed_dims()]
+        return (len(self.allowed or ()) or 1) * math.prod(len(grids[j]) for j in free)
 
     def fingerprint(self) -> str:
         """A stable hash of the space's canonical JSON (used when a site joins)."""
@@ -240,9 +275,16 @@ class SearchSpace(_Checked):
         (with ``allowed`` and ``restrict``) the restricted columns onto the nearest allowed
         combination (L1 distance of the codes; the first one on ties)."""
         X = np.clip(np.array(X, dtype=np.float64), 0.0, 1.0)
-        for c, grid in {**self.discrete_dims(), **self.cat_dims()}.items():
-            g = np.asarray(grid)
-            X[..., c] = g[np.abs(X[..., c, None] - g).argmin(-1)]
+        for c, p in enumerate(self.params):
+            if isinstance(p, Categorical):
+                k = len(p.choices)
+                X[..., c] = choice_index(X[..., c], k) / (k - 1)
+            elif isinstance(p, Discrete):
+                g = np.asarray(p.grid())
+                X[..., c] = g[np.abs(X[..., c, None] - g).argmin(-1)]
+            elif isinstance(p, Integer) or p.step is not None:  # an evenly spaced grid of n + 1 values
+                n = p.high - p.low if isinstance(p, Integer) else p.n_steps
+                X[..., c] = np.round(X[..., c] * n) / n
         if restrict and self.allowed is not None and X.size:
             dims = self.allowed_dims()
             A = self.allowed_codes()
@@ -250,6 +292,26 @@ class SearchSpace(_Checked):
             nearest = np.abs(flat[:, None, dims] - A[None]).sum(-1).argmin(1)
             flat[:, dims] = A[nearest]
             X = flat.reshape(X.shape)
+        return X
+
+    def design(self, U: np.ndarray, seed: int) -> np.ndarray:
+        """Snap a space-filling design ``U (n, d)``; on a fully discrete space (where snapping
+        can merge points, e.g. onto few allowed combinations) repeated rows are replaced by
+        seeded random unused combinations while there are any."""
+        X = self.snap(U)
+        if len(self.discrete_dims()) + len(self.cat_dims()) < self.dim or len(X) < 2:
+            return X
+        grid = self.feasible_grid(MAX_TABLE_CANDIDATES, seed)
+        if grid is None:
+            return X
+        gen = np.random.default_rng(seed)
+        key = lambda row: tuple(np.round(row, 12))  # noqa: E731
+        seen: set[tuple[float, ...]] = set()
+        unused = [g for g in grid[gen.permutation(len(grid))] if key(g) not in {key(x) for x in X}]
+        for i in range(len(X)):
+            if key(X[i]) in seen and unused:
+                X[i] = unused.pop()
+            seen.add(key(X[i]))
         return X
 
     def vector(self, params: dict[str, Any]) -> list[Any]:

@@ -8,7 +8,6 @@ import torch
 
 import labfbo
 from labfbo import Categorical, Discrete, Integer, Real, SearchSpace
-from labfbo.acquisition import feasible_grid
 from labfbo.models.encoding import FeatureMap
 
 FAST = {"num_restarts": 2, "raw_samples": 32}
@@ -81,7 +80,7 @@ def test_allowed_combinations_restrict_every_proposal_and_the_design() -> None:
         tr = opt.ask()
         assert (tr.params["base"], tr.params["ligand"]) in ok and space.is_allowed(tr.params)
         opt.tell(tr, tr.params["T"] / 100 + (tr.params["base"] == "DBU") - tr.params["conc"])
-    grid = feasible_grid(space, 10_000)
+    grid = space.feasible_grid(10_000)
     assert len(grid) == 3 * 3 * 13
 
 
@@ -160,3 +159,44 @@ def test_a_mixed_space_with_many_allowed_combinations_stays_inside_them() -> Non
         tr = opt.ask()
         assert tr.params["b"] != "z"
         opt.tell(tr, -(tr.params["t"] - 0.4) ** 2 + (tr.params["a"] == "s"))
+
+
+def test_designs_on_few_allowed_combinations_do_not_repeat_experiments() -> None:
+    space = SearchSpace([Categorical("a", list("pqrs")), Categorical("b", list("xyz"))],
+                        allowed=[{"a": a, "b": b} for a in "pqrs" for b in "xy"])  # 8 combinations
+    opt = labfbo.Optimizer(space, seed=3, n_init=8)
+    rows = {(t.params["a"], t.params["b"]) for t in opt.ask(n=8)}
+    assert len(rows) == 8
+    coord_design = labfbo.coordinator.collaborative_design(space, 2, 4, seed=0).reshape(-1, 2)
+    assert len({tuple(r) for r in coord_design}) == 8
+
+
+def test_uniform_designs_pick_every_choice_equally_often() -> None:
+    from scipy.stats import qmc
+
+    space = SearchSpace([Categorical("c", list("abcd")), Real("x", 0, 1)])
+    X = space.snap(qmc.LatinHypercube(2, seed=0).random(400))
+    counts = np.bincount(np.rint(X[:, 0] * 3).astype(int), minlength=4)
+    assert counts.tolist() == [100, 100, 100, 100]
+
+
+def test_more_points_than_allowed_combinations_is_a_clear_error() -> None:
+    space = SearchSpace([Categorical("a", list("pq")), Categorical("b", list("xy"))],
+                        allowed=[{"a": "p", "b": "x"}, {"a": "q", "b": "y"}])
+    opt = labfbo.Optimizer(space, seed=0, n_init=1)
+    opt.tell(opt.ask(), 1.0)
+    with pytest.raises(labfbo.SearchSpaceError, match="only 2 feasible combinations"):
+        opt.ask(n=3)
+    with pytest.raises(labfbo.SearchSpaceError, match="lists no combination"):
+        SearchSpace([Categorical("a", list("pq"))], allowed_names=("a",), allowed=[])
+    with pytest.warns(UserWarning, match="not one of the space's allowed"):
+        opt.enqueue({"a": "p", "b": "y"})
+
+
+def test_a_fine_step_is_optimized_continuously_and_still_snapped() -> None:
+    dial = Real("flow", 0.0, 100.0, step=0.001)  # 100,000 steps: too many to enumerate
+    assert not dial.is_discrete
+    space = SearchSpace([dial, Real("t", 0, 1)])
+    assert space.is_continuous
+    v = space.decode(space.snap(np.array([[0.123456789, 0.5]])))[0]["flow"]
+    assert v == 12.346

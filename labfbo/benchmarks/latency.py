@@ -1,4 +1,4 @@
-"""``ask()`` latency of ``independent`` against hand-written BoTorch loops, same data.
+r"""``ask()`` latency of ``independent`` against hand-written BoTorch loops, same data.
 
 * **Same model and acquisition**: the loop fits ``SingleTaskGP`` (float64, ``Normalize`` +
   ``Standardize``, BoTorch's default kernel, which is labfbo's) with ``fit_gpytorch_mll``

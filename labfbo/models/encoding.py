@@ -11,8 +11,9 @@ r"""From the unit cube (one column per parameter) to what a model's kernel sees.
   (BoTorch's ``CategoricalKernel``: equal or not, never "how far");
 
 every other column is copied. The code of choice :math:`j` of :math:`k` is
-:math:`j/(k-1)`; the map rounds, so it is piecewise constant in a categorical column
-(the optimizers treat those columns as discrete anyway).
+:math:`j/(k-1)`; the map is piecewise constant in a categorical column
+(the optimizers treat those columns as discrete anyway), with the same shares of [0, 1]
+per choice as :func:`~labfbo.params.choice_index`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 from botorch.models.transforms.input import InputTransform
 from torch import Tensor
 
+from labfbo.params import choice_index
 from labfbo.space import Categorical, SearchSpace
 
 DTYPE = torch.float64
@@ -62,7 +64,7 @@ class FeatureMap:
                 parts.append(X[..., j:j + 1])
             else:
                 k = table.shape[0]
-                idx = torch.round(X[..., j].detach() * (k - 1)).long().clamp(0, k - 1)
+                idx = choice_index(X[..., j].detach(), k)
                 parts.append(table.to(X)[idx])
         return torch.cat(parts, dim=-1)
 

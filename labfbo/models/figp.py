@@ -34,6 +34,7 @@ from linear_operator.operators import DenseLinearOperator
 from scipy.stats import qmc
 
 from labfbo.models.gp import as_tensor
+from labfbo.params import choice_index
 
 VARIANCE_FLOOR = 1e-10
 
@@ -78,7 +79,7 @@ class GuidanceField:
         for j, k, off in self.cats:
             p = torch.as_tensor(self.probs[:, off:off + k], dtype=X.dtype)      # type: ignore[index]
             rel = p / p.max(-1, keepdim=True).values                            # (P, k)
-            idx = torch.round(X[..., j].detach() * (k - 1)).long().clamp(0, k - 1)
+            idx = choice_index(X[..., j].detach(), k)
             bump = bump * rel.T[idx]                                             # (..., P)
         return (w * bump).sum(-1)
 

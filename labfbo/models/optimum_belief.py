@@ -37,6 +37,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import BayesianGaussianMixture
 
 from labfbo.models.gp import as_tensor, seeded_torch
+from labfbo.params import choice_index
 from labfbo.space import SearchSpace
 
 MIN_VARIANCE = 1e-4
@@ -73,11 +74,11 @@ def choice_layout(space: SearchSpace) -> tuple[list[int], list[tuple[int, int, i
 def choice_probabilities(samples: np.ndarray, resp: np.ndarray, cats: list[tuple[int, int, int]],
                          pseudo: float = 0.5) -> np.ndarray:
     r"""Per component, the (responsibility-weighted) frequency of each choice among the optimum
-    samples, with a pseudo-count :math:`lpha = 0.5` per choice (Jeffreys):
-    :math:`p_{kj}(c) = (\sum_m r_{mk}[x^{(m)}_j = c] + lpha)/(\sum_m r_{mk} + lpha K_j)`."""
+    samples, with a pseudo-count :math:`\alpha = 0.5` per choice (Jeffreys):
+    :math:`p_{kj}(c) = (\sum_m r_{mk}[x^{(m)}_j = c] + \alpha)/(\sum_m r_{mk} + \alpha K_j)`."""
     out = np.zeros((resp.shape[1], sum(k for _, k, _ in cats)))
     for j, k, off in cats:
-        idx = np.clip(np.rint(samples[:, j] * (k - 1)).astype(int), 0, k - 1)
+        idx = choice_index(samples[:, j], k)
         counts = resp.T @ np.eye(k)[idx]                                   # (K, k)
         out[:, off:off + k] = (counts + pseudo) / (counts.sum(1, keepdims=True) + pseudo * k)
     return out
@@ -97,9 +98,7 @@ def candidate_set(space: SearchSpace, X: np.ndarray, y: np.ndarray, n: int, seed
         parts.append(np.clip(local, 0.0, 1.0))
     pts = space.snap(np.vstack(parts))
     if len(space.discrete_dims()) + len(space.cat_dims()) == space.dim:  # a small discrete space: all of it
-        from labfbo.acquisition import feasible_grid
-
-        grid = feasible_grid(space, max(n, 1024), seed)
+        grid = space.feasible_grid(max(n, 1024), seed)
         if grid is not None:
             return grid
     return pts

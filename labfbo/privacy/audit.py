@@ -470,7 +470,11 @@ def audit(opt: Any, iterations: Sequence[int] | None = None, *, tol: float = 0.0
     if bad:
         raise ConfigurationError(f"iterations {bad} out of range: this site answered {len(rounds)} rounds "
                                  f"(iterations are 1-based)")
-    X_all = np.asarray(opt.space.encode([ob.params for ob in opt.observations]), float)
+    from labfbo.models.encoding import FeatureMap
+
+    # the particles read the feature map's inputs (one-hot or descriptor columns for categorical
+    # parameters): that is what the coordinator can reconstruct, and what it is scored against
+    X_all = FeatureMap(opt.space, one_hot=True).numpy(opt.space.encode([ob.params for ob in opt.observations]))
     sign = -1.0 if opt.objective == "minimize" else 1.0        # the model's maximization orientation
     y_all = sign * np.asarray([ob.value for ob in opt.observations], float)
     cfg, d = opt.options.pacoh(), X_all.shape[1]

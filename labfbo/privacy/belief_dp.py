@@ -54,7 +54,7 @@ def privatize_belief(weight: float, mean: np.ndarray, variance: np.ndarray, valu
                      rng: np.random.Generator, probs: np.ndarray | None = None,
                      cats: Sequence[tuple[int, int, int]] = ()
                      ) -> tuple[float, np.ndarray, np.ndarray, float, np.ndarray | None]:
-    """The Gaussian mechanism on the normalized belief; returns the released ``(weight, mean,
+    r"""The Gaussian mechanism on the normalized belief; returns the released ``(weight, mean,
     variance, value, probs)``.
 
     ``probs`` (the categorical columns' choice probabilities, layout ``cats``) join the
