@@ -52,7 +52,7 @@ def test_consensus_runs_on_discrete_and_stepped_parameters_and_refuses_categoric
                               n_init=4, **FAST) for s in SITES]
     props = run_campaign(sites, lambda i, p: -(p["x"] - 0.3) ** 2 - (p["conc"] - 0.1) ** 2 - 0.1 * p["n"], 4, 3)
     assert all(p["conc"] in (0.057, 0.1, 0.153) and p["n"] in (1, 2, 3, 4) for rnd in props for p in rnd)
-    with pytest.raises(labfbo.ProtocolError, match="use 'gradient'"):
+    with pytest.raises(labfbo.ProtocolError, match="use 'distribution'"):
         labfbo.Coordinator("consensus", sites=SITES, seed=0, horizon=4, space=SPACE)
 
 

@@ -79,7 +79,7 @@ def test_federation_local(runs) -> None:
 def test_reagent_screen(runs) -> None:
     stdout, out = _check(runs, "reagent_screen")
     for site in ("lab-a", "lab-b", "lab-c"):
-        assert re.search(rf"^{site}: best yield \d+\.\d% .*'base': '.*sent \['join', 'score'\], never a yield",
+        assert re.search(rf"^{site}: best yield \d+\.\d% .*'base': '.*sent \['join', 'optimum_belief'\], never a yield",
                          stdout, re.M), stdout
     assert stdout.count("round ") == 2
 

@@ -221,6 +221,6 @@ class ConsensusProtocol(Protocol):
             raise ProtocolError(
                 f"protocol 'consensus' does not support categorical parameters ({', '.join(names)}): its vote "
                 "makes a lab run its partners' choices, which on real reaction data with dissimilar partners "
-                "ended far worse than optimizing alone (docs/protocols/consensus.md); use 'gradient' (recommended "
-                "for categorical lab spaces) or 'distribution'")
+                "ended far worse than optimizing alone (docs/protocols/consensus.md); use 'distribution' "
+                "(recommended for categorical lab spaces) or 'gradient'")
         super().check_space(space)
