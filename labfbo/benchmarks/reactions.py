@@ -40,9 +40,6 @@ METHODS = ("random", *PROTOCOLS, "pooled")
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gradient-noguard": ("gradient", {"harm_guard": False}),
     "gradient-nei": ("gradient", {"acquisition": "nei"}),
-    "gradient-nei-nostall": ("gradient", {"acquisition": "nei", "stall_rounds": None}),
-    "distribution-nei": ("distribution", {"acquisition": "nei"}),
-    "consensus-nei": ("consensus", {"acquisition": "nei"}),
 }
 CHECKPOINTS = (5, 10, 20)
 
