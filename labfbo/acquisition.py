@@ -60,6 +60,7 @@ from labfbo.space import SearchSpace
 
 if TYPE_CHECKING:
     from labfbo.priors import LocationPrior
+    from labfbo.protocols.base import SiteData
 
 AcquisitionName = Literal["ucb", "ei", "nei", "ts"]
 STALL_TOL = 1e-3  # an improvement below this fraction of y's range does not end a stall
@@ -295,11 +296,11 @@ def propose_with_model(model: Model, space: SearchSpace, data: AcquisitionData, 
         acqf = PriorWeighted(acqf, prior[0], prior[1], log_base=opts.acquisition != "ucb",
                              ref=ref, scale=scale)
         extra = prior[0].sample(max(opts.raw_samples // 2, opts.num_restarts), seed)
-        return optimize_acquisition(acqf, space, q, seed, opts, extra_raw=extra, observed=_tried(data))
-    return optimize_acquisition(acqf, space, q, seed, opts, observed=_tried(data))
+        return optimize_acquisition(acqf, space, q, seed, opts, extra_raw=extra, observed=tried_points(data))
+    return optimize_acquisition(acqf, space, q, seed, opts, observed=tried_points(data))
 
 
-def _tried(data: AcquisitionData) -> np.ndarray:
+def tried_points(data: "AcquisitionData | SiteData") -> np.ndarray:
     """Observed, pending and failed points: a fully discrete space does not propose them again."""
     d = data.X.shape[1]
     failed = np.zeros((0, d)) if data.failed is None else data.failed.reshape(-1, d)

@@ -36,6 +36,7 @@ from typing import Literal, Mapping
 import numpy as np
 from pydantic import Field
 
+from labfbo.acquisition import tried_points
 from labfbo.exceptions import ConfigurationError, ProtocolError
 from labfbo.messages import Abstain, Array, Message, register
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
@@ -141,9 +142,7 @@ class ConsensusSite(LocalGPSite):
         self._n = 1
         got = guidance.points.numpy()[:n] if isinstance(guidance, ConsensusReply) else np.zeros((0, self.space.dim))
         if len(got) and not self.space.is_continuous:  # a vote for a combination this site has run: its own pick
-            d = self.space.dim
-            tried = np.concatenate([data.X, data.pending.reshape(-1, d),
-                                    np.zeros((0, d)) if data.failed is None else data.failed.reshape(-1, d)])
+            tried = tried_points(data)
             if len(tried):
                 got = got[np.abs(got[:, None, :] - tried[None]).max(-1).min(1) > 1e-9]
         if len(got) == n:
