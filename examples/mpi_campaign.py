@@ -31,7 +31,7 @@ space = labfbo.SearchSpace([labfbo.Real("temperature", 150.0, 250.0), labfbo.Rea
 
 if rank == 0:
     serve(labfbo.Coordinator("distribution", sites=names, space=space, seed=0))
-    print(f"coordinator: {len(names)} sites done")
+    print(f"coordinator: {len(names)} sites done", flush=True)
 else:
     site = names[rank - 1]
     t0 = 190.0 + 5.0 * rank
@@ -47,4 +47,4 @@ else:
             trial = opt.ask()
             opt.tell(trial, run_experiment(trial.params))
         print(f"{site}: best {opt.best.value:.4f} after {len(opt.observations)} experiments; "
-              f"sent {sorted({m.kind for m in opt.sent_messages()})}")
+              f"sent {sorted({m.kind for m in opt.sent_messages()})}", flush=True)

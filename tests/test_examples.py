@@ -117,8 +117,10 @@ def test_mpi_campaign_example(tmp_path) -> None:
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "coordinator: 2 sites done" in proc.stdout
-    assert len(re.findall(r"^plant-\d: best .* after 7 experiments; sent \['join', 'optimum_belief'\]",
-                          proc.stdout, re.M)) == 2, proc.stdout
+    # mpiexec forwards each rank's output in chunks, so two ranks' lines may arrive glued together
+    # (seen in CI: "...'optimum_belief']plant-1: ..."); count the reports, not the lines.
+    assert len(re.findall(r"plant-\d: best \S+ after 7 experiments; sent \['join', 'optimum_belief'\]",
+                          proc.stdout)) == 2, proc.stdout
 
 
 def test_examples_write_their_files_under_out(runs) -> None:
