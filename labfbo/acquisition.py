@@ -2,12 +2,14 @@ r"""Building and optimizing acquisition functions (BoTorch), shared by every pro
 
 All acquisitions *maximize* a model of the objective in the maximization orientation.
 
+* ``nei`` (the default of every protocol): ``qLogNoisyExpectedImprovement`` with the
+  observed points as baseline; chosen on ``labfbo bench engine`` (``docs/benchmarks.md``
+  §12). The papers' acquisitions stay available by name.
 * ``ucb``: :math:`\mu(x) + \sqrt{\beta}\,\sigma(x)` (analytic for one point without
-  pending trials, ``qUpperConfidenceBound`` otherwise). Default :math:`\beta = 4`
-  (:math:`\kappa = 2`).
+  pending trials, ``qUpperConfidenceBound`` otherwise), :math:`\beta = 4`
+  (:math:`\kappa = 2`) unless set: PACD-BO's, PMCBO's and GUIDE-FBO's setting.
 * ``ei``: ``LogExpectedImprovement`` / ``qLogExpectedImprovement`` with
   :math:`f^* = \max_j \mu(x_j)` over observed points (the noise-robust incumbent).
-* ``nei``: ``qLogNoisyExpectedImprovement`` with the observed points as baseline.
 * ``ts``: Thompson sampling — joint posterior draws on a scrambled Sobol candidate set
   (``MaxPosteriorSampling``); a batch uses one draw per point.
 
@@ -73,7 +75,8 @@ class AcquisitionOptions(BaseModel):
     """Options every model-based protocol understands."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    acquisition: AcquisitionName = "ucb"
+    acquisition: AcquisitionName = Field("nei", description="nei (the default, chosen on labfbo bench engine), "
+                                         "ei, ucb (the papers' setting) or ts")
     beta: float = Field(4.0, gt=0, description="UCB exploration weight (kappa^2)")
     num_restarts: int = Field(10, ge=1)
     raw_samples: int = Field(512, ge=1)

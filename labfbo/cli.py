@@ -98,10 +98,10 @@ def _cmd_bench_guide(args: argparse.Namespace) -> int:
     from labfbo.benchmarks import guide
 
     if args.quick:
-        kw = dict(functions=guide.QUICK_FUNCTIONS, levels=(2,), methods=("UCB", "GUIDE-UCB"), seeds=range(3),
-                  n_sites=8, n_init=20, budget=25)
+        kw = dict(functions=guide.QUICK_FUNCTIONS, levels=(2,), methods=tuple(args.methods or ("UCB", "GUIDE-UCB")),
+                  seeds=range(3), n_sites=8, n_init=20, budget=25)
     else:
-        kw = dict(functions=tuple(args.functions), levels=tuple(args.levels), methods=tuple(args.methods),
+        kw = dict(functions=tuple(args.functions), levels=tuple(args.levels), methods=tuple(args.methods or guide.METHODS),
                   seeds=range(args.seeds), n_sites=args.sites, n_init=args.n_init, budget=args.budget)
     out = Path(args.out)
     jobs = guide.jobs(str(out), ablation=args.ablation, ablation_functions=tuple(args.ablation_functions),
@@ -417,8 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="level 2, Ackley/Ellipsoid/Sphere/Zakharov, UCB vs GUIDE-UCB, N=8, 20 init, 25 rounds, 3 seeds")
     gu.add_argument("--functions", nargs="+", default=list(GUIDE_FUNCTIONS), choices=list(GUIDE_FUNCTIONS))
     gu.add_argument("--levels", nargs="+", type=int, default=[1, 2, 3], choices=[1, 2, 3])
-    gu.add_argument("--methods", nargs="+", default=["UCB", "NEI", "TS", "GUIDE-UCB", "GUIDE-NEI", "GUIDE-TS"],
-                    choices=["UCB", "NEI", "TS", "GUIDE-UCB", "GUIDE-NEI", "GUIDE-TS"])
+    gu.add_argument("--methods", nargs="+", default=None, choices=["UCB", "NEI", "TS", "GUIDE-UCB", "GUIDE-NEI", "GUIDE-TS"],
+                    help="default: all six (with --quick: UCB and GUIDE-UCB)")
     gu.add_argument("--ablation", action="store_true", help="add Table 3 (level 2, Ackley/Rastrigin/Zakharov/Michalewicz)")
     gu.add_argument("--ablation-functions", nargs="+", default=["ackley", "rastrigin", "zakharov", "michalewicz"],
                     choices=list(GUIDE_FUNCTIONS))

@@ -152,6 +152,17 @@ def test_engine_cli_reports_from_the_cache(tmp_path, capsys):
         main(["bench", "engine", "--methods", "nope"])
 
 
+def test_engine_cli_runs_one_named_family(tmp_path, capsys):
+    from labfbo.cli import main
+
+    out = tmp_path / "fam"
+    assert main(["bench", "engine", "--families", "branin_family-5x(3+20)", "--seeds", "1", "--methods", "random",
+                 "--workers", "1", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "5 runs (5 to do)" in text and "| branin_family-5x(3+20) | random | 1 |" in text
+    assert "hartmann3" not in text
+
+
 def test_latency_bench_has_the_categorical_rows():
     from labfbo.benchmarks.latency import categorical_rows
 

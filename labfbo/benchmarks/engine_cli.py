@@ -13,8 +13,9 @@ from labfbo.benchmarks.engine_panel import FAMILIES, PANEL, QUICK, family_proble
 def run(args: argparse.Namespace) -> int:
     from labfbo.benchmarks.runner import run_with_progress
 
-    if args.families:
-        problems = tuple(p for fam in FAMILIES for p in family_problems(fam))
+    families = tuple(args.families or FAMILIES) if args.families is not None else ()
+    if families:
+        problems = tuple(p for fam in families for p in family_problems(fam))
     else:
         problems = tuple(args.problems) if args.problems else (QUICK if args.quick else tuple(PANEL))
     seeds = list(range(3 if args.quick and args.seeds is None else (args.seeds or 5)))
@@ -25,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{cmd}\n{len(jobs)} runs ({todo} to do), cache: {args.out}")
     run_with_progress(jobs, engine.run_engine_job, args.workers, "engine", args.report_only)
     records = engine.load(jobs)
-    text = (engine.family_report(records, tuple(FAMILIES), methods) if args.families
+    text = (engine.family_report(records, families, methods) if families
             else engine.report(records, problems, methods))
     out = Path(args.out)
     (out / "summary.md").write_text(f"# engine suite\n\n`{cmd}`\n\n{text}\n")
@@ -38,8 +39,9 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                          "(cached, resumable)")
     en.add_argument("--quick", action="store_true", help=f"{len(QUICK)} of the {len(PANEL)} problems, 3 seeds")
     en.add_argument("--problems", nargs="+", choices=list(PANEL), help="these panel problems only")
-    en.add_argument("--families", action="store_true", help="instead of the panel: every site of the related-site "
-                    f"families {', '.join(FAMILIES)}, each alone")
+    en.add_argument("--families", nargs="*", choices=list(FAMILIES), default=None,
+                    help="instead of the panel: every site of these related-site families (all without a name: "
+                    f"{', '.join(FAMILIES)}), each alone")
     en.add_argument("--methods", nargs="+", default=list(engine.DEFAULT_METHODS), choices=list(engine.METHODS),
                     help="labfbo (defaults), optuna, botorch, random, and labfbo-* variants")
     en.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 5; 3 with --quick)")

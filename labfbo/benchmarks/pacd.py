@@ -6,9 +6,11 @@ per site), heterogeneity 1.0 of :mod:`labfbo.benchmarks.problems` (the paper doe
 define its task families; ours are in ``docs/problems.md``); 5 initial points per site
 for 1-D/2-D and 10 for 6-D by collaborative LHS (any other problem of
 :mod:`labfbo.benchmarks.problems`: 5 up to 2-D, else 10); :math:`T = 100`; 10 seeds; UCB
-(:math:`\beta = 4`) everywhere. Methods: Independent (``independent``), PACOH-BO
-(``centralized``), PACD-BO (``gradient``), CBOC-U / CBOC-L (``consensus``, uniform /
-leader W) and, with ``--dp``, DP-PACD-BO (σ = 8, C = 1) for the privacy–utility plot.
+(:math:`\beta = 4`) everywhere, pinned by name (labfbo's default is qLogNEI). Methods:
+Independent (``independent``), PACOH-BO (``centralized``), PACD-BO (``gradient``), CBOC-U /
+CBOC-L (``consensus``, uniform / leader W), the same protocols with labfbo's defaults
+(``... (labfbo defaults)``) and, with ``--dp``, DP-PACD-BO (σ = 8, C = 1) for the
+privacy–utility plot.
 Ablations by name (``--methods``): Independent-escape (``independent`` with the
 stalled-basin escape PACD-BO has by default, :mod:`labfbo.acquisition`) and PACD-BO-paper
 (``gradient`` without it, as in the paper).
@@ -45,18 +47,23 @@ def n_init(problem: str) -> int:
     return 5 if get_problem(problem, n_sites=1).space.dim <= 2 else 10
 
 
+PAPER_ACQ: dict[str, Any] = {"acquisition": "ucb", "beta": 4.0}
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
-    "Independent": ("independent", {}),
-    "PACOH-BO": ("centralized", {}),
-    "PACD-BO": ("gradient", {}),
-    "CBOC-U": ("consensus", {"matrix": "uniform"}),
-    "CBOC-L": ("consensus", {"matrix": "leader"}),
+    "Independent": ("independent", PAPER_ACQ),
+    "PACOH-BO": ("centralized", PAPER_ACQ),
+    "PACD-BO": ("gradient", PAPER_ACQ),
+    "CBOC-U": ("consensus", {"matrix": "uniform", **PAPER_ACQ}),
+    "CBOC-L": ("consensus", {"matrix": "leader", **PAPER_ACQ}),
+    "Independent (labfbo defaults)": ("independent", {}),
+    "PACD-BO (labfbo defaults)": ("gradient", {}),
+    "CBOC-U (labfbo defaults)": ("consensus", {"matrix": "uniform"}),
     # ablations (only with --methods): the stalled-basin escape on Independent, and off on PACD-BO
-    "Independent-escape": ("independent", {"stall_rounds": 10}),
-    "PACD-BO-paper": ("gradient", {"stall_rounds": None}),
+    "Independent-escape": ("independent", {"stall_rounds": 10, **PAPER_ACQ}),
+    "PACD-BO-paper": ("gradient", {"stall_rounds": None, "harm_guard": False, **PAPER_ACQ}),
 }
-DEFAULT_METHODS = ("Independent", "PACOH-BO", "PACD-BO", "CBOC-U", "CBOC-L")
-DP_METHOD = ("DP-PACD-BO", ("gradient", {"privacy": DP(clip=1.0, noise_multiplier=8.0)}))
+DEFAULT_METHODS = ("Independent", "PACOH-BO", "PACD-BO", "CBOC-U", "CBOC-L", "Independent (labfbo defaults)",
+                   "PACD-BO (labfbo defaults)", "CBOC-U (labfbo defaults)")
+DP_METHOD = ("DP-PACD-BO", ("gradient", {"privacy": DP(clip=1.0, noise_multiplier=8.0), **PAPER_ACQ}))
 
 
 def reference() -> dict[str, Any]:

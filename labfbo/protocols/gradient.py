@@ -10,7 +10,8 @@ data (Eq. 6; :func:`labfbo.models.pacoh.site_score`) and its number of observati
 (Eq. 7) and makes an SVGD step (:func:`meta_step`). The final particles are the round's
 guidance: each site forms the particle-mixture predictive (Eqs. 8–9,
 :class:`~labfbo.models.particle_mixture.ParticleMixtureGP`) on its own data and maximizes its
-acquisition (UCB by default, :math:`\beta = 4`, i.e. :math:`\kappa = 2`), pending-aware,
+acquisition (qLogNEI by default, the engine's; the paper's UCB with ``acquisition="ucb"``,
+:math:`\beta = 4`, i.e. :math:`\kappa = 2`), pending-aware,
 escaping a stalled basin every other round from round ``stall_rounds = 10``
 (:mod:`labfbo.acquisition`; the paper has no escape: ``stall_rounds=None``).
 

@@ -11,7 +11,7 @@ import numpy as np
 from botorch.models.model import Model
 from pydantic import model_validator
 
-from labfbo.acquisition import AcquisitionData, AcquisitionName, AcquisitionOptions, propose_with_model
+from labfbo.acquisition import AcquisitionData, AcquisitionOptions, propose_with_model
 from labfbo.messages import Message
 from labfbo.models.gp import SurrogateOptions, fit_local_gp, predict
 from labfbo.priors import LocationPrior, PriorOptions, prior_exponent, site_prior
@@ -31,12 +31,10 @@ class ModelOptions(AcquisitionOptions, SurrogateOptions, PriorOptions):
 class IndependentOptions(ModelOptions):
     """``independent``: the shared acquisition, surrogate and prior options.
 
-    The default acquisition is ``qLogNoisyExpectedImprovement`` (``"nei"``), chosen on
-    ``labfbo bench engine`` against UCB (the other protocols' default) and LogEI, Optuna's
+    The default acquisition, shared by every protocol, is ``qLogNoisyExpectedImprovement``
+    (``"nei"``), chosen on ``labfbo bench engine`` against UCB and LogEI, Optuna's
     ``GPSampler`` and a BoTorch tutorial loop (``docs/benchmarks.md`` §12).
     """
-
-    acquisition: AcquisitionName = "nei"
 
 
 class LocalGPSite(SiteLogic):
