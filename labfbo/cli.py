@@ -72,9 +72,9 @@ def _cmd_bench_pmcbo(args: argparse.Namespace) -> int:
     from labfbo.benchmarks import pmcbo
 
     if args.quick:
-        functions, acqs, seeds = ("branin",), ("ucb",), list(range(3))
+        functions, acqs, seeds = ("branin",), tuple(args.acquisitions or ("ucb",)), list(range(3))
     else:
-        functions, acqs, seeds = tuple(args.functions), tuple(args.acquisitions), list(range(args.seeds))
+        functions, acqs, seeds = tuple(args.functions), tuple(args.acquisitions or ("ei", "ucb")), list(range(args.seeds))
     out = Path(args.out)
     jobs = pmcbo.jobs(str(out), functions, acqs, seeds, budget=args.budget, n_init=args.n_init,
                       only=tuple(args.methods) if args.methods else None)
@@ -394,7 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
     pm = bsub.add_parser("pmcbo", help="PMCBO Tables 4-5: priors and consensus (cached, resumable)")
     pm.add_argument("--quick", action="store_true", help="3 seeds, UCB variants on Branin only")
     pm.add_argument("--functions", nargs="+", default=["branin", "hartmann3", "hartmann6"])
-    pm.add_argument("--acquisitions", nargs="+", default=["ei", "ucb"], choices=["ei", "ucb"])
+    pm.add_argument("--acquisitions", nargs="+", default=None, choices=["ei", "ucb", "nei"],
+                    help="the paper's ei and ucb (default; --quick: ucb), or nei (labfbo's default)")
     pm.add_argument("--seeds", type=int, default=10)
     pm.add_argument("--budget", type=int, default=60)
     pm.add_argument("--n-init", type=int, default=5)

@@ -8,8 +8,12 @@ instrument run's handle), ``join``. A record is written, flushed and ``fsync``-e
 before the call that produced it returns, so a crash loses at most the call in progress.
 Replaying the records in order rebuilds the optimizer exactly (its random streams are
 keyed by counters that replay restores). A torn final line — the trace of a crash while
-writing — is dropped on open (and cut from the file); any other unreadable line is an
-error, never silently skipped.
+writing — is dropped on open (and cut from the file, with a warning); any other
+unreadable line, a non-finite number, a second header (two journals concatenated) and a
+record that does not replay (a trial id twice, a result for an unknown or finished trial)
+is a :class:`~labfbo.exceptions.JournalError` naming the file and line, never silently
+skipped. A snapshot (:func:`write_snapshot`) is read with :func:`read_records` and never
+modified.
 """
 
 from __future__ import annotations
@@ -26,6 +30,61 @@ from labfbo.exceptions import JournalError
 JOURNAL_VERSION = 1
 
 
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def read_records(path: str | os.PathLike[str], *, repair: bool) -> tuple[list[dict[str, Any]], list[int]]:
+    """The records of the journal at ``path`` and the line number of each.
+
+    A torn last line (a crash while writing) is cut from the file with a warning when
+    ``repair`` (a live journal), and refused otherwise (a snapshot is written atomically and
+    never modified). Any other unreadable line, ``NaN``/``Infinity``, a record without an
+    ``op``, a first record that is not a header and a second header (two journals
+    concatenated) raise :class:`JournalError` naming the file and line.
+    """
+    path = Path(path)
+    lines = path.read_bytes().split(b"\n")
+    records: list[dict[str, Any]] = []
+    numbers: list[int] = []
+    good_bytes = 0
+    for i, line in enumerate(lines):
+        last = i == len(lines) - 1
+        if not line.strip():
+            good_bytes += len(line) + (0 if last else 1)
+            continue
+        try:
+            rec = json.loads(line, parse_constant=_refuse_constant)
+            if not isinstance(rec, dict) or not isinstance(rec.get("op"), str):
+                raise ValueError("not a journal record")
+        except ValueError as exc:
+            torn = last or all(not rest.strip() for rest in lines[i + 1:])
+            if torn and repair:
+                warnings.warn(f"{path}: dropping a torn last record (crash during a write)", stacklevel=4)
+                with open(path, "r+b") as fh:
+                    fh.truncate(good_bytes)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                break
+            if torn:
+                raise JournalError(f"{path}:{i + 1}: the last record is cut off ({exc}); a snapshot is written "
+                                   "whole, so this file was damaged or is still being copied") from None
+            raise JournalError(f"{path}:{i + 1}: unreadable journal record ({exc})") from None
+        good_bytes += len(line) + (0 if last else 1)
+        if isinstance(rec.get("v"), bool) or not isinstance(rec.get("v", 0), int):
+            raise JournalError(f"{path}:{i + 1}: record version {rec.get('v')!r} is not an integer")
+        if rec.get("v", 0) > JOURNAL_VERSION:
+            raise JournalError(f"{path}:{i + 1}: record version {rec.get('v')} is newer than "
+                               f"this labfbo ({JOURNAL_VERSION})")
+        if (rec["op"] == "header") != (not records):
+            what = "a second header (another journal appended to this one?)" if records else \
+                f"a {rec['op']!r} record before the header"
+            raise JournalError(f"{path}:{i + 1}: {what}")
+        records.append(rec)
+        numbers.append(i + 1)
+    return records, numbers
+
+
 class MemoryJournal:
     """The journal of an optimizer without ``storage=``: same interface, in memory."""
 
@@ -33,12 +92,19 @@ class MemoryJournal:
 
     def __init__(self) -> None:
         self._records: list[dict[str, Any]] = []
+        self._lines: list[int] = []
 
     def append(self, record: dict[str, Any]) -> None:
         self._records.append({"v": JOURNAL_VERSION, **record})
 
     def records(self) -> Iterator[dict[str, Any]]:
         yield from list(self._records)
+
+    def where(self, index: int) -> str:
+        """Where record ``index`` (0 = header) is, for error messages: ``file:line``."""
+        if self.path is not None and index < len(self._lines):
+            return f"{self.path}:{self._lines[index]}"
+        return f"journal record {index + 1}"
 
     def close(self) -> None:
         pass
@@ -51,7 +117,7 @@ class FileJournal(MemoryJournal):
         super().__init__()
         self.path = Path(path)
         if self.path.exists():
-            self._records = self._read()
+            self._records, self._lines = read_records(self.path, repair=True)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "ab")
@@ -62,38 +128,6 @@ class FileJournal(MemoryJournal):
             raise JournalError(f"{self.path} is in use by another live Optimizer (close it first)") from None
         if self.path.stat().st_size and not self.path.read_bytes().endswith(b"\n"):
             self._fh.write(b"\n")  # a complete last record whose newline was lost
-
-    def _read(self) -> list[dict[str, Any]]:
-        raw = self.path.read_bytes()
-        lines = raw.split(b"\n")
-        records: list[dict[str, Any]] = []
-        good_bytes = 0
-        for i, line in enumerate(lines):
-            last = i == len(lines) - 1
-            if not line.strip():
-                good_bytes += len(line) + (0 if last else 1)
-                continue
-            try:
-                rec = json.loads(line)
-                if not isinstance(rec, dict) or "op" not in rec:
-                    raise ValueError("not a journal record")
-                if not last:
-                    good_bytes += len(line) + 1
-            except ValueError as exc:
-                if last or all(not rest.strip() for rest in lines[i + 1:]):
-                    warnings.warn(f"{self.path}: dropping a torn last record (crash during a write)",
-                                  stacklevel=3)
-                    with open(self.path, "r+b") as fh:
-                        fh.truncate(good_bytes)
-                        fh.flush()
-                        os.fsync(fh.fileno())
-                    break
-                raise JournalError(f"{self.path}:{i + 1}: unreadable journal record ({exc})") from None
-            if int(rec.get("v", 0)) > JOURNAL_VERSION:
-                raise JournalError(f"{self.path}: record version {rec.get('v')} is newer than "
-                                   f"this labfbo ({JOURNAL_VERSION})")
-            records.append(rec)
-        return records
 
     def append(self, record: dict[str, Any]) -> None:
         rec = {"v": JOURNAL_VERSION, **record}

@@ -97,6 +97,8 @@ def parse(data: str | bytes | dict[str, Any]) -> Message:
             raise ProtocolError(f"not a labfbo message (invalid JSON: {exc})") from None
     if not isinstance(data, dict) or "kind" not in data:
         raise ProtocolError("not a labfbo message (no 'kind')")
+    if not isinstance(data["kind"], str):
+        raise ProtocolError(f"a message's 'kind' is a string, got {type(data['kind']).__name__}")
     cls = Message._registry.get(data["kind"])
     if cls is None:
         raise ProtocolError(f"unknown message kind {data['kind']!r}")

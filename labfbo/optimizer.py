@@ -19,7 +19,7 @@ import numpy as np
 
 from labfbo.exceptions import (ConfigurationError, FederationError, JournalError, LabFBOError, ProtocolError,
                                RoundError, TrialError, ValidationError)
-from labfbo.journal import FileJournal, MemoryJournal, write_snapshot
+from labfbo.journal import FileJournal, MemoryJournal, read_records, write_snapshot
 from labfbo.messages import Abstain, JoinReply, JoinRequest, Message, parse
 from labfbo.privacy import PrivacyLedger
 from labfbo.privacy.report import release_record
@@ -129,7 +129,7 @@ class Optimizer:
             else:
                 self._journal.append(self._header)
             self._join_reply: JoinReply | None = None
-            self._replay(records[1:])
+            self._replay(records[1:], lambda i: self._journal.where(i + 1))
             self._join()
         except BaseException:
             # refused (e.g. by the coordinator): leave the storage as it was
@@ -186,19 +186,31 @@ class Optimizer:
             self._journal.append(record)
             self._apply(record)
 
-    def _replay(self, records: Sequence[dict[str, Any]]) -> None:
-        for rec in records:
-            self._apply(rec)
+    def _replay(self, records: Sequence[dict[str, Any]], where: Callable[[int], str]) -> None:
+        """Apply journaled records; one that cannot be accounted for is a JournalError at
+        ``where(i)`` (its file and line)."""
+        for i, rec in enumerate(records):
+            try:
+                self._apply(rec, replay=True)
+            except JournalError as exc:
+                raise JournalError(f"{where(i)}: {exc}") from None
+            except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+                raise JournalError(f"{where(i)}: {rec.get('op')!r} record does not replay "
+                                   f"({type(exc).__name__}: {exc})") from None
 
-    def _apply(self, rec: dict[str, Any]) -> None:
+    def _apply(self, rec: dict[str, Any], replay: bool = False) -> None:
         op = rec["op"]
         self._data_cache = None  # every record may change the site's data or its pending points
         if op == "hist":
-            for params, value, sem in zip(rec["params"], rec["values"], rec["sems"]):
+            for params, value, sem in zip(rec["params"], rec["values"], rec["sems"], strict=True):
+                if replay:
+                    value, sem = parse_value(value if sem is None else (value, sem))
                 self._historical.append(Observation(params=params, value=value, sem=sem))
                 self._hist_x.append(self.space.encode([self._clean(params, strict=False)])[0])
         elif op in ("ask", "enqueue"):
             for t in rec["trials"]:
+                if replay and (isinstance(t["id"], bool) or not isinstance(t["id"], int) or t["id"] in self._trials):
+                    raise JournalError(f"trial id {t['id']!r} appears twice (another journal appended to this one?)")
                 self._trials[t["id"]] = TrialRecord(id=t["id"], params=t["params"], x=np.asarray(t["x"]),
                                                     source=t["source"], round=t["round"],
                                                     metadata=t.get("metadata", {}))
@@ -206,7 +218,13 @@ class Optimizer:
                 self._design_used += t["source"] == "design"
             self._round += bool(rec.get("model_round", False))
         elif op in ("tell", "fail", "note"):
-            tr = self._trials[rec["id"]]
+            tr = self._trials.get(rec["id"])
+            if tr is None:
+                raise JournalError(f"a {op!r} for trial {rec['id']!r}, which was never asked")
+            if replay and tr.state != "pending":
+                raise JournalError(f"a {op!r} for trial {rec['id']}, which is already {tr.state}")
+            if op == "tell" and replay:
+                parse_value(rec["value"] if rec.get("sem") is None else (rec["value"], rec["sem"]))
             tr.metadata.update(rec.get("metadata", {}))
             if op == "tell":
                 tr.state, tr.value, tr.sem = "complete", rec["value"], rec.get("sem")
@@ -218,7 +236,9 @@ class Optimizer:
                 self._privacy.record(rec["round"], rec.get("steps", 1))
         elif op == "join":
             self._join_reply = JoinReply.model_validate(rec["reply"])
-        elif op != "header":
+        elif op == "header":
+            raise JournalError("a second header (another journal appended to this one?)")
+        else:
             raise JournalError(f"unknown journal record {op!r}")
 
     # -- validation helpers ----------------------------------------------------------------
@@ -391,9 +411,11 @@ class Optimizer:
     @classmethod
     def load(cls, path: str, coordinator: Any = None, storage: str | None = None, **options: Any) -> "Optimizer":
         """Restore an optimizer from :meth:`save` (``storage`` journals what follows)."""
-        records = list(FileJournal(path).records())
-        if not records or records[0].get("op") != "header":
-            raise JournalError(f"{path} is not a labfbo snapshot")
+        if not os.path.isfile(path):
+            raise JournalError(f"{path}: no such snapshot")
+        records, lines = read_records(path, repair=False)  # a snapshot is never modified
+        if not records:
+            raise JournalError(f"{path} is not a labfbo snapshot (it is empty)")
         head = records[0]
         saved = {k: v for k, v in head.get("options", {}).items() if v is not None}
         opt = cls(SearchSpace.model_validate(head["space"]), objective=head["objective"], protocol=head["protocol"],
@@ -406,10 +428,17 @@ class Optimizer:
                 raise JournalError(f"the snapshot's DP releases were made with {key}="
                                    f"{head.get('options', {}).get(key)!r}; load it with the same setting")
         if any(r["op"] not in ("header", "join") for r in opt._journal.records()):
+            opt.close()
             raise JournalError("load() into a storage that already has history")
-        for rec in records[1:]:
-            if rec["op"] != "join":
-                opt._commit({k: v for k, v in rec.items() if k != "v"})
+        kept = [({k: v for k, v in rec.items() if k != "v"}, line)
+                for rec, line in zip(records[1:], lines[1:]) if rec["op"] != "join"]
+        try:
+            opt._replay([rec for rec, _ in kept], lambda i: f"{path}:{kept[i][1]}")
+        except JournalError:
+            opt.close()
+            raise
+        for rec, _ in kept:  # all of it replayed: now journal it (storage=)
+            opt._journal.append(rec)
         return opt
 
     def close(self) -> None:

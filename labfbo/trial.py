@@ -65,7 +65,10 @@ class TrialRecord:
 def _number(v: Any, what: str) -> float:
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
         raise ValidationError(f"{what} must be a real number, got {type(v).__name__} {v!r}")
-    f = float(v)
+    try:
+        f = float(v)
+    except OverflowError:
+        raise ValidationError(f"{what} must be finite, got a number beyond the float range (±1.8e308)") from None
     if not math.isfinite(f):
         raise ValidationError(f"{what} must be finite, got {f}")
     return f

@@ -82,6 +82,35 @@ def test_defaults_and_validation() -> None:
         labfbo.Optimizer(SPACE, stall_radius=-1.0)
 
 
+@pytest.mark.parametrize("protocol", ["independent", "gradient", "centralized", "distribution", "consensus"])
+def test_every_protocol_defaults_to_the_engines_acquisition_and_keeps_ucb_by_name(protocol: str) -> None:
+    from labfbo.protocols import get_protocol, parse_options
+
+    cls = get_protocol(protocol)
+    assert parse_options(cls, {}).acquisition == "nei"
+    paper = parse_options(cls, {"acquisition": "ucb", "beta": 4.0})
+    assert (paper.acquisition, paper.beta) == ("ucb", 4.0)
+
+
+def test_consensus_refuses_thompson_sampling() -> None:
+    from labfbo.protocols import get_protocol, parse_options
+
+    with pytest.raises(ConfigurationError, match="acquisition"):
+        parse_options(get_protocol("consensus"), {"acquisition": "ts"})
+
+
+def test_paper_suites_ask_for_the_papers_ucb_by_name(tmp_path) -> None:
+    from labfbo.benchmarks import guide, pacd
+
+    jobs = {j.label: j for j in pacd.jobs(str(tmp_path), ("branin",), [0], dp=True)}
+    for label in ("Independent", "PACOH-BO", "PACD-BO", "CBOC-U", "CBOC-L", "DP-PACD-BO"):
+        assert jobs[label].options["acquisition"] == "ucb" and jobs[label].options["beta"] == 4.0
+    for label in ("Independent (labfbo defaults)", "PACD-BO (labfbo defaults)", "CBOC-U (labfbo defaults)"):
+        assert "acquisition" not in jobs[label].options
+    for label, (_, opts) in guide.METHODS.items():
+        assert opts["acquisition"] == label.split("-")[-1].lower()
+
+
 def test_pacd_suite_runs_the_escape_ablations_only_by_name(tmp_path) -> None:
     from labfbo.benchmarks import pacd
 

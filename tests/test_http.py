@@ -99,9 +99,13 @@ def test_auth_conflicts_and_limits(study) -> None:
     huge = json.dumps({"kind": "optimum_belief", "weight": 0.5, "value": 0.0, "variance": {"dtype": "float64", "shape": [1], "data": ""},
                        "mean": {"dtype": "float64", "shape": [2 ** 70], "data": ""}})
     deep = "[" * 9_000 + "]" * 9_000  # under the 20 kB limit, deeper than the JSON parser recurses
-    for body in (huge, deep, b"\xff\xfe"):
+    unhashable = [json.dumps({"kind": ["abstain"], "reason": "x"}), json.dumps({"kind": {"k": 1}, "reason": "x"})]
+    utf16 = json.dumps({"kind": "abstain", "reason": "x", "round": 0}).encode("utf-16")  # json.loads would take it
+    for body in (huge, deep, b"\xff\xfe", utf16, *unhashable):
         assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=body, headers=_h(tokens["b"]),
                              timeout=10).status_code == 422
+    for body in (utf16, *unhashable):  # the join reads the same way
+        assert requests.post(f"{url}/v1/join", data=body, headers=_h(tokens["b"]), timeout=10).status_code == 422
     # the audit log has every decision and no token or payload
     text = audit.read_text()
     entries = [json.loads(ln) for ln in text.splitlines()]

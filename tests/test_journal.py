@@ -255,3 +255,76 @@ def test_annotate_and_tell_metadata_are_journaled_and_validated(cont_space, tmp_
     assert meta[a.id]["dispatch"]["state"] == "submitted" and meta[a.id]["operator"] == "kf"
     assert meta[b.id]["code"] == 7 and meta[a.id]["source"] == "design"
     again.close()
+
+
+def _journal(cont_space, path, seed, fast) -> bytes:
+    opt = Optimizer(cont_space, n_init=3, seed=seed, storage=str(path), **fast)
+    campaign(opt, 3)
+    opt.close()
+    return path.read_bytes()
+
+
+def _edit(path, op: str, change) -> None:
+    """Apply ``change`` to the first ``op`` record of the journal at ``path``."""
+    lines = path.read_text().splitlines()
+    i = next(k for k, line in enumerate(lines) if json.loads(line)["op"] == op)
+    lines[i] = change(lines[i])
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_two_journals_concatenated_are_refused_naming_the_line(cont_space, tmp_path, fast):
+    a = _journal(cont_space, tmp_path / "a.jsonl", 1, fast)
+    b = _journal(cont_space, tmp_path / "b.jsonl", 2, fast)
+    both = tmp_path / "ab.jsonl"
+    both.write_bytes(a + b)  # cat a.jsonl b.jsonl > ab.jsonl
+    second_header = len(a.splitlines()) + 1
+    with pytest.raises(labfbo.JournalError, match=rf"ab.jsonl:{second_header}: a second header"):
+        Optimizer(cont_space, n_init=3, seed=1, storage=str(both), **fast)
+    assert both.read_bytes() == a + b
+
+
+@pytest.mark.parametrize("op, change, message", [
+    ("tell", lambda line: line.replace('"value":', '"value":NaN,"x":', 1), "NaN is not a finite number"),
+    ("tell", lambda line: line.replace('"value":', '"value":1e999,"x":', 1), "must be finite"),
+    ("tell", lambda line: json.dumps({k: v for k, v in json.loads(line).items() if k != "id"}), "KeyError: 'id'"),
+    ("tell", lambda line: line.replace('"value":', '"value":"high","x":', 1), "real number"),
+    ("ask", lambda line: line + "\n" + line, "trial id 0 appears twice"),
+    ("tell", lambda line: line + "\n" + line, "which is already complete"),
+    ("tell", lambda line: line.replace('"id":0', '"id":77', 1), "trial 77, which was never asked"),
+])
+def test_a_record_that_cannot_be_accounted_for_is_refused_with_its_line(cont_space, tmp_path, fast, op, change,
+                                                                         message):
+    path = tmp_path / "edited.jsonl"
+    _journal(cont_space, path, 3, fast)
+    _edit(path, op, change)
+    content = path.read_bytes()
+    with pytest.raises(labfbo.JournalError, match=rf"edited.jsonl:\d+: .*{message}"):
+        Optimizer(cont_space, n_init=3, seed=3, storage=str(path), **fast)
+    assert path.read_bytes() == content
+
+
+def test_load_never_modifies_the_snapshot(cont_space, tmp_path, fast):
+    opt = Optimizer(cont_space, n_init=3, seed=5, **fast)
+    campaign(opt, 3)
+    snap = tmp_path / "snap.jsonl"
+    opt.save(str(snap))
+    whole = snap.read_bytes()
+    snap.write_bytes(whole + b'{"v":1,"op":"te')  # a torn tail: damaged, or still being copied
+    with pytest.raises(labfbo.JournalError, match=r"snap.jsonl:\d+: the last record is cut off"):
+        Optimizer.load(str(snap), **fast)
+    assert snap.read_bytes() == whole + b'{"v":1,"op":"te'
+    snap.write_bytes(whole[:-1])  # a complete last record without its newline is read as it is
+    assert Optimizer.load(str(snap), **fast).observations == opt.observations
+    assert snap.read_bytes() == whole[:-1]
+    with pytest.raises(labfbo.JournalError, match="no such snapshot"):
+        Optimizer.load(str(tmp_path / "missing.jsonl"))
+
+
+def test_a_value_beyond_the_float_range_is_a_validation_error(cont_space, fast):
+    opt = Optimizer(cont_space, n_init=3, seed=5, **fast)
+    t = opt.ask()
+    with pytest.raises(labfbo.ValidationError, match="beyond the float range"):
+        opt.tell(t, 10 ** 400)
+    with pytest.raises(labfbo.ValidationError, match="beyond the float range"):
+        opt.tell(t, (1.0, -(10 ** 400)))
+    assert opt.pending == [t]

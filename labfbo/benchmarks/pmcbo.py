@@ -143,7 +143,8 @@ def table(results: list[SimulationResult], functions: tuple[str, ...]) -> str:
             if prob != fn:
                 continue
             acq, name = label.split(":", 1)
-            paper = ref["ei_table4" if acq == "ei" else "ucb_table5"][PAPER_KEYS[fn]].get(name)
+            table_key = {"ei": "ei_table4", "ucb": "ucb_table5"}.get(acq)  # nei: labfbo's, not in the paper
+            paper = ref[table_key][PAPER_KEYS[fn]].get(name) if table_key else None
             cells = []
             for k, t in enumerate((30, 60)):
                 vals = np.array([mean_average_simple_regret(r, t) for r in rs])
@@ -164,7 +165,7 @@ def plot(results: list[SimulationResult], out: Path, functions: tuple[str, ...])
 
     paths = []
     for fn in functions:
-        for acq in ("ei", "ucb"):
+        for acq in ("ei", "ucb", "nei"):
             rs = [r for r in results if r.problem == fn and r.options["label"].startswith(acq + ":")]
             if not rs:
                 continue

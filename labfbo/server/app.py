@@ -96,9 +96,10 @@ def _reject_constants(name: str) -> Any:
 
 
 def read_json(body: bytes) -> Any:
-    """The JSON of a request body (422 for invalid JSON, NaN/inf, bad UTF-8, too deep)."""
-    try:
-        return json.loads(body, parse_constant=_reject_constants)
+    """The JSON of a request body (422 for invalid JSON, NaN/inf, anything but UTF-8, too deep)."""
+    try:  # json.loads would also accept UTF-16/32 bytes; the protocol is UTF-8 (RFC 8259)
+        text = body.decode("utf-8") if isinstance(body, bytes) else body
+        return json.loads(text, parse_constant=_reject_constants)
     except ValueError as exc:  # covers UnicodeDecodeError
         raise HTTPException(422, str(exc)) from None
     except RecursionError:
