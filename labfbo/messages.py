@@ -13,7 +13,7 @@ import base64
 from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from labfbo.exceptions import ProtocolError
 
@@ -65,6 +65,17 @@ class Message(BaseModel):
     study: str = ""
 
     _registry: ClassVar[dict[str, type["Message"]]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, data: Any) -> Any:
+        """pydantic would read ``"weight": true`` as 1.0; a message field is a bool only if declared one."""
+        if isinstance(data, dict):
+            for name, field in cls.model_fields.items():
+                if isinstance(data.get(name), bool) and "bool" not in str(field.annotation):
+                    raise ValueError(f"{name} must be a {getattr(field.annotation, '__name__', field.annotation)}, "
+                                     f"got {data[name]!r}")
+        return data
 
     def nbytes(self) -> int:
         """Size of the message on the wire (its JSON encoding, UTF-8)."""

@@ -99,6 +99,9 @@ def test_auth_conflicts_and_limits(study) -> None:
     huge = json.dumps({"kind": "optimum_belief", "weight": 0.5, "value": 0.0, "variance": {"dtype": "float64", "shape": [1], "data": ""},
                        "mean": {"dtype": "float64", "shape": [2 ** 70], "data": ""}})
     deep = "[" * 9_000 + "]" * 9_000  # under the 20 kB limit, deeper than the JSON parser recurses
+    roundless = json.dumps({"kind": "abstain", "reason": "no round field"})  # would count in any round
+    assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=roundless, headers=_h(tokens["b"]),
+                         timeout=10).status_code == 409
     unhashable = [json.dumps({"kind": ["abstain"], "reason": "x"}), json.dumps({"kind": {"k": 1}, "reason": "x"})]
     utf16 = json.dumps({"kind": "abstain", "reason": "x", "round": 0}).encode("utf-16")  # json.loads would take it
     for body in (huge, deep, b"\xff\xfe", utf16, *unhashable):
@@ -263,7 +266,8 @@ def test_coordinator_killed_and_restarted_loses_no_round(tmp_path) -> None:
 
     def start() -> subprocess.Popen:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        for _ in range(300):
+        start_by = time.monotonic() + 120  # importing torch and BoTorch takes tens of seconds on a busy machine
+        while time.monotonic() < start_by and proc.poll() is None:
             try:
                 if requests.get(f"{url}/v1/health", timeout=1).status_code == 200:
                     return proc

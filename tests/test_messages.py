@@ -82,6 +82,20 @@ def test_parse_refuses_malformed_messages_with_protocol_error():
         parse({**json.loads(NoGuidance().model_dump_json()), "raw_values": [1.0, 2.0]})
 
 
+def test_a_boolean_is_not_a_number_and_a_kind_is_a_string():
+    from labfbo.protocols.distribution import OptimumBelief
+
+    belief = json.loads(OptimumBelief(weight=0.5, mean=Array.of([0.2]), variance=Array.of([0.01]), value=0.1,
+                                      round=0).model_dump_json())
+    assert parse(belief).weight == 0.5
+    for field in ("weight", "value", "round", "version"):
+        with pytest.raises(labfbo.ProtocolError, match=field):  # pydantic alone reads true as 1
+            parse({**belief, field: True})
+    for kind in (["abstain"], {"k": 1}, 3):
+        with pytest.raises(labfbo.ProtocolError, match="'kind' is a string"):
+            parse({"kind": kind, "reason": "x"})
+
+
 def test_messages_are_frozen():
     m = NoGuidance(round=1)
     with pytest.raises(PydanticValidationError):

@@ -198,7 +198,7 @@ class RoundEngine:
             if ex.closed:
                 raise Conflict(f"exchange {seq} of round {ex.round} has closed")
             msg = parse(body) if msg is None else msg  # a malformed message is refused before it is stored
-            if msg.round not in (-1, ex.round):
+            if msg.round != ex.round:  # an answer names its round (a missing one parses as -1)
                 raise Conflict(f"the answer is for round {msg.round}, exchange {seq} is round {ex.round}")
             ex.answers[site] = body
             ex.parsed[site] = msg
