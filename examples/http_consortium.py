@@ -51,25 +51,35 @@ url = f"http://127.0.0.1:{port}"
 server = subprocess.Popen([sys.executable, "-m", "labfbo.cli", "coordinator", "serve",
                            "--config", str(OUT / "consortium.yaml"), "--port", str(port)])
 try:
-    for _ in range(300):
+    up_by = time.monotonic() + 120  # the server imports torch and BoTorch first
+    while True:
         try:
             if requests.get(f"{url}/v1/health", timeout=1).ok:
                 break
         except requests.ConnectionError:
+            if time.monotonic() > up_by or server.poll() is not None:
+                sys.exit("the coordinator did not start")
             time.sleep(0.1)
     print(f"coordinator up at {url}")
 
     # 3. the sites: separate processes, as they would be in separate labs
-    sites = [subprocess.Popen([sys.executable, str(HERE / "http_site.py")], cwd=OUT, text=True,
-                              stdout=subprocess.PIPE,
-                              env={**os.environ, "LABFBO_URL": url, "LABFBO_SITE": site,
-                                   "LABFBO_TOKEN": tokens[site][0], "LABFBO_EXAMPLE_OUT": str(OUT)})
-             for site in SITES]
-    for proc in sites:
+    def start_site(site: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(HERE / "http_site.py")], cwd=OUT, text=True,
+                                stdout=subprocess.PIPE,
+                                env={**os.environ, "LABFBO_URL": url, "LABFBO_SITE": site,
+                                     "LABFBO_TOKEN": tokens[site][0], "LABFBO_EXAMPLE_OUT": str(OUT)})
+
+    def finish(proc: subprocess.Popen) -> None:
         out, _ = proc.communicate(timeout=1800)
         print(out.strip())
         if proc.returncode:
             sys.exit(f"a site failed ({proc.returncode})")
+
+    for proc in [start_site(site) for site in SITES]:
+        finish(proc)
+    # 4. a site restarted from its journal resumes where it was (here: its campaign is done)
+    print("restarting lab-a from its journal:")
+    finish(start_site("lab-a"))
 finally:
     server.terminate()
     server.wait()

@@ -35,9 +35,13 @@ def run_experiment(params: dict) -> float:
 
 with labfbo.Optimizer(space, objective="maximize", protocol="distribution", coordinator=URL, token=TOKEN,
                       site=SITE, seed=0, n_init=5, storage=os.path.join(OUT, f"{SITE}.journal")) as opt:
-    for trial in opt.ask(n=max(0, opt.n_init - len(opt.observations))):
+    # restarted from its journal: first the experiments asked before the stop, then what is left
+    for trial in opt.pending:
         opt.tell(trial, run_experiment(trial.params))
-    for _ in range(BUDGET):
+    if len(opt.observations) < opt.n_init:
+        for trial in opt.ask(n=opt.n_init - len(opt.observations)):
+            opt.tell(trial, run_experiment(trial.params))
+    while len(opt.observations) < opt.n_init + BUDGET:
         trial = opt.ask(timeout=300)  # never waits forever for the federation
         opt.tell(trial, run_experiment(trial.params))
     kinds = sorted({m.kind for m in opt.sent_messages()})

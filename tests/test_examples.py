@@ -104,6 +104,9 @@ def test_http_consortium(runs) -> None:
     for site in ("lab-a", "lab-b"):
         assert re.search(rf"^{site}: best yield \d+\.\d+ at .*sent \['join', 'optimum_belief'\]", stdout, re.M), stdout
         assert (out / f"{site}.journal").exists()
+    # restarted once its campaign was done, lab-a asks nothing more (it used to crash on ask(n=0))
+    first, again = re.findall(r"^lab-a: best yield (\d+\.\d+)", stdout, re.M)
+    assert "restarting lab-a from its journal:" in stdout and first == again
     assert re.search(r"^audit log: \d+ entries", stdout, re.M)
     assert (out / "coordinator.sqlite").exists()
 
