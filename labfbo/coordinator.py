@@ -91,7 +91,9 @@ class Coordinator:
             raise ConfigurationError("deadline must be >= 0 seconds")
         if transport != "local":
             raise ConfigurationError(
-                f"transport {transport!r} is not available in this build; use 'local'")
+                f"transport {transport!r}: a Coordinator object serves sites in this process ('local'). Over HTTP, "
+                "run `labfbo coordinator serve --config consortium.yaml` and give each site its URL and token; "
+                "over MPI, serve it with labfbo.transport.mpi.serve (docs/deployment.md)")
         self.deadline = deadline
         self.seed = int(seed)
         self.horizon = horizon
@@ -122,9 +124,11 @@ class Coordinator:
         ours = {k: v for k, v in self.options.model_dump(mode="json").items()
                 if k in self.protocol_cls.shared_options}
         if request.shared_options != ours:
-            diff = sorted(k for k in ours if request.shared_options.get(k) != ours[k])
+            diff = sorted(k for k in {*ours, *request.shared_options}
+                          if request.shared_options.get(k, "<not set>") != ours.get(k, "<not set>"))
             raise FederationError(f"site {request.site!r} has protocol options that differ from the study's: "
-                                  f"{ {k: request.shared_options.get(k) for k in diff} } vs { {k: ours[k] for k in diff} }")
+                                  + ", ".join(f"{k}={request.shared_options.get(k, '<not set>')!r} (the study: "
+                                              f"{ours.get(k, '<not set>')!r})" for k in diff))
         if request.space_hash != self.space.fingerprint():
             what = self.space.difference(space) if space.fingerprint() == request.space_hash else "tampered space"
             raise FederationError(f"site {request.site!r} has a different search space than the study: "

@@ -203,9 +203,18 @@ def test_coordinator_checks_horizon_and_shared_options() -> None:
         labfbo.Coordinator("consensus", sites=["a", "b"])
     space = labfbo.SearchSpace([labfbo.Real("x", 0, 1)])
     coord = labfbo.Coordinator("consensus", sites=["a", "b"], horizon=5, matrix="uniform")
-    with pytest.raises(labfbo.FederationError, match="matrix"):
+    with pytest.raises(labfbo.FederationError, match="matrix='leader' \\(the study: 'uniform'\\)"):
         labfbo.Optimizer(space, protocol="consensus", coordinator=coord, site="a", matrix="leader")
     labfbo.Optimizer(space, protocol="consensus", coordinator=coord, site="a", acquisition="ei")  # local option
+    from labfbo.messages import JoinRequest  # a site of another labfbo version sends an option the study lacks
+
+    extra = JoinRequest(site="b", protocol="consensus", space_hash=space.fingerprint(),
+                        space=space.model_dump(mode="json"), n_init=1,
+                        shared_options={"matrix": "uniform", "gossip": True})
+    with pytest.raises(labfbo.FederationError, match="gossip=True \\(the study: '<not set>'\\)"):
+        coord.join(extra)
+    with pytest.raises(labfbo.ConfigurationError, match="labfbo coordinator serve"):
+        labfbo.Coordinator("consensus", sites=["a", "b"], horizon=5, transport="http")
 
 
 def test_a_site_without_data_abstains() -> None:

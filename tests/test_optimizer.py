@@ -382,3 +382,17 @@ def test_every_acquisition_proposes_batches(acquisition, which, cont_space, mixe
     assert distinct_rows(space, list(opt.trials))
     for t in batch:
         check_user_units(space, t.params)
+
+
+def test_jitter_notices_do_not_reach_the_console_but_other_warnings_do() -> None:
+    import warnings
+
+    import torch
+    from linear_operator.utils.cholesky import psd_safe_cholesky
+
+    import labfbo.models.gp  # noqa: F401 — installs the filter
+
+    with warnings.catch_warnings(record=True) as caught:
+        psd_safe_cholesky(torch.ones(3, 3, dtype=torch.float64))  # singular: GPyTorch adds jitter
+        warnings.warn("something a lab should see", UserWarning)
+    assert [str(w.message) for w in caught] == ["something a lab should see"]
