@@ -19,6 +19,7 @@ import hashlib
 import itertools
 import json
 import math
+from collections import Counter
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -30,6 +31,7 @@ from labfbo.params import (Categorical, Choice, Discrete, Integer, Param, Real, 
 
 #: allowed combinations x the other grid values: a larger table is refused
 MAX_TABLE_CANDIDATES = 200_000
+MAX_PARAMS = 1000  # parameters per space; also bounds what a coordinator parses from a join
 
 __all__ = ["Categorical", "Discrete", "Integer", "Real", "SearchSpace", "Choice", "Param"]
 
@@ -73,8 +75,11 @@ class SearchSpace(_Checked):
     def _check_params(cls, v: tuple[Any, ...]) -> tuple[Any, ...]:
         if not v:
             raise ValueError("a SearchSpace needs at least one parameter")
-        names = [p.name for p in v]
-        dup = sorted({n for n in names if names.count(n) > 1})
+        if len(v) > MAX_PARAMS:
+            raise ValueError(f"a SearchSpace has at most {MAX_PARAMS} parameters, got {len(v)} (a GP model "
+                             "cannot learn from so many inputs with a lab's budget)")
+        counts = Counter(p.name for p in v)
+        dup = sorted(n for n, c in counts.items() if c > 1)
         if dup:
             raise ValueError(f"duplicate parameter names: {dup}")
         return v

@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import requests
+from fastapi import HTTPException
 
 import labfbo
 from labfbo.messages import Abstain, Array
@@ -107,6 +108,14 @@ def test_auth_conflicts_and_limits(study) -> None:
     for body in (huge, deep, b"\xff\xfe", utf16, *unhashable):
         assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=body, headers=_h(tokens["b"]),
                              timeout=10).status_code == 422
+    one = SPACE.model_dump(mode="json")["params"][0]
+    wide = {"kind": "join", "site": "b", "protocol": "distribution", "space_hash": "0" * 64, "n_init": 1,
+            "space": {"params": [{**one, "name": f"x{i}"} for i in range(40_000)]}}
+    r = requests.post(f"{url}/v1/join", data=json.dumps(wide), headers=_h(tokens["b"]), timeout=60)
+    assert r.status_code == 413  # over this study's body limit: refused before it is read
+    with pytest.raises(HTTPException) as refused:  # under a larger limit, before the space is built
+        srv.server._join(json.dumps(wide).encode(), "b")
+    assert refused.value.status_code == 422 and "40000 parameters (at most 1000)" in refused.value.detail
     for body in (utf16, *unhashable):  # the join reads the same way
         assert requests.post(f"{url}/v1/join", data=body, headers=_h(tokens["b"]), timeout=10).status_code == 422
     # the audit log has every decision and no token or payload

@@ -272,3 +272,14 @@ def test_out_of_bounds_only_raises_when_strict(space4):
         space4.validate_params({**GOOD, "solvent": "acetone"}, strict=False)
     # and encoding clips the out-of-bounds value to the box
     assert space4.encode([space4.validate_params(bad, strict=False)[0]])[0, 0] == 1.0
+
+
+def test_a_space_has_at_most_max_params_parameters_and_duplicates_are_named():
+    from labfbo.space import MAX_PARAMS
+
+    params = [labfbo.Real(f"x{i}", 0.0, 1.0) for i in range(MAX_PARAMS + 1)]
+    with pytest.raises(labfbo.SearchSpaceError, match=f"at most {MAX_PARAMS} parameters"):
+        labfbo.SearchSpace(params)
+    assert labfbo.SearchSpace(params[:MAX_PARAMS]).dim == MAX_PARAMS
+    with pytest.raises(labfbo.SearchSpaceError, match=r"duplicate parameter names: \['x1', 'x3'\]"):
+        labfbo.SearchSpace(params[:5] + [params[3], params[1]])

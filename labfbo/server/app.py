@@ -25,6 +25,7 @@ import threading
 from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from labfbo.exceptions import FederationError, LabFBOError, ProtocolError
@@ -32,6 +33,7 @@ from labfbo.messages import Array, JoinRequest, Message, parse
 from labfbo.server.config import ServerConfig, TokenBook, new_token
 from labfbo.server.engine import Conflict, RoundEngine
 from labfbo.server.store import AuditLog, Store
+from labfbo.space import MAX_PARAMS
 
 
 class Work(BaseModel):
@@ -188,18 +190,9 @@ class CoordinatorServer:
 
         @app.post("/v1/join", response_model=Envelope, openapi_extra=body_doc)
         async def join(request: Request, site: str = Depends(self.site_auth)) -> Envelope:
-            msg = read_message(await request.body(), cfg.max_array_items)
-            if not isinstance(msg, JoinRequest):
-                raise HTTPException(422, f"expected a join request, got {msg.kind!r}")
-            self._own(site, msg.site)
-            try:
-                reply = self.engine.join(msg)
-            except LabFBOError as exc:
-                raise HTTPException(409, str(exc)) from None
-            except ValueError as exc:  # e.g. a search space that does not validate
-                raise HTTPException(422, str(exc)) from None
-            self.store.add_join(msg.site, msg.model_dump_json())
-            return Envelope(message=reply.model_dump_json())
+            # parsing and checking a space is CPU work: off the event loop, so that a big join
+            # never holds up the other sites' requests
+            return await run_in_threadpool(self._join, await request.body(), site)
 
         @app.get("/v1/sites/{site}/work", response_model=Work)
         async def work(site: str, request: Request, round: int | None = Query(None, ge=0, le=10**9),
@@ -273,6 +266,23 @@ class CoordinatorServer:
 
         self.fastapi = app  # the routes and their OpenAPI schema (``self.app`` adds the guard)
         return Guard(app, max_body_bytes=cfg.max_body_bytes, audit=self.audit)
+
+    def _join(self, body: bytes, site: str) -> Envelope:
+        msg = read_message(body, self.config.max_array_items)
+        if not isinstance(msg, JoinRequest):
+            raise HTTPException(422, f"expected a join request, got {msg.kind!r}")
+        params = msg.space.get("params") if isinstance(msg.space, dict) else None
+        if isinstance(params, list) and len(params) > MAX_PARAMS:
+            raise HTTPException(422, f"the joining space has {len(params)} parameters (at most {MAX_PARAMS})")
+        self._own(site, msg.site)
+        try:
+            reply = self.engine.join(msg)
+        except LabFBOError as exc:
+            raise HTTPException(409, str(exc)) from None
+        except ValueError as exc:  # e.g. a search space that does not validate
+            raise HTTPException(422, str(exc)) from None
+        self.store.add_join(msg.site, msg.model_dump_json())
+        return Envelope(message=reply.model_dump_json())
 
     def close(self) -> None:
         self.engine.stop()
