@@ -38,8 +38,9 @@ PROTOCOLS = ("independent", "gradient", "distribution", "consensus")
 METHODS = ("random", *PROTOCOLS, "pooled")
 #: variants studied beside the defaults: method -> (protocol, options)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "gradient-noguard": ("gradient", {"harm_guard": False}),
-    "gradient-nei": ("gradient", {"acquisition": "nei"}),
+    "gradient-noguard": ("gradient", {"harm_guard": False, "acquisition": "ucb", "beta": 4.0}),  # the paper's PACD-BO
+    "gradient-ucb": ("gradient", {"acquisition": "ucb", "beta": 4.0}),  # the default before qLogNEI (§12)
+    "distribution-ucb": ("distribution", {"acquisition": "ucb", "beta": 4.0}),
 }
 CHECKPOINTS = (5, 10, 20)
 
