@@ -4,6 +4,8 @@ No raw measurement leaves its site: a :class:`Coordinator` exchanges only model
 information between the sites' :class:`Optimizer` objects.
 """
 
+import warnings as _warnings
+
 from labfbo.exceptions import (ConfigurationError, FederationError, JournalError, LabFBOError,
                                ProtocolError, RoundError, SearchSpaceError, TrialError,
                                ValidationError)
@@ -16,6 +18,11 @@ from labfbo.simulation import SimulationResult, simulate
 from labfbo.protocols import available_protocols
 from labfbo.privacy import DP
 from labfbo import priors
+
+# A Cholesky that needed jitter is routine in BO (near-duplicate points, a long campaign);
+# GPyTorch handles it and warns each time, which floods a lab's console with nothing to
+# act on. Only that notice is silenced; every other warning still reaches the user.
+_warnings.filterwarnings("ignore", message=r"A not p\.d\., added jitter")
 
 __version__ = "0.1.0"
 

@@ -45,7 +45,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess
     results = {}
     for name, (proc, out) in procs.items():
         try:
-            stdout, stderr = proc.communicate(timeout=240)
+            stdout, stderr = proc.communicate(timeout=420)  # four scripts and their servers share the cores
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             stdout, stderr = proc.communicate()

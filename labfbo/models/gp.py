@@ -36,7 +36,6 @@ from gpytorch.kernels import Kernel
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.priors import GammaPrior, LogNormalPrior
-from linear_operator.utils.warnings import NumericalWarning
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
@@ -44,11 +43,6 @@ if TYPE_CHECKING:
     from labfbo.space import SearchSpace
 
 DTYPE = torch.float64
-
-# A Cholesky that needed jitter is routine in BO (near-duplicate points, a long campaign);
-# GPyTorch handles it and warns each time, which floods a lab's console with nothing to
-# act on. Only that notice is silenced; every other warning still reaches the user.
-warnings.filterwarnings("ignore", message=r"A not p\.d\., added jitter", category=NumericalWarning)
 
 
 _TORCH_RNG = threading.RLock()
