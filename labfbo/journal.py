@@ -34,6 +34,15 @@ def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not a finite number")
 
 
+def _is_json(line: bytes) -> bool:
+    """Whether ``line`` is complete JSON (a hand-edited NaN is complete; a torn write is not)."""
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
 def read_records(path: str | os.PathLike[str], *, repair: bool) -> tuple[list[dict[str, Any]], list[int]]:
     """The records of the journal at ``path`` and the line number of each.
 
@@ -58,7 +67,7 @@ def read_records(path: str | os.PathLike[str], *, repair: bool) -> tuple[list[di
             if not isinstance(rec, dict) or not isinstance(rec.get("op"), str):
                 raise ValueError("not a journal record")
         except ValueError as exc:
-            torn = last or all(not rest.strip() for rest in lines[i + 1:])
+            torn = not _is_json(line) and (last or all(not rest.strip() for rest in lines[i + 1:]))
             if torn and repair:
                 warnings.warn(f"{path}: dropping a torn last record (crash during a write)", stacklevel=4)
                 with open(path, "r+b") as fh:

@@ -328,3 +328,15 @@ def test_a_value_beyond_the_float_range_is_a_validation_error(cont_space, fast):
     with pytest.raises(labfbo.ValidationError, match="beyond the float range"):
         opt.tell(t, (1.0, -(10 ** 400)))
     assert opt.pending == [t]
+
+
+def test_a_hand_edited_last_record_is_refused_not_dropped_as_torn(cont_space, tmp_path, fast):
+    path = tmp_path / "last.jsonl"
+    _journal(cont_space, path, 3, fast)
+    lines = path.read_text().splitlines()
+    lines[-1] = lines[-1].replace('"value":', '"value":NaN,"x":', 1)  # the last tell, edited by hand
+    path.write_text("\n".join(lines) + "\n")
+    content = path.read_bytes()
+    with pytest.raises(labfbo.JournalError, match=rf"last.jsonl:{len(lines)}: .*NaN is not a finite number"):
+        Optimizer(cont_space, n_init=3, seed=3, storage=str(path), **fast)
+    assert path.read_bytes() == content
