@@ -124,11 +124,11 @@ class Coordinator:
         ours = {k: v for k, v in self.options.model_dump(mode="json").items()
                 if k in self.protocol_cls.shared_options}
         if request.shared_options != ours:
-            diff = sorted(k for k in {*ours, *request.shared_options}
-                          if request.shared_options.get(k, "<not set>") != ours.get(k, "<not set>"))
+            theirs = {k: request.shared_options.get(k, "<not set>") for k in {*ours, *request.shared_options}}
+            ours = {k: ours.get(k, "<not set>") for k in theirs}
+            diff = sorted(k for k in theirs if theirs[k] != ours[k])
             raise FederationError(f"site {request.site!r} has protocol options that differ from the study's: "
-                                  + ", ".join(f"{k}={request.shared_options.get(k, '<not set>')!r} (the study: "
-                                              f"{ours.get(k, '<not set>')!r})" for k in diff))
+                                  + ", ".join(f"{k}={theirs[k]!r} (the study: {ours[k]!r})" for k in diff))
         if request.space_hash != self.space.fingerprint():
             what = self.space.difference(space) if space.fingerprint() == request.space_hash else "tampered space"
             raise FederationError(f"site {request.site!r} has a different search space than the study: "
