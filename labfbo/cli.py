@@ -135,6 +135,14 @@ def _cmd_bench_http_rounds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_http_join(args: argparse.Namespace) -> int:
+    from labfbo.benchmarks.join_flood import report
+
+    print("labfbo bench http-join " + " ".join(sys.argv[3:]) + "\n")
+    print(report(args.params, args.joins))
+    return 0
+
+
 def _cmd_bench_privacy_utility(args: argparse.Namespace) -> int:
     from labfbo.benchmarks import privacy_utility
 
@@ -244,8 +252,7 @@ def _cmd_coordinator_serve(args: argparse.Namespace) -> int:
           f"{len(server.config.sites)} sites, on {'https' if tls else 'http'}://{args.host}:{args.port}", flush=True)
     # keep-alive longer than a long poll (30 s), so idle site connections are not cut mid-reuse
     uvicorn.run(server.app, host=args.host, port=args.port, log_level=args.log_level, lifespan="off",
-                ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile, timeout_keep_alive=65,
-                backlog=4096)
+                ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile, backlog=4096, **server.uvicorn_limits())
     server.close()
     return 0
 
@@ -440,6 +447,10 @@ def build_parser() -> argparse.ArgumentParser:
     hr.add_argument("--sites", nargs="+", type=int, default=[10, 100, 500])
     hr.add_argument("--rounds", type=int, default=5)
     hr.set_defaults(func=_cmd_bench_http_rounds)
+    hj = bsub.add_parser("http-join", help="health latency while huge joins are refused")
+    hj.add_argument("--params", type=int, default=40_000)
+    hj.add_argument("--joins", type=int, default=5)
+    hj.set_defaults(func=_cmd_bench_http_join)
     pu = bsub.add_parser("privacy-utility", help="DP on gradient and distribution, side by side with no DP (cached)")
     pu.add_argument("--seeds", type=int, default=3)
     pu.add_argument("--gradient-sigmas", type=float, nargs="+", default=[2.0, 8.0])

@@ -6,12 +6,26 @@ BO rounds through a *gather* function supplied by the transport::
     gather(requests: {site: Message}, quorum: int, deadline: float | None)
         -> {site: Message | Exception}
 
-**Round semantics.** Synchronous by default: every exchange waits for every site, and a
-round closes when all have answered. With ``quorum=q`` (and optionally ``deadline=s``
-seconds) an exchange closes once ``q`` sites have answered and the deadline has passed;
-stragglers and failed sites are left out of that exchange (aggregations see only the
-sites that contributed) and rejoin the next. Fewer than ``q`` answers is a
-:class:`~labfbo.exceptions.RoundError`.
+**The round clock.** The coordinator owns it: rounds run in order, ``0, 1, 2, ...``, and
+:attr:`Coordinator.last_round` is the last one completed. A site asks for round ``t``:
+
+* ``t <= last_round``: it gets the *current* guidance (that of ``last_round``) — a site
+  that fell behind, restarted or joined late catches up without re-running anything;
+* ``t == last_round + 1``: it waits for that round; the round *starts* when every site
+  of the study has asked for it (with ``quorum=q`` and ``deadline=s``: once ``q`` have,
+  ``s`` seconds after the first asked), and only the sites that asked take part — each
+  answers from the data it had when it asked (see :mod:`labfbo.optimizer`);
+* ``t > last_round + 1`` is refused (:class:`~labfbo.exceptions.RoundError`): no site
+  can skip rounds for everyone.
+
+Within a round, every exchange waits for every participant; with ``quorum``/``deadline``
+it closes once ``q`` have answered and the deadline has passed, and stragglers and
+failed sites are left out of that exchange (aggregations see only the sites that
+contributed). Fewer than ``q`` answers is a :class:`~labfbo.exceptions.RoundError`.
+Transports that run sites concurrently (MPI, HTTP) wait at the start of a round
+(:meth:`Coordinator.ready`); the in-process transport cannot wait for a site that has
+not asked yet, so it runs a round when the first site asks and every site answers from
+the data it has then (in one thread, what it would have asked with in a lock-step loop).
 
 **Collaborative design.** When a site joins, the coordinator sends its cells of one
 scrambled Latin hypercube of ``n_sites * n_init`` points (seeded by the study seed), so
@@ -107,6 +121,7 @@ class Coordinator:
                                      "Coordinator(..., horizon=T) (simulate sets it to budget)")
         self.members: dict[str, int] = {}
         self.rounds: dict[int, dict[str, Message]] = {}
+        self.last_round = -1  # the round clock: the last completed round
         self.contributors: dict[int, list[list[str]]] = {}
         self._aggregator = None
         self._transport: Any = None
@@ -145,11 +160,17 @@ class Coordinator:
         index = self.members[request.site]
         design = collaborative_design(self.space, self.n_sites, request.n_init, self.seed)[index]
         return JoinReply(site_index=index, n_sites=self.n_sites, design=Array.of(design),
-                         horizon=self.horizon, study=self.study)
+                         horizon=self.horizon, study=self.study, clock=self.last_round)
 
     @property
     def site_names(self) -> list[str]:
+        """The sites that have joined, in index order."""
         return sorted(self.members, key=self.members.__getitem__)
+
+    @property
+    def roster(self) -> list[str]:
+        """The study's sites in index order (a named study: all of them, joined or not)."""
+        return list(self.expected) if self.expected is not None else self.site_names
 
     def connect(self, site: str) -> Any:
         """An in-process link for ``site`` (the local transport)."""
@@ -167,21 +188,46 @@ class Coordinator:
         if self._aggregator is None:
             if self.protocol_cls.aggregator is None:
                 raise FederationError(f"protocol {self.protocol!r} has no coordinator rounds")
-            missing = self.n_sites - len(self.members)
-            if missing:
-                raise RoundError(f"waiting for {missing} more site(s) to join before round 0")
+            if self.expected is None and len(self.members) < self.n_sites:
+                raise RoundError(f"waiting for {self.n_sites - len(self.members)} more site(s) to join before round 0")
             self._aggregator = self.protocol_cls.aggregator(
-                self.options, self.site_names, self.seed, self.horizon, self.space)
+                self.options, self.roster, self.seed, self.horizon, self.space)
         return self._aggregator
 
-    def run_round(self, t: int, gather: Gather) -> dict[str, Message]:
-        """Run BO round ``t`` (and any round between the last one run and ``t``); return its replies."""
+    # -- the round clock ----------------------------------------------------------------
+    def check_round(self, site: str, t: int) -> None:
+        """Refuse a request for round ``t`` that would skip rounds (or comes from a stranger)."""
+        if site not in self.members:
+            raise FederationError(f"site {site!r} asked for round {t} before joining")
+        if t < 0 or t > self.last_round + 1:
+            raise RoundError(f"round {t} cannot be asked for: the last completed round is {self.last_round}, "
+                             f"so the next is {self.last_round + 1}")
+
+    def current_guidance(self, site: str) -> Message:
+        """``site``'s guidance of the last completed round (what a site behind the clock gets)."""
+        return self.rounds[self.last_round][site]
+
+    def ready(self, wanting: set[str], active: set[str], waited: float) -> bool:
+        """May the next round start? ``wanting``: the sites that asked for it; ``active``:
+        the sites that have joined and not left; ``waited``: seconds since the first asked.
+
+        Every site of the study must have joined and asked — or, with a quorum and a
+        deadline, ``quorum`` of them have asked and the deadline has passed.
+        """
+        if not wanting:
+            return False
+        if len(self.members) >= self.n_sites and set(self.roster) & active <= wanting:
+            return True
+        return self.deadline is not None and len(wanting) >= self.quorum and waited >= self.deadline
+
+    def run_round(self, t: int, gather: Gather, participants: Sequence[str] | None = None) -> dict[str, Message]:
+        """Run round ``t`` (the next on the clock) with ``participants`` (default: every site);
+        return its replies. A round already run returns its kept replies."""
         if t in self.rounds:
             return self.rounds[t]
-        # a coordinator that has run no round yet (new, or restarted) starts where the sites are
-        first = max(self.rounds) + 1 if self.rounds else t
-        for r in range(first, t + 1):
-            self._run_one(r, gather)
+        if t != self.last_round + 1:
+            raise RoundError(f"round {t} cannot run: the last completed round is {self.last_round}")
+        self._run_one(t, gather, None if participants is None else set(participants))
         return self.rounds[t]
 
     def snapshot(self, t: int) -> dict[str, Any]:
@@ -198,8 +244,9 @@ class Coordinator:
             self.rounds[t] = {s: parse(m) for s, m in snap["replies"].items()}
             self.contributors[t] = snap["contributors"]
             self.aggregator().restore(snap["aggregator"])
+            self.last_round = max(self.last_round, t)
 
-    def _run_one(self, t: int, gather: Gather) -> None:
+    def _run_one(self, t: int, gather: Gather, participants: set[str] | None) -> None:
         agg = self.aggregator()
         step = agg.open_round(t)
         contributions: list[list[str]] = []
@@ -208,7 +255,8 @@ class Coordinator:
                 break
             if not isinstance(step, Exchange) or not step.requests:
                 raise RoundError(f"round {t}: the aggregator returned an empty step")
-            requests = {s: self._stamp(m, t) for s, m in step.requests.items()}
+            requests = {s: self._stamp(m, t) for s, m in step.requests.items()
+                        if participants is None or s in participants}
             answers = gather(requests, min(self.quorum, len(requests)), self.deadline)
             answered = {s: m for s, m in answers.items() if isinstance(m, Message)}
             if len(answered) < min(self.quorum, len(requests)):
@@ -220,6 +268,7 @@ class Coordinator:
             step = agg.on_responses(t, contrib)
         else:
             raise RoundError(f"round {t} exceeded {MAX_EXCHANGES_PER_ROUND} exchanges")
-        replies = {s: self._stamp(step.replies.get(s, NoGuidance()), t) for s in self.site_names}
+        replies = {s: self._stamp(step.replies.get(s, NoGuidance()), t) for s in self.roster}
         self.rounds[t] = replies
         self.contributors[t] = contributions
+        self.last_round = t

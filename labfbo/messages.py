@@ -151,6 +151,7 @@ class JoinReply(Message):
     n_sites: int
     design: Array
     horizon: int | None = None
+    clock: int = -1  # the coordinator's last completed round when the site joined
 
 
 @register

@@ -27,6 +27,7 @@ from labfbo.privacy.report import report as privacy_report
 from labfbo.protocols import SiteContext, SiteData, get_protocol, parse_options
 from labfbo.seeding import campaign_id, rng, stable_hash
 from labfbo.site import SiteLedger, build_site_data, history_rows, write_csv
+from labfbo.site_clock import SiteClock
 from labfbo.space import SearchSpace
 from labfbo.transport import connect
 from labfbo.trial import Observation, Trial, TrialRecord, metadata_record, parse_value
@@ -40,6 +41,9 @@ def _plain(v: Any) -> Any:
 # a time: torch's RNG and Python's warning filters are process-global, and a transport thread
 # answering the coordinator must not interleave with a lab script's proposal.
 _COMPUTE = threading.RLock()
+
+MAX_MODEL_BATCH = 64
+"""The most points one ``ask(n)`` proposes from the model (a joint batch costs superlinearly in n)."""
 
 _NOT_RELEASES = ("abstain", "secagg_public_key", "secagg_self_mask")  # nothing computed from the data
 _HEADER_KEYS = ("space_hash", "objective", "protocol", "seed", "site", "n_init")
@@ -99,7 +103,10 @@ class Optimizer:
         self._hist_x: list[np.ndarray] = []
         self._next_id = 0
         self._design_used = 0
-        self._round = 0
+        self._round = 0  # the BO round of the next proposal (federated: the clock's next round)
+        self._clock = SiteClock()
+        self._position = 0  # journal position of the last applied record (cuts of the site's data)
+        self._hist_at: list[int] = []
         self._data_cache: SiteData | None = None
         self._own_design: np.ndarray | None = None
         self.ledger = SiteLedger()
@@ -172,6 +179,11 @@ class Optimizer:
             elif reply.site_index != self._join_reply.site_index:
                 raise JournalError(f"the coordinator now gives {self.site!r} index {reply.site_index}, "
                                    f"the journal has {self._join_reply.site_index}")
+            if self.protocol.federated and self._clock.rebase(reply.clock):
+                warnings.warn(f"site {self.site!r}: the coordinator has completed {reply.clock + 1} round(s), this "
+                              f"site's journal is at round {self._round}: the coordinator lost its rounds (re-created "
+                              "without its state?); continuing on the coordinator's clock", stacklevel=3)
+                self._round = self._clock.next_round
         if self._join_reply is not None:
             ctx_index, n_sites = self._join_reply.site_index, self._join_reply.n_sites
             self.horizon = self.horizon if self.horizon is not None else self._join_reply.horizon
@@ -201,22 +213,28 @@ class Optimizer:
     def _apply(self, rec: dict[str, Any], replay: bool = False) -> None:
         op = rec["op"]
         self._data_cache = None  # every record may change the site's data or its pending points
+        self._position += 1
         if op == "hist":
             for params, value, sem in zip(rec["params"], rec["values"], rec["sems"], strict=True):
                 if replay:
                     value, sem = parse_value(value if sem is None else (value, sem))
                 self._historical.append(Observation(params=params, value=value, sem=sem))
                 self._hist_x.append(self.space.encode([self._clean(params, strict=False)])[0])
+                self._hist_at.append(self._position)
         elif op in ("ask", "enqueue"):
             for t in rec["trials"]:
                 if replay and (isinstance(t["id"], bool) or not isinstance(t["id"], int) or t["id"] in self._trials):
                     raise JournalError(f"trial id {t['id']!r} appears twice (another journal appended to this one?)")
                 self._trials[t["id"]] = TrialRecord(id=t["id"], params=t["params"], x=np.asarray(t["x"]),
                                                     source=t["source"], round=t["round"],
-                                                    metadata=t.get("metadata", {}))
+                                                    metadata=t.get("metadata", {}), asked_at=self._position)
                 self._next_id = max(self._next_id, t["id"] + 1)
                 self._design_used += t["source"] == "design"
-            self._round += bool(rec.get("model_round", False))
+            if self.protocol.federated and op == "ask":
+                self._clock.replay(rec)
+                self._round = self._clock.next_round
+            else:
+                self._round += bool(rec.get("model_round", False))
         elif op in ("tell", "fail", "note"):
             tr = self._trials.get(rec["id"])
             if tr is None:
@@ -226,6 +244,8 @@ class Optimizer:
             if op == "tell" and replay:
                 parse_value(rec["value"] if rec.get("sem") is None else (rec["value"], rec["sem"]))
             tr.metadata.update(rec.get("metadata", {}))
+            if op != "note":
+                tr.finished_at = self._position
             if op == "tell":
                 tr.state, tr.value, tr.sem = "complete", rec["value"], rec.get("sem")
             elif op == "fail":
@@ -305,16 +325,23 @@ class Optimizer:
         while len(rows) < k and self._design_used + len(rows) < len(design) and self._needs_design(len(rows)):
             rows.append((design[self._design_used + len(rows)], "design"))
         model_round = len(rows) < k
+        if k - len(rows) > MAX_MODEL_BATCH:
+            raise ValidationError(f"ask(n={k}) would propose {k - len(rows)} points from the model in one call "
+                                  f"(at most {MAX_MODEL_BATCH}); ask for smaller batches")
+        clock: dict[str, Any] = {}
         if model_round:
             extra = np.array([r[0] for r in rows]).reshape(-1, self.space.dim)
-            X, source = self._propose(k - len(rows), extra, timeout)
+            X, source, clock = self._propose(k - len(rows), extra, timeout)
             rows += [(x, source) for x in X]
+            if self.protocol.federated and not clock:  # no data yet: random, off the clock
+                clock = self._clock.record(None, self._results())
         trials = []
         for j, (x, source) in enumerate(rows):
             params = self.space.decode(x[None])[0]
+            at = clock.get("guidance_round") if source.startswith("model") else None
             trials.append({"id": self._next_id + j, "params": params, "x": self.space.encode([params])[0].tolist(),
-                           "source": source, "round": self._round})
-        self._commit({"op": "ask", "trials": trials, "model_round": model_round})
+                           "source": source, "round": self._round if at is None else at})
+        self._commit({"op": "ask", "trials": trials, "model_round": model_round, **clock})
         out = [self._trials[t["id"]].trial() for t in trials]
         return out[0] if n is None else out
 
@@ -455,12 +482,15 @@ class Optimizer:
         self.close()
 
     # -- internals -------------------------------------------------------------------------
-    def site_data(self, extra_pending: np.ndarray | None = None) -> SiteData:
-        """The site's local data in model coordinates.
+    def site_data(self, extra_pending: np.ndarray | None = None, upto: int | None = None) -> SiteData:
+        """The site's local data in model coordinates (as of journal position ``upto``: None, now).
 
         Cached until the next journal record (a gradient round reads it once per SVGD
         step); the arrays are shared, so callers must not modify them in place.
         """
+        if upto is not None and upto < self._position:
+            return build_site_data(self.space, self._sign, self._hist_x, self._historical,
+                                   list(self._trials.values()), self._hist_at, upto)
         cached = self._data_cache
         if cached is None:
             cached = self._data_cache = self._build_site_data()
@@ -488,39 +518,61 @@ class Optimizer:
         enqueued = sum(t.source == "enqueued" for t in self._trials.values())
         return len(self._historical) + self._design_used + enqueued + in_batch < self.n_init
 
-    def _propose(self, m: int, extra: np.ndarray, timeout: float | None) -> tuple[np.ndarray, str]:
+    def _results(self) -> int:
+        """Results the site has: historical, told and failed (what makes a new round worth asking)."""
+        return len(self._historical) + sum(t.state != "pending" for t in self._trials.values())
+
+    def _propose(self, m: int, extra: np.ndarray, timeout: float | None) -> tuple[np.ndarray, str, dict[str, Any]]:
+        """``m`` model proposals, their source, and the ask record's clock fields (federated)."""
         data = self.site_data(extra_pending=extra)
         if data.n == 0:
             gen = rng(self.seed, self.context.site_index, self._round, "random")
-            return self.space.snap(gen.random((m, self.space.dim))), "random"
-        guidance, source = None, "model"
+            return self.space.snap(gen.random((m, self.space.dim))), "random", {}
+        guidance, source, clock, t, uses = None, "model", {}, self._round, 0
         self._logic.expect(m)
         if self.protocol.federated:
-            if self._link is None:
-                raise LabFBOError(f"site {self.site!r} was closed; reopen it from its journal to continue")
-            try:
-                guidance = parse(self._link.guidance(self._round, timeout))
-                if guidance.round not in (-1, self._round):
-                    raise ProtocolError(f"site {self.site!r} got round {guidance.round}'s guidance for round {self._round}")
-                self.ledger.record_received(guidance)
-                self._last_guidance = guidance
-            except (TimeoutError, FederationError, RoundError) as exc:
-                if timeout is None:
-                    raise
-                # ask(timeout=...) never blocks forever: propose from the last guidance, or locally
-                guidance = self._last_guidance
-                source = "model-last-guidance" if guidance is not None else "model-local"
-                warnings.warn(f"site {self.site!r}, round {self._round}: no guidance ({exc}); proposing from "
-                              f"{'the last guidance' if guidance is not None else 'the local model'}", stacklevel=3)
+            guidance, source, clock = self._guidance(timeout)
+            if clock.get("guidance_round") is not None:
+                t = clock["guidance_round"]
+                uses = self._clock.uses if t == self._clock.guided else 0
         with self._lock, _COMPUTE:
-            X = np.asarray(self._logic.propose(data, guidance, m, self._round), dtype=np.float64)
+            X = np.asarray(self._logic.propose(data, guidance, m, t), dtype=np.float64)
         if X.shape != (m, self.space.dim):
             raise LabFBOError(f"protocol {self.protocol_name!r} proposed shape {X.shape}, expected {(m, self.space.dim)}")
-        return self._dedupe(self.space.snap(X), data.pending), source
+        return self._dedupe(self.space.snap(X), data.pending, t, uses), source, clock
 
-    def _dedupe(self, X: np.ndarray, pending: np.ndarray) -> np.ndarray:
+    def _guidance(self, timeout: float | None) -> tuple[Message | None, str, dict[str, Any]]:
+        """The guidance to propose from (see :mod:`labfbo.site_clock`): the one held when no
+        result arrived since it was asked for, else the next round's (waiting for it)."""
+        if self._link is None:
+            raise LabFBOError(f"site {self.site!r} was closed; reopen it from its journal to continue")
+        results, clock = self._results(), self._clock
+        held = clock.ahead(results)
+        if held and self._last_guidance is not None and self._last_guidance.round == clock.guided:
+            return self._last_guidance, "model", clock.record(clock.guided, clock.seen)
+        t = clock.guided if held else clock.next_round
+        if not held:
+            clock.asking(t, self._position)
+        try:
+            guidance = parse(self._link.guidance(t, timeout))
+        except (TimeoutError, FederationError, RoundError) as exc:
+            if timeout is None:
+                raise
+            # ask(timeout=...) never blocks forever: propose from the last guidance, or locally
+            last = self._last_guidance
+            warnings.warn(f"site {self.site!r}, round {t}: no guidance ({exc}); proposing from "
+                          f"{'the last guidance' if last is not None else 'the local model'}", stacklevel=4)
+            return last, "model-last-guidance" if last is not None else "model-local", clock.record(None, results)
+        got = t if guidance.round < 0 else guidance.round
+        if got < t:
+            raise ProtocolError(f"site {self.site!r} got round {got}'s guidance for round {t}")
+        self.ledger.record_received(guidance)
+        self._last_guidance = guidance
+        return guidance, "model", clock.record(got, clock.seen if held else results)
+
+    def _dedupe(self, X: np.ndarray, pending: np.ndarray, t: int, uses: int) -> np.ndarray:
         """Replace proposals that repeat a pending point (or each other) by random points."""
-        gen = rng(self.seed, self.context.site_index, self._round, "dedupe")
+        gen = rng(self.seed, self.context.site_index, t, "dedupe" if not uses else f"dedupe/{uses}")
         taken = [p for p in pending]
         for i in range(len(X)):
             for _ in range(100):
@@ -536,7 +588,9 @@ class Optimizer:
         with self._lock:
             with _COMPUTE:
                 self.ledger.record_received(request)
-                answer = self._logic.answer(request, self.site_data(), request.round)
+                # the data the site had when it asked for this round (all of it if it has not asked)
+                data = self.site_data(upto=self._clock.cuts.get(request.round))
+                answer = self._logic.answer(request, data, request.round)
             answer = answer.model_copy(update={"round": request.round, "study": request.study})
             # the operator's review runs outside the process-wide compute lock
             if self._approve is not None and not self._approve(answer):

@@ -181,7 +181,7 @@ def simulate(problem: FederatedProblem | str, protocol: str = "independent", n_s
     ``transport="mpi"``: run under ``mpiexec -n N+1 python -m mpi4py ...``; rank 0 runs
     the coordinator and returns the result, site ``i`` runs at rank ``i + 1`` and gets None.
     ``transport="http"``: starts a coordinator server on 127.0.0.1 (ephemeral port) and
-    runs the sites as real HTTP clients in this process.
+    runs the sites as real HTTP clients in this process, each in its own thread.
     """
     if transport not in ("local", "mpi", "http"):
         raise ConfigurationError(f"transport must be 'local', 'mpi' or 'http', got {transport!r}")
@@ -239,7 +239,55 @@ def _simulate_http(prob: FederatedProblem, protocol: str, n_init: int | None, bu
                        options={k: v for k, v in options.items() if k != "prior"})
     with ServerThread(CoordinatorServer(cfg)) as srv:
         links = [HTTPCoordinator(srv.url, tokens[n][0]) for n in names]
-        return _lockstep(prob, protocol, links, n_init, budget, seed, progress, on_round, options)
+        return _threaded(prob, protocol, links, n_init, budget, seed, progress, on_round, options)
+
+
+def _threaded(prob: FederatedProblem, protocol: str, coordinators: list[Any], n_init: int | None, budget: int,
+              seed: int, progress: bool, on_round: Callable[[int], None] | None,
+              options: dict[str, Any]) -> SimulationResult:
+    """Every site in its own thread running its own loop, as separate labs would (MPI ranks
+    do the same); the coordinator starts each round once every site has asked for it.
+    ``on_round(t)`` and the progress bar follow the first site."""
+    import threading
+
+    start = time.perf_counter()
+    records: list[dict[str, Any] | None] = [None] * prob.n_sites
+    errors: list[BaseException] = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=budget, desc=f"{prob.name}/{protocol}", leave=False)
+
+    def site(i: int) -> None:
+        try:
+            run = _SiteRun(prob, i, _optimizer(prob, protocol, coordinators[i], i, seed, n_init, budget, options),
+                           seed, budget)
+            try:
+                run.initial_design()
+                for t in range(budget):
+                    run.finish_round(run.ask(t), t)
+                    if i == 0 and bar is not None:
+                        bar.update(1)
+                    if i == 0 and on_round is not None:
+                        on_round(t)
+                records[i] = run.record()
+            finally:
+                run.opt.close()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=site, args=(i,), name=f"labfbo-sim-{i}", daemon=True)
+               for i in range(prob.n_sites)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if bar is not None:
+        bar.close()
+    if errors:
+        raise errors[0]
+    return _assemble(prob, protocol, seed, budget, records, time.perf_counter() - start, options)  # type: ignore[arg-type]
 
 
 def _simulate_mpi(prob: FederatedProblem, protocol: str, n_init: int | None, budget: int, seed: int,

@@ -78,16 +78,24 @@ def write_csv(path: str, rows: list[dict[str, Any]]) -> None:
 
 
 def build_site_data(space: "SearchSpace", sign: float, hist_x: list[np.ndarray], historical: list["Observation"],
-                    trials: list["TrialRecord"]) -> SiteData:
+                    trials: list["TrialRecord"], hist_at: list[int] | None = None,
+                    upto: int | None = None) -> SiteData:
     """A site's data in model coordinates: historical then completed trials (``sign`` makes every
     objective a maximization), their variances when every one has a standard error, and the
-    pending points."""
-    done = [t for t in trials if t.state == "complete"]
+    pending points — as of journal position ``upto`` (None: now; ``hist_at`` gives the
+    historical observations' positions)."""
+    if upto is not None:
+        keep = [p <= upto for p in (hist_at or [0] * len(historical))]
+        hist_x = [x for x, k in zip(hist_x, keep) if k]
+        historical = [o for o, k in zip(historical, keep) if k]
+        trials = [t for t in trials if t.asked_at <= upto]
+    states = [t.state_at(upto) for t in trials]
+    done = [t for t, s in zip(trials, states) if s == "complete"]
     X = np.array(hist_x + [t.x for t in done]).reshape(-1, space.dim)
     values = [o.value for o in historical] + [t.value for t in done]
     sems = [o.sem for o in historical] + [t.sem for t in done]
     y = sign * np.asarray(values, dtype=np.float64)
     yvar = None if not sems or any(s is None for s in sems) else np.square(np.asarray(sems, dtype=np.float64))
-    pending = np.array([t.x for t in trials if t.state == "pending"]).reshape(-1, space.dim)
-    failed = np.array([t.x for t in trials if t.state == "failed"]).reshape(-1, space.dim)
+    pending = np.array([t.x for t, s in zip(trials, states) if s == "pending"]).reshape(-1, space.dim)
+    failed = np.array([t.x for t, s in zip(trials, states) if s == "failed"]).reshape(-1, space.dim)
     return SiteData(space=space, X=X, y=y, yvar=yvar, pending=pending, failed=failed)

@@ -56,6 +56,14 @@ class TrialRecord:
     sem: float | None = None
     reason: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    asked_at: int = 0                 # journal position of its ask
+    finished_at: int | None = None    # journal position of its tell or fail
+
+    def state_at(self, position: int | None) -> TrialState:
+        """Its state as of journal ``position`` (None: now)."""
+        if position is None or (self.finished_at is not None and self.finished_at <= position):
+            return self.state
+        return "pending"
 
     def trial(self) -> Trial:
         return Trial(id=self.id, params=dict(self.params),

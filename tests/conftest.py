@@ -156,3 +156,18 @@ def sum_protocol():
         yield SumProtocol
     finally:
         _REGISTRY.pop(SumProtocol.name, None)
+
+
+@pytest.fixture(scope="module")
+def cpu_load():
+    """Both cores busy with another process while the test runs (timing must not matter)."""
+    import subprocess
+    import sys
+
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        yield
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()

@@ -26,7 +26,8 @@ SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1)])
 
 
 @pytest.mark.parametrize("protocol", ["independent", "consensus", "distribution", "gradient", "gradient-sa"])
-def test_http_gives_the_same_proposals_as_local(protocol: str) -> None:
+def test_http_gives_the_same_proposals_as_local(protocol: str, cpu_load) -> None:
+    """Sites in their own threads, both cores busy with another process: timing must not matter."""
     kw = dict(problem="branin", protocol=protocol.removesuffix("-sa"), n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
     http = labfbo.simulate(transport="http", **kw)
     local = labfbo.simulate(**kw)
@@ -45,6 +46,14 @@ def study(tmp_path):
                        max_body_bytes=20_000, options={**FAST, **EXTRA["distribution"]})
     with ServerThread(CoordinatorServer(cfg)) as srv:
         yield srv, {s: t for s, (t, _) in tokens.items()}, admin, audit
+
+
+def _ask_all(opts, **kw) -> list:
+    """Every site asks at once, as separate labs do (a round starts when all have asked)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(opts)) as pool:
+        return list(pool.map(lambda o: o.ask(**kw), opts))
 
 
 def _h(token: str) -> dict[str, str]:
@@ -71,8 +80,16 @@ def test_auth_conflicts_and_limits(study) -> None:
     # site a reading or posting as site b
     assert requests.get(f"{url}/v1/sites/b/work", headers=_h(tokens["a"]), timeout=10).status_code == 403
     assert requests.post(f"{url}/v1/sites/b/answers/1", data="{}", headers=_h(tokens["a"]), timeout=10).status_code == 403
-    # start round 0 and take site a's request
+    # no site can skip rounds for everyone (the state would survive a restart)
+    for t in (1, 999_999_999):
+        r = requests.post(f"{url}/v1/sites/a/rounds/{t}/want", headers=_h(tokens["a"]), timeout=10)
+        assert r.status_code == 409 and "the next is 0" in r.json()["detail"]
+    # round 0 starts once every site has asked for it; take site a's request
     assert requests.post(f"{url}/v1/sites/a/rounds/0/want", headers=_h(tokens["a"]), timeout=10).status_code == 202
+    status = requests.get(f"{url}/v1/admin/status", headers=_h(admin), timeout=10).json()
+    assert status["waiting_for"] == {"0/start": ["b", "c"]}
+    for s in ("b", "c"):
+        assert requests.post(f"{url}/v1/sites/{s}/rounds/0/want", headers=_h(tokens[s]), timeout=10).status_code == 202
     work = requests.get(f"{url}/v1/sites/a/work", params={"wait": 5}, headers=_h(tokens["a"]), timeout=20).json()
     assert work["type"] == "request"
     seq = work["seq"]
@@ -115,7 +132,7 @@ def test_auth_conflicts_and_limits(study) -> None:
     assert r.status_code == 413  # over this study's body limit: refused before it is read
     with pytest.raises(HTTPException) as refused:  # under a larger limit, before the space is built
         srv.server._join(json.dumps(wide).encode(), "b")
-    assert refused.value.status_code == 422 and "40000 parameters (at most 1000)" in refused.value.detail
+    assert refused.value.status_code == 422 and "40000 parameters (at most 1000: max_params)" in refused.value.detail
     for body in (utf16, *unhashable):  # the join reads the same way
         assert requests.post(f"{url}/v1/join", data=body, headers=_h(tokens["b"]), timeout=10).status_code == 422
     # the audit log has every decision and no token or payload
@@ -125,6 +142,38 @@ def test_auth_conflicts_and_limits(study) -> None:
     for t in tokens.values():
         assert t not in text and hash_token(t) not in text
     assert Array.of([0.2, 0.3]).data not in text and "changed my mind" not in text
+
+
+def _raw(url: str, head: bytes, body: bytes = b"", wait: float = 10.0) -> tuple[bytes, float]:
+    """Send raw bytes and return the first bytes of the answer and how long it took."""
+    import socket
+    import time
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=wait) as sock:
+        start = time.monotonic()
+        sock.sendall(head + body)
+        data = sock.recv(4096)
+        return data, time.monotonic() - start
+
+
+def test_tokens_are_checked_before_the_body_and_slow_bodies_time_out(tmp_path) -> None:
+    tokens = {"a": new_token()}
+    cfg = ServerConfig(protocol="distribution", sites={"a": tokens["a"][1]}, space=SPACE.model_dump(mode="json"),
+                       body_timeout=1.0, options={**FAST, **EXTRA["distribution"]})
+    with ServerThread(CoordinatorServer(cfg)) as srv:
+        # 3 MB announced (under the 4 MB limit), none of it sent: refused on the token alone
+        head = (b"POST /v1/join HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 3000000\r\n\r\n")
+        data, took = _raw(srv.url, head)
+        assert data.startswith(b"HTTP/1.1 401") and took < 5
+        # a known token, a body that stops arriving: 408 after body_timeout, not a held connection
+        head = head.replace(b"Bearer nope", f"Bearer {tokens['a'][0]}".encode())
+        data, took = _raw(srv.url, head, b'{"kind": "join", ')
+        assert data.startswith(b"HTTP/1.1 408") and 0.9 < took < 10
+        assert srv.server.uvicorn_limits() == {"limit_concurrency": 1000, "timeout_keep_alive": 65.0}
+        assert srv.uv.config.limit_concurrency == 1000
+        assert requests.get(f"{srv.url}/v1/health", timeout=10).status_code == 200  # no token needed
 
 
 def test_token_rotation_without_restart(study) -> None:
@@ -154,8 +203,7 @@ def test_a_silent_site_is_left_out_with_quorum(tmp_path) -> None:
                 o.tell(t, (t.params["x"] - 0.1 * i) ** 2 + t.params["y"] ** 2)
         opts[3].close()  # s3 stops answering
         for r in range(3):
-            for i, o in enumerate(opts[:3]):
-                t = o.ask(timeout=60)
+            for i, (o, t) in enumerate(zip(opts[:3], _ask_all(opts[:3], timeout=60))):
                 assert t.metadata["source"] == "model"
                 o.tell(t, (t.params["x"] - 0.1 * i) ** 2 + t.params["y"] ** 2)
         contributors = srv.server.coordinator.contributors
@@ -195,7 +243,7 @@ def test_approve_mode_sends_abstain_when_declined(study) -> None:
             o.tell(t, t.params["x"] ** 2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        [o.ask() for o in opts]
+        _ask_all(opts)
     assert seen == ["optimum_belief"]
     assert [m.kind for m in opts[0].sent_messages()] == ["join", "abstain"]
     assert srv.server.coordinator.contributors[0] == [["b", "c"]]
@@ -221,7 +269,7 @@ def test_failing_and_leaving_sites_are_not_waited_for(study) -> None:
 
     start = time.monotonic()
     with pytest.warns(UserWarning, match="instrument PC out of memory"):  # no quorum: the round fails at once
-        trials = [o.ask(timeout=60) for o in opts[:2]]
+        trials = _ask_all(opts[:2], timeout=60)
     assert time.monotonic() - start < 30
     assert all(t.metadata["source"] == "model-local" for t in trials)
     assert [m.kind for m in opts[1].sent_messages()] == ["join"]  # nothing but the join left site b
@@ -237,7 +285,7 @@ def _free_port() -> int:
 
 def _campaign(opts, rounds: range, log: list) -> None:
     for _ in rounds:
-        trials = [o.ask() for o in opts]
+        trials = _ask_all(opts)
         for i, (o, t) in enumerate(zip(opts, trials)):
             o.tell(t, (t.params["x"] - 0.2 * i) ** 2 + (t.params["y"] + 0.1) ** 2)
             log.append((i, t.params["x"], t.params["y"]))
@@ -347,11 +395,11 @@ def test_a_site_restarted_from_its_journal_rejoins(study, tmp_path) -> None:
     for o in opts:
         for t in o.ask(n=2):
             o.tell(t, t.params["x"] ** 2)
-    first = [o.ask() for o in opts]
+    first = _ask_all(opts)
     for o, t in zip(opts, first):
         o.tell(t, t.params["x"] ** 2)
     opts[1].close()
     opts[1] = site("b")  # restarted from its journal: same index, round 1 next
     assert len(opts[1].observations) == 3 and opts[1].context.site_index == 1
-    second = [o.ask() for o in opts]
+    second = _ask_all(opts)
     assert all(t.metadata["round"] == 1 and t.metadata["source"] == "model" for t in second)

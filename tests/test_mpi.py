@@ -1,4 +1,5 @@
-"""The MPI transport: the same campaign gives the same proposals as the in-process one.
+"""The MPI transport: the same campaign gives the same proposals as the in-process one,
+also while the machine is loaded.
 
 Runs ``mpiexec -n 4 python -m mpi4py tests/mpi/same_proposals.py`` once (coordinator + 3
 sites, every protocol) with a timeout, and checks each protocol's result.
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (
 
 
 @pytest.fixture(scope="module")
-def mpi_results() -> dict:
+def mpi_results(cpu_load) -> dict:
+    """Run while both cores are busy with another process: proposals must not depend on timing."""
     script = Path(__file__).parent / "mpi" / "same_proposals.py"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([MPIEXEC, "-n", "4", sys.executable, "-m", "mpi4py", str(script), *PROTOCOLS],

@@ -59,6 +59,11 @@ def test_ask_return_types(cont_space, fast):
         with pytest.raises(labfbo.ValidationError):
             opt.ask(n=bad)
     assert len(opt.pending) == 2
+    with pytest.raises(labfbo.ValidationError, match=r"ask\(n=66\) would propose 65 points from the model .*at most 64"):
+        opt.ask(n=66)  # one design point left, 65 from the model: refused at once, nothing journaled
+    assert len(opt.pending) == 2
+    plate = Optimizer(cont_space, n_init=96, seed=0, **fast)
+    assert len(plate.ask(n=96)) == 96  # a 96-well design is not a model batch
 
 
 def test_ask_batch_in_user_units(mixed_space, mixed_f, fast):

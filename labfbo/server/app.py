@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exception_handlers import http_exception_handler
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel
 
 from labfbo.exceptions import FederationError, LabFBOError, ProtocolError
@@ -41,6 +43,26 @@ class Work(BaseModel):
     seq: int | None = None
     round: int | None = None
     message: str | None = None  # the message's exact JSON text
+
+
+class Problem(BaseModel):
+    """Every refusal: a sentence, or (a request that does not match the schema) FastAPI's list."""
+
+    detail: str | list[dict[str, Any]]
+
+
+_WHY = {401: "missing or unknown bearer token", 403: "the token belongs to another site",
+        404: "no such site", 408: "the body took longer than body_timeout to arrive",
+        409: "refused by the study or the round clock (the detail says why)",
+        413: "body over max_body_bytes", 422: "malformed request or message"}
+
+
+def _answers(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` of a route: its refusals, plus 408/413/422 (any body) and 503."""
+    out: dict[int | str, dict[str, Any]] = {c: {"model": Problem, "description": _WHY[c]}
+                                            for c in sorted({*codes, 408, 413, 422})}
+    out[503] = {"description": "over max_connections (plain text)", "content": {"text/plain": {}}}
+    return out
 
 
 class Envelope(BaseModel):
@@ -181,20 +203,26 @@ class CoordinatorServer:
                       description="Federated Bayesian optimization: the consortium's coordinator.")
         cfg = self.config
 
-        @app.get("/v1/health")
+        @app.exception_handler(StarletteHTTPException)
+        async def refusal(request: Request, exc: StarletteHTTPException) -> Any:
+            if exc.status_code == 400:  # FastAPI's "error parsing the body": a malformed request is 422 here
+                exc = StarletteHTTPException(422, exc.detail)
+            return await http_exception_handler(request, exc)
+
+        @app.get("/v1/health", responses=_answers())
         def health() -> dict[str, str]:
             return {"status": "ok", "study": cfg.study}
 
         body_doc = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
             "type": "object", "description": "a labfbo message (see labfbo.messages): kind, version, round, ..."}}}}}
 
-        @app.post("/v1/join", response_model=Envelope, openapi_extra=body_doc)
+        @app.post("/v1/join", response_model=Envelope, openapi_extra=body_doc, responses=_answers(401, 403, 409))
         async def join(request: Request, site: str = Depends(self.site_auth)) -> Envelope:
             # parsing and checking a space is CPU work: off the event loop, so that a big join
             # never holds up the other sites' requests
             return await run_in_threadpool(self._join, await request.body(), site)
 
-        @app.get("/v1/sites/{site}/work", response_model=Work)
+        @app.get("/v1/sites/{site}/work", response_model=Work, responses=_answers(401, 403, 409))
         async def work(site: str, request: Request, round: int | None = Query(None, ge=0, le=10**9),
                  wait: float = Query(0.0, ge=0.0, le=30.0), me: str = Depends(self.site_auth)) -> Work:
             self._own(me, site)
@@ -206,7 +234,8 @@ class CoordinatorServer:
             except Conflict as exc:
                 raise HTTPException(409, str(exc)) from None
 
-        @app.post("/v1/sites/{site}/rounds/{round}/want", response_model=Accepted, status_code=202)
+        @app.post("/v1/sites/{site}/rounds/{round}/want", response_model=Accepted, status_code=202,
+                  responses=_answers(401, 403, 409))
         def want(site: str, round: int, request: Request, me: str = Depends(self.site_auth)) -> Accepted:
             self._own(me, site)
             if site not in self.coordinator.members:
@@ -220,13 +249,14 @@ class CoordinatorServer:
                 raise HTTPException(409, str(exc)) from None
             return Accepted(accepted=True)
 
-        @app.post("/v1/sites/{site}/leave", response_model=Accepted)
+        @app.post("/v1/sites/{site}/leave", response_model=Accepted, responses=_answers(401, 403))
         def leave(site: str, me: str = Depends(self.site_auth)) -> Accepted:
             self._own(me, site)
             self.engine.leave(site)
             return Accepted(accepted=True)
 
-        @app.post("/v1/sites/{site}/answers/{seq}", response_model=Accepted, openapi_extra=body_doc)
+        @app.post("/v1/sites/{site}/answers/{seq}", response_model=Accepted, openapi_extra=body_doc,
+                  responses=_answers(401, 403, 409))
         async def answer(site: str, seq: int, request: Request, me: str = Depends(self.site_auth)) -> Accepted:
             self._own(me, site)
             body = await request.body()
@@ -244,7 +274,8 @@ class CoordinatorServer:
                 raise HTTPException(409, str(exc)) from None
             return Accepted(accepted=True, repeat=not new)
 
-        @app.get("/v1/admin/status", response_model=Status, dependencies=[Depends(self.admin_auth)])
+        @app.get("/v1/admin/status", response_model=Status, dependencies=[Depends(self.admin_auth)],
+                 responses=_answers(401))
         def status() -> Status:
             waiting = self.engine.waiting()
             with self.engine.cv:  # the round thread changes these
@@ -252,7 +283,8 @@ class CoordinatorServer:
                               rounds_done=sorted(self.engine.published & set(self.coordinator.rounds)),
                               round_errors=dict(self.engine.errors), waiting_for=waiting)
 
-        @app.post("/v1/admin/sites/{site}/token", response_model=Rotated, dependencies=[Depends(self.admin_auth)])
+        @app.post("/v1/admin/sites/{site}/token", response_model=Rotated, dependencies=[Depends(self.admin_auth)],
+                  responses=_answers(401, 404))
         def rotate(site: str, body: TokenRotation) -> Rotated:
             token, digest = (None, body.token_sha256) if body.token_sha256 else new_token()
             try:
@@ -265,15 +297,21 @@ class CoordinatorServer:
             return Rotated(site=site, token=token)
 
         self.fastapi = app  # the routes and their OpenAPI schema (``self.app`` adds the guard)
-        return Guard(app, max_body_bytes=cfg.max_body_bytes, audit=self.audit)
+        return Guard(app, max_body_bytes=cfg.max_body_bytes, audit=self.audit, body_timeout=cfg.body_timeout,
+                     known_token=lambda t: self.tokens.site_of(t) is not None or self.tokens.is_admin(t))
 
     def _join(self, body: bytes, site: str) -> Envelope:
-        msg = read_message(body, self.config.max_array_items)
+        """A join (in a worker thread): its size is checked on the raw JSON, before any message
+        or space is built from it."""
+        data = read_json(body)
+        space = data.get("space") if isinstance(data, dict) else None
+        params = space.get("params") if isinstance(space, dict) else None
+        limit = min(MAX_PARAMS, self.config.max_params)
+        if isinstance(params, list) and len(params) > limit:
+            raise HTTPException(422, f"the joining space has {len(params)} parameters (at most {limit}: max_params)")
+        msg = read_message(data, self.config.max_array_items)
         if not isinstance(msg, JoinRequest):
             raise HTTPException(422, f"expected a join request, got {msg.kind!r}")
-        params = msg.space.get("params") if isinstance(msg.space, dict) else None
-        if isinstance(params, list) and len(params) > MAX_PARAMS:
-            raise HTTPException(422, f"the joining space has {len(params)} parameters (at most {MAX_PARAMS})")
         self._own(site, msg.site)
         try:
             reply = self.engine.join(msg)
@@ -283,6 +321,10 @@ class CoordinatorServer:
             raise HTTPException(422, str(exc)) from None
         self.store.add_join(msg.site, msg.model_dump_json())
         return Envelope(message=reply.model_dump_json())
+
+    def uvicorn_limits(self) -> dict[str, Any]:
+        """The operator's connection limits, as uvicorn settings."""
+        return {"limit_concurrency": self.config.max_connections, "timeout_keep_alive": self.config.keep_alive}
 
     def close(self) -> None:
         self.engine.stop()
@@ -297,7 +339,7 @@ class ServerThread:
 
         self.server = server
         self.uv = uvicorn.Server(uvicorn.Config(server.app, host=host, port=port, log_level="warning",
-                                                lifespan="off", timeout_keep_alive=65, **uvicorn_kw))
+                                                lifespan="off", **{**server.uvicorn_limits(), **uvicorn_kw}))
         self.thread = threading.Thread(target=self.uv.run, name="labfbo-coordinator", daemon=True)
 
     def __enter__(self) -> "ServerThread":

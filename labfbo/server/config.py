@@ -61,9 +61,17 @@ class ServerConfig(BaseModel):
     audit_log: str | None = None
     retention_rounds: int | None = Field(None, ge=1, description="keep only the last N rounds' replies")
     audit_retention_days: float | None = Field(None, gt=0)
-    max_body_bytes: int = Field(4_000_000, ge=1024)
+    max_body_bytes: int = Field(4_000_000, ge=1024, description="larger bodies: 413, from Content-Length "
+                                "before the body is read, and while it streams")
     max_array_items: int = Field(2_000_000, ge=1)
+    max_params: int = Field(1000, ge=1, le=1000, description="parameters of a joining space (more: 422)")
     poll_wait_max: float = Field(30.0, gt=0, le=30.0)
+    body_timeout: float = Field(30.0, gt=0, description="seconds a client may take to send each part of a "
+                                "body (slower: 408)")
+    max_connections: int = Field(1000, ge=8, description="concurrent connections; beyond: 503 (uvicorn's "
+                                 "limit_concurrency)")
+    keep_alive: float = Field(65.0, gt=30.0, description="seconds an idle connection is kept (longer than a "
+                              "long poll)")
 
     @field_validator("sites")
     @classmethod

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from labfbo.exceptions import FederationError
+from labfbo.exceptions import FederationError, RoundError
 from labfbo.messages import JoinReply, JoinRequest, Message, parse
 
 if TYPE_CHECKING:
@@ -48,8 +48,9 @@ class RoundEngine:
         self.cv = threading.Condition()
         self.seq = time.time_ns() // 1000  # unique across restarts: an old answer never matches a new exchange
         self.exchanges: dict[int, _Exchange] = {}
-        self.wanted = -1                        # highest round some site asked for
         self.asked: dict[str, int] = {}         # site -> the round whose guidance it waits for
+        self.wants: dict[str, int] = {}         # site -> the last round it asked for (to start rounds)
+        self.first_want: dict[int, float] = {}  # round -> when the first site asked for it
         self.errors: dict[int, str] = {}        # round -> why it failed
         self.thread: threading.Thread | None = None
         self.on_round = on_round                # called (in the round thread) after each completed round
@@ -63,6 +64,7 @@ class RoundEngine:
         with self.cv:
             reply = self.coord.join(request)
             self.gone.discard(request.site)
+            self._notify([])
             return reply
 
     def leave(self, site: str) -> None:
@@ -73,31 +75,30 @@ class RoundEngine:
             self._notify([site])  # its agent's long poll ends now
 
     def done(self) -> int:
-        """The last completed round (-1: none)."""
-        return max(self.coord.rounds) if self.coord.rounds else -1
+        """The last round completed and published (-1: none)."""
+        return max(self.published) if self.published else -1
 
     # -- what a site sees -----------------------------------------------------------------------
-    def want(self, t: int, site: str | None = None, retry: bool = True) -> None:
-        """A site is waiting for round ``t``: run it if needed (``retry``: also if it failed).
+    def want(self, t: int, site: str, retry: bool = True) -> None:
+        """``site`` waits for round ``t`` (``retry``: run it again if it failed).
 
-        Rounds run in order: with rounds completed, ``t`` may be at most one past the last
-        (a site cannot skip rounds for everyone). A coordinator with no round yet starts
-        at the first round asked for (sites resumed from their journals).
+        The coordinator owns the clock (:mod:`labfbo.coordinator`): a round already run
+        gives the current guidance; the next round starts once every site has asked for it
+        (or the quorum has, and the deadline has passed); a later round is a conflict.
         """
         t = int(t)
         with self.cv:
-            done = self.done()
-            if self.coord.rounds and t > done + 1:
-                raise Conflict(f"round {t} cannot start: the last completed round is {done}")
-            if site is not None:
-                self.asked[site] = t
-                self._notify([site])  # its agent may be inside a long poll
-            if t in self.published:
+            try:
+                self.coord.check_round(site, t)
+            except (FederationError, RoundError) as exc:
+                raise Conflict(str(exc)) from None
+            self.asked[site] = t
+            self._notify([site])  # its agent may be inside a long poll
+            if t <= self.coord.last_round or (t in self.errors and not retry):
                 return
-            if t in self.errors and not retry:
-                return
-            self.wanted = max(self.wanted, t)
             self.errors.pop(t, None)
+            self.wants[site] = t
+            self.first_want.setdefault(t, time.monotonic())
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="labfbo-rounds", daemon=True)
                 self.thread.start()
@@ -112,12 +113,10 @@ class RoundEngine:
         t = self.asked.get(site) if t is None else t
         if t is None:
             return None
-        if t in self.published and t in self.coord.rounds:
-            kind, message = "guidance", self.coord.rounds[t][site].model_dump_json()
+        if t <= self.done():  # the current guidance (a site behind the clock catches up)
+            kind, message = "guidance", self.coord.rounds[self.done()][site].model_dump_json()
         elif t in self.errors:
             kind, message = "error", self.errors[t]
-        elif self.coord.rounds and t < min(self.coord.rounds) or (t not in self.coord.rounds and t < self.done()):
-            kind, message = "error", f"round {t} is not kept by this coordinator (pruned or never run)"
         else:
             return None
         if self.asked.get(site) == t:
@@ -216,28 +215,40 @@ class RoundEngine:
                 self._notify([])
 
     # -- the round thread -------------------------------------------------------------------------
+    def _start(self) -> tuple[int, list[str]] | None:
+        """Wait (``self.cv`` held) until the next round may start: ``(t, participants)``, or
+        None when no site waits for it (or the engine stopped, or the round failed)."""
+        while True:
+            t = self.coord.last_round + 1
+            wanting = {s for s, r in self.wants.items() if r == t and s not in self.gone}
+            if self.stopped or not wanting or t in self.errors:
+                return None
+            waited = time.monotonic() - self.first_want.get(t, time.monotonic())
+            if self.coord.ready(wanting, set(self.coord.members) - self.gone, waited):
+                return t, sorted(wanting)
+            deadline = self.coord.deadline
+            self.cv.wait(deadline - waited if deadline is not None and waited < deadline else 1.0)
+
     def _run(self) -> None:
-        """Run the wanted rounds one at a time; each is persisted before sites can see it."""
+        """Start rounds as sites ask for them; each is persisted before sites can see it."""
         while True:
             with self.cv:
-                done, t = self.done(), self.wanted
-                if t <= done or self.stopped or t in self.errors:
+                start = self._start()
+                if start is None:
                     self.thread = None  # under the lock: a later want() starts a new thread
                     return
-                first = done + 1 if self.coord.rounds else t
-            r = first
+            t, participants = start
             try:
-                for r in range(first, t + 1):
-                    self.coord.run_round(r, self.gather)
-                    if self.on_round is not None:
-                        self.on_round(r)  # persisted before it is published
-                    with self.cv:
-                        self.published.add(r)
-                        self._notify()
-            except Exception as exc:  # the sites waiting for r..t get the error, and may ask again
+                self.coord.run_round(t, self.gather, participants)
+                if self.on_round is not None:
+                    self.on_round(t)  # persisted before it is published
                 with self.cv:
-                    for k in range(r, t + 1):
-                        self.errors[k] = f"{type(exc).__name__}: {exc}"
+                    self.published.add(t)
+                    self.first_want.pop(t, None)
+                    self._notify()
+            except Exception as exc:  # the sites waiting for t get the error, and may ask again
+                with self.cv:
+                    self.errors[t] = f"{type(exc).__name__}: {exc}"
                     self._notify()
 
     def gather(self, requests: Mapping[str, Message], quorum: int,
@@ -274,10 +285,17 @@ class RoundEngine:
             return out
 
     def waiting(self) -> dict[str, list[str]]:
-        """Open exchanges (``"round/seq"``) and the sites they still wait for (operator status)."""
+        """Open exchanges (``"round/seq"``) and the sites they still wait for, and the sites
+        the next round waits for before it starts (``"round/start"``) (operator status)."""
         with self.cv:
-            return {f"{ex.round}/{ex.seq}": sorted(set(ex.requests) - set(ex.answers))
-                    for ex in self.exchanges.values() if not ex.closed}
+            out = {f"{ex.round}/{ex.seq}": sorted(set(ex.requests) - set(ex.answers))
+                   for ex in self.exchanges.values() if not ex.closed}
+            t = self.coord.last_round + 1
+            asked = {s for s, r in self.wants.items() if r == t}
+            missing = sorted(set(self.coord.roster) - self.gone - asked)
+            if asked and missing:
+                out[f"{t}/start"] = missing
+            return out
 
     def stop(self) -> None:
         with self.cv:

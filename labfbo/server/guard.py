@@ -1,11 +1,15 @@
-"""ASGI guard around the routes: body-size limit (413) and the audit log entry of every request.
+"""ASGI guard around the routes: token, body-size and body-time limits, and the audit log.
 
-A pure ASGI wrapper (not ``BaseHTTPMiddleware``): it reads the body once, refuses it as
-soon as it exceeds the limit, and replays it to the routes.
+A pure ASGI wrapper (not ``BaseHTTPMiddleware``). Before reading a body it refuses a
+request without a known bearer token (401; the routes then check which site it is) and
+one whose ``Content-Length`` is over the limit (413); while reading, a body that grows
+over the limit (413) or whose next part takes longer than ``body_timeout`` seconds
+(408). It reads the body once and replays it to the routes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, Awaitable, Callable
 from urllib.parse import parse_qs
@@ -18,8 +22,16 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class Guard:
-    def __init__(self, app: Any, max_body_bytes: int, audit: AuditLog) -> None:
+    OPEN = ("/v1/health", "/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect")  # no token needed
+
+    def __init__(self, app: Any, max_body_bytes: int, audit: AuditLog, known_token: Callable[[str], bool],
+                 body_timeout: float = 30.0) -> None:
         self.app, self.max_body_bytes, self.audit = app, max_body_bytes, audit
+        self.known_token, self.body_timeout = known_token, body_timeout
+
+    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
+        auth = headers.get(b"authorization", b"").decode("latin-1")
+        return auth[:7].lower() == "bearer " and self.known_token(auth[7:].strip())
 
     async def _refuse(self, send: Send, status: int, detail: str) -> None:
         body = json.dumps({"detail": detail}).encode()
@@ -35,14 +47,24 @@ class Guard:
         route = f"{scope['method']} {scope['path']}"
         query = parse_qs(scope.get("query_string", b"").decode())
         rnd = query.get("round", [None])[0]
-        declared = dict(scope.get("headers", [])).get(b"content-length")
+        headers = dict(scope.get("headers", []))
+        if scope["path"] not in self.OPEN and not self._authorized(headers):  # before any body is read
+            await self._refuse(send, 401, "missing or unknown bearer token")
+            self.audit.write(None, route, None, b"", 401)
+            return
+        declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             await self._refuse(send, 413, f"body over {self.max_body_bytes} bytes")
             self.audit.write(None, route, None, b"", 413)
             return
         chunks, size, more = [], 0, True
         while more:
-            msg = await receive()
+            try:
+                msg = await asyncio.wait_for(receive(), self.body_timeout)
+            except asyncio.TimeoutError:
+                await self._refuse(send, 408, f"the body took over {self.body_timeout:g} s to arrive")
+                self.audit.write(None, route, None, b"", 408)
+                return
             if msg["type"] == "http.disconnect":
                 return
             chunk = msg.get("body", b"")

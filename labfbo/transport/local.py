@@ -1,7 +1,9 @@
 """The in-process transport: N sites and the coordinator in one Python process.
 
-No threads: when a site asks for its guidance of round ``t`` and the round has not run
-yet, the coordinator runs it then, calling every site's registered handler in turn. Every
+No threads: when a site asks for its guidance of the next round and the round has not run
+yet, the coordinator runs it then, calling every site's registered handler in turn (a
+site that asks for a round already run gets the current guidance, see
+:mod:`labfbo.coordinator`). Every
 message still crosses as JSON text (what a network would carry), so byte counts and the
 privacy boundary are the same as on the MPI and HTTP transports.
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Mapping
 
-from labfbo.exceptions import FederationError
+from labfbo.exceptions import FederationError, RoundError
 from labfbo.messages import JoinReply, JoinRequest, Message, parse
 from labfbo.transport.base import Handler, SiteLink
 
@@ -64,9 +66,16 @@ class LocalLink(SiteLink):
         return parse(reply.model_dump_json())  # type: ignore[return-value]
 
     def guidance(self, round: int, timeout: float | None = None) -> str:
+        """Round ``round``'s guidance: run now if it is the next round (every site answers from
+        the data it has now); a round already run gives the current guidance."""
         coord = self.transport.coordinator
-        replies = coord.run_round(round, self.transport.gather)
-        return replies[self.site].model_dump_json()
+        coord.check_round(self.site, round)
+        if round <= coord.last_round:
+            return coord.current_guidance(self.site).model_dump_json()
+        missing = coord.n_sites - len(coord.members)
+        if missing:  # in one thread nobody else can join while this site waits
+            raise RoundError(f"waiting for {missing} more site(s) to join before round {round}")
+        return coord.run_round(round, self.transport.gather)[self.site].model_dump_json()
 
     def close(self) -> None:
         self.transport.handlers.pop(self.site, None)

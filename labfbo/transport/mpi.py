@@ -144,7 +144,7 @@ class MPILink(SiteLink):
             text, _, tag = _recv(self.comm, self.root, MPI.ANY_TAG, timeout=left)
             if tag == TAG_REPLY:
                 body = _raise_if_error(text)
-                if json.loads(body).get("round", round) != round:
+                if json.loads(body).get("round", round) < round:
                     continue  # the late reply of a round this site gave up on (ask(timeout=...))
                 return body
             if tag == TAG_REQUEST:
@@ -163,7 +163,7 @@ class MPILink(SiteLink):
 
 # -- coordinator side (rank 0) ------------------------------------------------------------------
 class MPIServer:
-    """Rank 0: answers joins and guidance requests, runs rounds over the site ranks."""
+    """Rank 0: answers joins and guidance requests, starts rounds when the sites ask for them."""
 
     def __init__(self, coordinator: "Coordinator", comm: Any = None) -> None:
         self.coordinator = coordinator
@@ -171,21 +171,27 @@ class MPIServer:
         self.rank_of: dict[str, int] = {}
         self.closed: set[int] = set()
         self.queue: list[tuple[str, int, int]] = []  # messages that arrived during an exchange
-        self.deferred: list[tuple[str, int, int]] = []  # guidance asked before every site joined
+        self.wants: dict[str, int] = {}  # site -> the next round, which it waits for
+        self.first_want: dict[int, float] = {}
         self.seq = 0
         self.n_ranks = self.comm.Get_size() - 1
         self.outbox = _Outbox(self.comm)
-
-    def all_joined(self) -> bool:
-        return len(self.coordinator.members) >= self.coordinator.n_sites
 
     def serve(self) -> None:
         """Until every site rank has closed its link."""
         from mpi4py import MPI
 
         while len(self.closed) < self.n_ranks:
-            msg = self.queue.pop(0) if self.queue else _recv(self.comm, MPI.ANY_SOURCE, MPI.ANY_TAG)
+            if self.queue:
+                msg = self.queue.pop(0)
+            else:
+                try:  # with sites waiting, wake up now and then: a deadline may start the round
+                    msg = _recv(self.comm, MPI.ANY_SOURCE, MPI.ANY_TAG, timeout=0.05 if self.wants else None)
+                except TimeoutError:
+                    self.start_round()
+                    continue
             self.dispatch(*msg)
+            self.start_round()
 
     def dispatch(self, text: str, src: int, tag: int) -> None:
         if tag == TAG_JOIN:
@@ -199,24 +205,42 @@ class MPIServer:
             except Exception as exc:
                 reply = _error(exc)
             _send(self.comm, reply, src, TAG_JOIN_REPLY)
-            if self.all_joined():
-                self.queue.extend(self.deferred)
-                self.deferred.clear()
-        elif tag == TAG_GUIDANCE and not self.all_joined():
-            self.deferred.append((text, src, tag))  # round 0 waits for every site to join
         elif tag == TAG_GUIDANCE:
             t = int(json.loads(text)["round"])
             site = next((s for s, r in self.rank_of.items() if r == src), None)
             try:
                 if site is None:
                     raise FederationError(f"rank {src} asked for guidance before joining")
-                body = self.coordinator.run_round(t, self.gather)[site].model_dump_json()
+                self.coordinator.check_round(site, t)
+                if t > self.coordinator.last_round:  # the next round: it starts when the sites are there
+                    self.wants[site] = t
+                    self.first_want.setdefault(t, time.monotonic())
+                    return
+                body = self.coordinator.current_guidance(site).model_dump_json()
             except Exception as exc:
                 body = _error(exc)
             _send(self.comm, body, src, TAG_REPLY)
         elif tag == TAG_CLOSE:
             self.closed.add(src)
         # a response outside an exchange is a straggler's late answer: dropped
+
+    def start_round(self) -> None:
+        """Run the next round if the coordinator says it may start, and send its guidance."""
+        t = self.coordinator.last_round + 1
+        active = {s for s, r in self.rank_of.items() if r not in self.closed}
+        wanting = {s for s, r in self.wants.items() if r == t and s in active}
+        waited = time.monotonic() - self.first_want.get(t, time.monotonic())
+        if not self.coordinator.ready(wanting, active, waited):
+            return
+        try:
+            replies = self.coordinator.run_round(t, self.gather, sorted(wanting))
+            bodies = {s: replies[s].model_dump_json() for s in wanting}
+        except Exception as exc:  # every participant's ask() hears why
+            bodies = {s: _error(exc) for s in wanting}
+        for s in sorted(wanting):
+            del self.wants[s]
+            _send(self.comm, bodies[s], self.rank_of[s], TAG_REPLY)
+        self.first_want.pop(t, None)
 
     def gather(self, requests: Mapping[str, Message], quorum: int,
                deadline: float | None) -> dict[str, Message | BaseException]:
