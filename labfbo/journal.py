@@ -161,3 +161,21 @@ def write_snapshot(path: str | os.PathLike[str], records: list[dict[str, Any]]) 
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+HEADER_KEYS = ("space_hash", "objective", "protocol", "seed", "site", "n_init")
+
+
+def check_header(header: dict[str, Any], ours: dict[str, Any]) -> None:
+    """Refuse a journal whose header belongs to another study than ``ours`` (an optimizer's header)."""
+    if header.get("op") != "header":
+        raise JournalError("journal does not start with a header record")
+    for key in HEADER_KEYS:
+        if header.get(key) != ours[key]:
+            raise JournalError(f"journal belongs to another study: {key} is {header.get(key)!r}, "
+                               f"this optimizer has {ours[key]!r}")
+    for key in ("privacy", "n_particles"):  # the privacy ledger's accounting depends on them
+        old, new = header.get("options", {}).get(key), ours["options"].get(key)
+        if old != new:
+            raise JournalError(f"the journal's DP releases were made with {key}={old!r}; "
+                               f"resume with the same setting (got {new!r})")

@@ -17,25 +17,19 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
-from labfbo.exceptions import (ConfigurationError, FederationError, JournalError, LabFBOError, ProtocolError,
-                               RoundError, TrialError, ValidationError)
-from labfbo.journal import FileJournal, MemoryJournal, read_records, write_snapshot
+from labfbo.exceptions import (ConfigurationError, JournalError, LabFBOError, TrialError, ValidationError)
+from labfbo.journal import FileJournal, MemoryJournal, check_header, write_snapshot
 from labfbo.messages import Abstain, JoinReply, JoinRequest, Message, parse
 from labfbo.privacy import PrivacyLedger
 from labfbo.privacy.report import release_record
 from labfbo.privacy.report import report as privacy_report
 from labfbo.protocols import SiteContext, SiteData, get_protocol, parse_options
 from labfbo.seeding import campaign_id, rng, stable_hash
-from labfbo.site import SiteLedger, build_site_data, history_rows, write_csv
+from labfbo.site import SiteLedger, build_site_data, dedupe, history_record, history_rows, write_csv
 from labfbo.site_clock import SiteClock
 from labfbo.space import SearchSpace
 from labfbo.transport import connect
 from labfbo.trial import Observation, Trial, TrialRecord, metadata_record, parse_value
-
-def _plain(v: Any) -> Any:
-    """A numpy scalar as the Python number it holds (journals are JSON)."""
-    return v.item() if isinstance(v, np.generic) else v
-
 
 # Model computations (GP fits, acquisition optimization) of every site in this process run one at
 # a time: torch's RNG and Python's warning filters are process-global, and a transport thread
@@ -46,7 +40,6 @@ MAX_MODEL_BATCH = 64
 """The most points one ``ask(n)`` proposes from the model (a joint batch costs superlinearly in n)."""
 
 _NOT_RELEASES = ("abstain", "secagg_public_key", "secagg_self_mask")  # nothing computed from the data
-_HEADER_KEYS = ("space_hash", "objective", "protocol", "seed", "site", "n_init")
 
 
 class Optimizer:
@@ -112,7 +105,6 @@ class Optimizer:
         self.ledger = SiteLedger()
         self._lock = threading.RLock()  # the HTTP agent answers requests from another thread
         self._approve = approve
-        self._last_guidance: Message | None = None
         dp = getattr(self.options, "privacy", None)
         self._privacy = PrivacyLedger(dp, getattr(self.options, "n_particles", 1)) if dp is not None else None
         self._releases: list[dict[str, Any]] = []
@@ -128,7 +120,7 @@ class Optimizer:
                         "n_init": self.n_init, "options": self.options.model_dump(mode="json")}
         try:
             if records:
-                self._check_header(records[0])
+                check_header(records[0], self._header)
                 if secret is not None and records[0].get("secret") not in (None, secret):
                     raise JournalError("secret= differs from the one in the journal")
                 self._secret = records[0].get("secret", self._secret)
@@ -149,19 +141,6 @@ class Optimizer:
             raise
 
     # -- construction helpers ------------------------------------------------------------
-    def _check_header(self, header: dict[str, Any]) -> None:
-        if header.get("op") != "header":
-            raise JournalError("journal does not start with a header record")
-        for key in _HEADER_KEYS:
-            if header.get(key) != self._header[key]:
-                raise JournalError(f"journal belongs to another study: {key} is {header.get(key)!r}, "
-                                   f"this optimizer has {self._header[key]!r}")
-        for key in ("privacy", "n_particles"):  # the privacy ledger's accounting depends on them
-            old, new = header.get("options", {}).get(key), self._header["options"].get(key)
-            if old != new:
-                raise JournalError(f"the journal's DP releases were made with {key}={old!r}; "
-                                   f"resume with the same setting (got {new!r})")
-
     def _join(self) -> None:
         # a site on its own seeds its streams by its name, so two labs with seed=0 differ
         ctx_index, n_sites = stable_hash(self.site) % 2**31, 1
@@ -283,26 +262,12 @@ class Optimizer:
         Numeric values outside the bounds are kept as given (warning) and clipped for the
         model; any other problem raises and nothing is added.
         """
-        if isinstance(params_list, dict) or len(params_list) != len(values):
-            raise ValidationError("add_observations needs a list of params dicts and a list of "
-                                  "values of the same length")
-        clean, sems, vals, oob_rows = [], [], [], []
-        for i, (params, value) in enumerate(zip(params_list, values)):
-            try:
-                c, oob = self.space.validate_params(params, strict=False)
-                v, s = parse_value(value)
-            except LabFBOError as exc:
-                raise type(exc)(f"observation {i}: {exc}") from None
-            if oob:
-                oob_rows.append(f"{i} ({', '.join(oob)})")
-            clean.append({k: _plain(params[k]) if k in oob else c[k] for k in self.space.names})
-            vals.append(v)
-            sems.append(s)
+        record, oob_rows = history_record(self.space, params_list, values)
         if oob_rows:
             warnings.warn(f"{len(oob_rows)} historical observation(s) outside the bounds: rows "
                           f"{'; '.join(oob_rows)} — kept as given, clipped for the model", stacklevel=2)
-        if clean:
-            self._commit({"op": "hist", "params": clean, "values": vals, "sems": sems})
+        if record is not None:
+            self._commit(record)
 
     def enqueue(self, params: dict[str, Any]) -> Trial:
         """Register an experiment the scientist chose; returns it as a pending Trial."""
@@ -438,35 +403,9 @@ class Optimizer:
     @classmethod
     def load(cls, path: str, coordinator: Any = None, storage: str | None = None, **options: Any) -> "Optimizer":
         """Restore an optimizer from :meth:`save` (``storage`` journals what follows)."""
-        if not os.path.isfile(path):
-            raise JournalError(f"{path}: no such snapshot")
-        records, lines = read_records(path, repair=False)  # a snapshot is never modified
-        if not records:
-            raise JournalError(f"{path} is not a labfbo snapshot (it is empty)")
-        head = records[0]
-        saved = {k: v for k, v in head.get("options", {}).items() if v is not None}
-        opt = cls(SearchSpace.model_validate(head["space"]), objective=head["objective"], protocol=head["protocol"],
-                  site=head["site"], seed=head["seed"], n_init=head["n_init"], storage=storage,
-                  secret=options.pop("secret", head.get("secret")),
-                  coordinator=coordinator, **{**saved, **options})
-        for key in ("privacy", "n_particles"):  # the snapshot's releases were accounted with these
-            if opt._header["options"].get(key) != head.get("options", {}).get(key):
-                opt.close()
-                raise JournalError(f"the snapshot's DP releases were made with {key}="
-                                   f"{head.get('options', {}).get(key)!r}; load it with the same setting")
-        if any(r["op"] not in ("header", "join") for r in opt._journal.records()):
-            opt.close()
-            raise JournalError("load() into a storage that already has history")
-        kept = [({k: v for k, v in rec.items() if k != "v"}, line)
-                for rec, line in zip(records[1:], lines[1:]) if rec["op"] != "join"]
-        try:
-            opt._replay([rec for rec, _ in kept], lambda i: f"{path}:{kept[i][1]}")
-        except JournalError:
-            opt.close()
-            raise
-        for rec, _ in kept:  # all of it replayed: now journal it (storage=)
-            opt._journal.append(rec)
-        return opt
+        from labfbo.snapshot import load_snapshot
+
+        return load_snapshot(cls, path, coordinator, storage, options)
 
     def close(self) -> None:
         """Leave the coordinator and close the journal (the optimizer can be resumed from it later)."""
@@ -539,48 +478,13 @@ class Optimizer:
             X = np.asarray(self._logic.propose(data, guidance, m, t), dtype=np.float64)
         if X.shape != (m, self.space.dim):
             raise LabFBOError(f"protocol {self.protocol_name!r} proposed shape {X.shape}, expected {(m, self.space.dim)}")
-        return self._dedupe(self.space.snap(X), data.pending, t, uses), source, clock
+        gen = rng(self.seed, self.context.site_index, t, "dedupe" if not uses else f"dedupe/{uses}")
+        return dedupe(self.space, self.space.snap(X), data.pending, gen), source, clock
 
     def _guidance(self, timeout: float | None) -> tuple[Message | None, str, dict[str, Any]]:
-        """The guidance to propose from (see :mod:`labfbo.site_clock`): the one held when no
-        result arrived since it was asked for, else the next round's (waiting for it)."""
         if self._link is None:
             raise LabFBOError(f"site {self.site!r} was closed; reopen it from its journal to continue")
-        results, clock = self._results(), self._clock
-        held = clock.ahead(results)
-        if held and self._last_guidance is not None and self._last_guidance.round == clock.guided:
-            return self._last_guidance, "model", clock.record(clock.guided, clock.seen)
-        t = clock.guided if held else clock.next_round
-        if not held:
-            clock.asking(t, self._position)
-        try:
-            guidance = parse(self._link.guidance(t, timeout))
-        except (TimeoutError, FederationError, RoundError) as exc:
-            if timeout is None:
-                raise
-            # ask(timeout=...) never blocks forever: propose from the last guidance, or locally
-            last = self._last_guidance
-            warnings.warn(f"site {self.site!r}, round {t}: no guidance ({exc}); proposing from "
-                          f"{'the last guidance' if last is not None else 'the local model'}", stacklevel=4)
-            return last, "model-last-guidance" if last is not None else "model-local", clock.record(None, results)
-        got = t if guidance.round < 0 else guidance.round
-        if got < t:
-            raise ProtocolError(f"site {self.site!r} got round {got}'s guidance for round {t}")
-        self.ledger.record_received(guidance)
-        self._last_guidance = guidance
-        return guidance, "model", clock.record(got, clock.seen if held else results)
-
-    def _dedupe(self, X: np.ndarray, pending: np.ndarray, t: int, uses: int) -> np.ndarray:
-        """Replace proposals that repeat a pending point (or each other) by random points."""
-        gen = rng(self.seed, self.context.site_index, t, "dedupe" if not uses else f"dedupe/{uses}")
-        taken = [p for p in pending]
-        for i in range(len(X)):
-            for _ in range(100):
-                if not any(np.max(np.abs(X[i] - p)) < 1e-9 for p in taken):
-                    break
-                X[i] = self.space.snap(gen.random((1, self.space.dim)))[0]
-            taken.append(X[i])
-        return X
+        return self._clock.guidance(self._link, self.ledger, self.site, self._results(), self._position, timeout)
 
     def _handle(self, request_json: str) -> str:
         """Answer a coordinator request from local data (called by the transport, maybe from its thread)."""

@@ -99,3 +99,39 @@ def build_site_data(space: "SearchSpace", sign: float, hist_x: list[np.ndarray],
     pending = np.array([t.x for t, s in zip(trials, states) if s == "pending"]).reshape(-1, space.dim)
     failed = np.array([t.x for t, s in zip(trials, states) if s == "failed"]).reshape(-1, space.dim)
     return SiteData(space=space, X=X, y=y, yvar=yvar, pending=pending, failed=failed)
+
+
+def dedupe(space: "SearchSpace", X: np.ndarray, pending: np.ndarray, gen: np.random.Generator) -> np.ndarray:
+    """Replace proposals that repeat a pending point (or each other) by random points from ``gen``."""
+    taken = [p for p in pending]
+    for i in range(len(X)):
+        for _ in range(100):
+            if not any(np.max(np.abs(X[i] - p)) < 1e-9 for p in taken):
+                break
+            X[i] = space.snap(gen.random((1, space.dim)))[0]
+        taken.append(X[i])
+    return X
+
+
+def history_record(space: "SearchSpace", params_list: Any, values: Any) -> tuple[dict[str, Any] | None, list[str]]:
+    """The journal record of historical observations (None if there are none) and the rows
+    outside the bounds (kept as given; the model clips them). Anything else invalid raises."""
+    from labfbo.exceptions import LabFBOError, ValidationError
+    from labfbo.trial import parse_value
+
+    if isinstance(params_list, dict) or len(params_list) != len(values):
+        raise ValidationError("add_observations needs a list of params dicts and a list of values of the same length")
+    clean, sems, vals, oob_rows = [], [], [], []
+    for i, (params, value) in enumerate(zip(params_list, values)):
+        try:
+            c, oob = space.validate_params(params, strict=False)
+            v, s = parse_value(value)
+        except LabFBOError as exc:
+            raise type(exc)(f"observation {i}: {exc}") from None
+        if oob:
+            oob_rows.append(f"{i} ({', '.join(oob)})")
+        plain = {k: params[k].item() if isinstance(params[k], np.generic) else params[k] for k in oob}
+        clean.append({k: plain[k] if k in oob else c[k] for k in space.names})
+        vals.append(v)
+        sems.append(s)
+    return ({"op": "hist", "params": clean, "values": vals, "sems": sems} if clean else None), oob_rows

@@ -20,8 +20,16 @@ another thread of the lab's script — wait for the next round.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from labfbo.exceptions import FederationError, ProtocolError, RoundError
+from labfbo.messages import Message, parse
+
+if TYPE_CHECKING:
+    from labfbo.site import SiteLedger
+    from labfbo.transport.base import SiteLink
 
 
 @dataclass
@@ -31,6 +39,7 @@ class SiteClock:
     seen: int = 0                # its number of results when it asked for ``guided``
     uses: int = 0                # proposals made from ``guided`` so far (keys their random streams)
     cuts: dict[int, int] = field(default_factory=dict)  # round -> journal position when asked (in memory)
+    held: Message | None = None  # the last guidance received (in memory; asked again after a restart)
 
     def ahead(self, results: int) -> bool:
         """True when nothing new arrived since the site asked for the guidance it holds."""
@@ -53,6 +62,38 @@ class SiteClock:
     def record(self, guided: int | None, seen: int) -> dict[str, Any]:
         """The fields of an ``ask`` record that used round ``guided``'s guidance."""
         return {"guidance_round": guided, "seen": seen}
+
+    def guidance(self, link: "SiteLink", ledger: "SiteLedger", site: str, results: int, position: int,
+                 timeout: float | None) -> tuple[Message | None, str, dict[str, Any]]:
+        """The guidance to propose from, its source, and the ``ask`` record's fields.
+
+        ``results``: the site's results now; ``position``: its journal position. The guidance
+        held when no result arrived since it was asked for, else the next round's (waiting
+        for it). With ``timeout``, a round that does not come in time falls back to the last
+        guidance received, or to the local model (``None``), with a warning.
+        """
+        held = self.ahead(results)
+        if held and self.held is not None and self.held.round == self.guided:
+            return self.held, "model", self.record(self.guided, self.seen)
+        t = self.guided if held else self.next_round
+        assert t is not None
+        if not held:
+            self.asking(t, position)
+        try:
+            msg = parse(link.guidance(t, timeout))
+        except (TimeoutError, FederationError, RoundError) as exc:
+            if timeout is None:
+                raise
+            last = self.held
+            warnings.warn(f"site {site!r}, round {t}: no guidance ({exc}); proposing from "
+                          f"{'the last guidance' if last is not None else 'the local model'}", stacklevel=5)
+            return last, "model-last-guidance" if last is not None else "model-local", self.record(None, results)
+        got = t if msg.round < 0 else msg.round
+        if got < t:
+            raise ProtocolError(f"site {site!r} got round {got}'s guidance for round {t}")
+        ledger.record_received(msg)
+        self.held = msg
+        return msg, "model", self.record(got, self.seen if held else results)
 
     def replay(self, rec: dict[str, Any]) -> None:
         """Apply an ``ask`` record (old journals: ``model_round`` counted every model ask)."""

@@ -1,0 +1,52 @@
+"""Restoring an :class:`~labfbo.Optimizer` from a snapshot (:meth:`~labfbo.Optimizer.save`).
+
+The snapshot is read, never modified: it is replayed into a new optimizer (whose
+``storage=``, if any, then journals it), and anything it cannot account for is a
+:class:`~labfbo.exceptions.JournalError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from labfbo.exceptions import JournalError
+from labfbo.journal import read_records
+from labfbo.space import SearchSpace
+
+if TYPE_CHECKING:
+    from labfbo.optimizer import Optimizer
+
+
+def load_snapshot(cls: type["Optimizer"], path: str, coordinator: Any, storage: str | None,
+                  options: dict[str, Any]) -> "Optimizer":
+    """An optimizer of class ``cls`` restored from the snapshot at ``path``."""
+    if not os.path.isfile(path):
+        raise JournalError(f"{path}: no such snapshot")
+    records, lines = read_records(path, repair=False)  # a snapshot is never modified
+    if not records:
+        raise JournalError(f"{path} is not a labfbo snapshot (it is empty)")
+    head = records[0]
+    saved = {k: v for k, v in head.get("options", {}).items() if v is not None}
+    opt = cls(SearchSpace.model_validate(head["space"]), objective=head["objective"], protocol=head["protocol"],
+              site=head["site"], seed=head["seed"], n_init=head["n_init"], storage=storage,
+              secret=options.pop("secret", head.get("secret")),
+              coordinator=coordinator, **{**saved, **options})
+    for key in ("privacy", "n_particles"):  # the snapshot's releases were accounted with these
+        if opt._header["options"].get(key) != head.get("options", {}).get(key):
+            opt.close()
+            raise JournalError(f"the snapshot's DP releases were made with {key}="
+                               f"{head.get('options', {}).get(key)!r}; load it with the same setting")
+    if any(r["op"] not in ("header", "join") for r in opt._journal.records()):
+        opt.close()
+        raise JournalError("load() into a storage that already has history")
+    kept = [({k: v for k, v in rec.items() if k != "v"}, line)
+            for rec, line in zip(records[1:], lines[1:]) if rec["op"] != "join"]
+    try:
+        opt._replay([rec for rec, _ in kept], lambda i: f"{path}:{kept[i][1]}")
+    except JournalError:
+        opt.close()
+        raise
+    for rec, _ in kept:  # all of it replayed: now journal it (storage=)
+        opt._journal.append(rec)
+    return opt
