@@ -139,7 +139,7 @@ def _cmd_bench_http_join(args: argparse.Namespace) -> int:
     from labfbo.benchmarks.join_flood import report
 
     print("labfbo bench http-join " + " ".join(sys.argv[3:]) + "\n")
-    print(report(args.params, args.joins))
+    print(report(tuple(args.params), args.seconds))
     return 0
 
 
@@ -448,8 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     hr.add_argument("--rounds", type=int, default=5)
     hr.set_defaults(func=_cmd_bench_http_rounds)
     hj = bsub.add_parser("http-join", help="health latency while huge joins are refused")
-    hj.add_argument("--params", type=int, default=40_000)
-    hj.add_argument("--joins", type=int, default=5)
+    hj.add_argument("--params", type=int, nargs="+", default=[2, 10_000, 40_000])
+    hj.add_argument("--seconds", type=float, default=5.0)
     hj.set_defaults(func=_cmd_bench_http_join)
     pu = bsub.add_parser("privacy-utility", help="DP on gradient and distribution, side by side with no DP (cached)")
     pu.add_argument("--seeds", type=int, default=3)

@@ -13,6 +13,7 @@ import os
 import secrets
 import threading
 import warnings
+from contextlib import nullcontext
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
@@ -21,6 +22,7 @@ from labfbo.exceptions import (ConfigurationError, JournalError, LabFBOError, Tr
 from labfbo.journal import FileJournal, MemoryJournal, check_header, write_snapshot
 from labfbo.messages import Abstain, JoinReply, JoinRequest, Message, parse
 from labfbo.privacy import PrivacyLedger
+from labfbo.progress import slow_notice
 from labfbo.privacy.report import release_record
 from labfbo.privacy.report import report as privacy_report
 from labfbo.protocols import SiteContext, SiteData, get_protocol, parse_options
@@ -474,7 +476,8 @@ class Optimizer:
             if clock.get("guidance_round") is not None:
                 t = clock["guidance_round"]
                 uses = self._clock.uses if t == self._clock.guided else 0
-        with self._lock, _COMPUTE:
+        notice = slow_notice(f"{self.site}: proposing a batch of {m} from the model") if m > 1 else nullcontext()
+        with self._lock, _COMPUTE, notice:
             X = np.asarray(self._logic.propose(data, guidance, m, t), dtype=np.float64)
         if X.shape != (m, self.space.dim):
             raise LabFBOError(f"protocol {self.protocol_name!r} proposed shape {X.shape}, expected {(m, self.space.dim)}")

@@ -168,12 +168,44 @@ def test_tokens_are_checked_before_the_body_and_slow_bodies_time_out(tmp_path) -
         data, took = _raw(srv.url, head)
         assert data.startswith(b"HTTP/1.1 401") and took < 5
         # a known token, a body that stops arriving: 408 after body_timeout, not a held connection
-        head = head.replace(b"Bearer nope", f"Bearer {tokens['a'][0]}".encode())
+        head = head.replace(b"Bearer nope", f"Bearer {tokens['a'][0]}".encode()).replace(b"3000000", b"500000")
         data, took = _raw(srv.url, head, b'{"kind": "join", ')
         assert data.startswith(b"HTTP/1.1 408") and 0.9 < took < 10
-        assert srv.server.uvicorn_limits() == {"limit_concurrency": 1000, "timeout_keep_alive": 65.0}
-        assert srv.uv.config.limit_concurrency == 1000
+        limits = srv.server.uvicorn_limits()
+        assert limits["limit_concurrency"] == srv.uv.config.limit_concurrency == 1000
         assert requests.get(f"{srv.url}/v1/health", timeout=10).status_code == 200  # no token needed
+
+
+def test_a_client_that_trickles_its_headers_is_cut_off(tmp_path) -> None:
+    import socket
+    import time
+
+    tokens = {"a": new_token()}
+    cfg = ServerConfig(protocol="distribution", sites={"a": tokens["a"][1]}, space=SPACE.model_dump(mode="json"),
+                       poll_wait_max=1.0, keep_alive=2.0, options={**FAST, **EXTRA["distribution"]})
+    with pytest.raises(ValueError, match="keep_alive"):
+        ServerConfig(protocol="distribution", sites={"a": tokens["a"][1]}, keep_alive=10.0)  # poll_wait_max 30
+    with ServerThread(CoordinatorServer(cfg)) as srv:
+        host, port = srv.url.removeprefix("http://").split(":")
+        socks = [socket.create_connection((host, int(port)), timeout=10) for _ in range(20)]
+        start = time.monotonic()
+        for s in socks:  # slowloris: a byte now and then, never the end of the headers
+            s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")
+        closed = 0
+        for s in socks:
+            s.sendall(b"X-Slow: 1\r\n")
+            try:
+                closed += s.recv(100) == b""  # the server closed the connection
+            except ConnectionResetError:
+                closed += 1
+        assert closed == 20 and time.monotonic() - start < 8
+        for s in socks:
+            s.close()
+        # a well-behaved client on a kept-alive connection is unaffected
+        with requests.Session() as session:
+            for _ in range(3):
+                assert session.get(f"{srv.url}/v1/health", timeout=10).status_code == 200
+                time.sleep(0.5)
 
 
 def test_token_rotation_without_restart(study) -> None:

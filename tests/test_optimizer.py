@@ -401,3 +401,30 @@ def test_jitter_notices_do_not_reach_the_console_but_other_warnings_do() -> None
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "something a lab should see" in proc.stderr and "added jitter" not in proc.stderr, proc.stderr
+
+
+def test_a_long_batch_shows_a_notice_on_a_terminal(cont_space, cont_f, fast, monkeypatch):
+    import io
+    import time
+
+    from labfbo import progress
+
+    out = io.StringIO()
+    with progress.slow_notice("proposing a batch of 8", after=0.1, stream=out, force=True):
+        time.sleep(1.3)
+    assert "proposing a batch of 8" in out.getvalue() and "00:01" in out.getvalue()
+    quiet = io.StringIO()
+    with progress.slow_notice("fast", after=0.5, stream=quiet, force=True):
+        pass
+    assert quiet.getvalue() == ""
+    # through ask(n): on stderr (not a terminal under pytest: tqdm stays silent unless forced)
+    monkeypatch.setattr(progress, "NOTICE_AFTER", 0.0)
+    seen: list[str] = []
+    real = progress.slow_notice
+    monkeypatch.setattr("labfbo.optimizer.slow_notice", lambda what: (seen.append(what), real(what))[1])
+    opt = Optimizer(cont_space, n_init=2, seed=0, site="lab", **fast)
+    for t in opt.ask(n=2):
+        opt.tell(t, cont_f(t.params))
+    opt.ask(n=3)
+    opt.ask()
+    assert seen == ["lab: proposing a batch of 3 from the model"]

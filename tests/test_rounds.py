@@ -125,7 +125,7 @@ def test_a_round_uses_the_data_each_site_had_when_it_asked(sum_protocol) -> None
 @pytest.mark.parametrize("order_seed", [0, 1])
 def test_sites_started_in_any_order_all_get_the_federations_first_round(order_seed: int) -> None:
     names = ["a", "b", "c"]
-    delays = [0.0, 4.0, 8.0]
+    delays = [0.0, 5.0, 10.0]
     random.Random(order_seed).shuffle(delays)
     server, tokens = _server("distribution", names, options={**FAST, **DIST})
     results: dict[str, object] = {}

@@ -1,13 +1,19 @@
-r"""Does one huge join hold up the other requests? (``labfbo bench http-join``)
+r"""Does a huge join hold up the other requests? (``labfbo bench http-join``)
 
 A real coordinator server in its own process (``labfbo coordinator serve`` on 127.0.0.1,
 default limits). This process measures the latency of ``GET /v1/health`` — one request at
-a time — first alone, then while another thread posts joins whose space has ``n_params``
-parameters (40 000 by default, about 3 MB: under ``max_body_bytes``, over ``max_params``).
-The server reads such a join and counts its parameters on the raw JSON in a worker
-thread, before any message or space is built, and refuses it (422); the event loop keeps
-answering. Reported: the joins' status and seconds, and the health latency's median,
-95th percentile and maximum with and without them, and their ratios.
+a time — first alone, then while another thread posts a join every ``every`` seconds for
+``seconds``, whose space has ``n_params`` parameters:
+
+* 2 parameters: a normal join (the baseline);
+* 40 000 parameters (3.5 MB): over ``max_join_bytes`` (1 MB), refused from its
+  ``Content-Length`` before the body is read (413);
+* 10 000 parameters (0.9 MB): under ``max_join_bytes``, over ``max_params`` (1000): read,
+  its parameters counted on the raw JSON in a worker thread before any message or space
+  is built, and refused (422).
+
+Reported: the joins' status and seconds, the health latency's median, 95th percentile and
+maximum with and without them, and the ratios.
 """
 
 from __future__ import annotations
@@ -45,15 +51,18 @@ def _stats(lat: list[float]) -> dict[str, float]:
     return {"n": len(a), "median_ms": float(np.median(a)), "p95_ms": float(np.percentile(a, 95)), "max_ms": float(a.max())}
 
 
-def join_flood(n_params: int = 40_000, joins: int = 5, n_health: int = 300) -> dict[str, Any]:
+def join_flood(n_params: int = 40_000, seconds: float = 5.0, every: float = 0.1, n_health: int = 300) -> dict[str, Any]:
     import requests
     import yaml
 
     space = SearchSpace([Real("x", 0.0, 1.0), Real("y", 0.0, 1.0)])
     token, digest = new_token()
     one = space.model_dump(mode="json")["params"][0]
-    wide = json.dumps({"kind": "join", "site": "a", "protocol": "distribution", "space_hash": "0" * 64, "n_init": 1,
-                       "space": {"params": [{**one, "name": f"x{i}"} for i in range(n_params)]}}).encode()
+    wide_space = space.model_dump(mode="json")  # 2 parameters: the study's own space, a join that succeeds
+    if n_params > 2:
+        wide_space = {"params": [{**one, "name": f"x{i}"} for i in range(n_params)]}
+    wide = json.dumps({"kind": "join", "site": "a", "protocol": "distribution", "n_init": 1, "space": wide_space,
+                       "space_hash": space.fingerprint() if n_params == 2 else "0" * 64}).encode()
     with tempfile.TemporaryDirectory() as tmp:
         cfg = {"protocol": "distribution", "seed": 0, "space": space.model_dump(mode="json"), "sites": {"a": digest}}
         (Path(tmp) / "c.yaml").write_text(yaml.safe_dump(cfg))
@@ -70,12 +79,17 @@ def join_flood(n_params: int = 40_000, joins: int = 5, n_health: int = 300) -> d
             stop = threading.Event()
 
             def flood() -> None:
-                with requests.Session() as s:
-                    for _ in range(joins):
-                        t0 = time.perf_counter()
-                        r = s.post(url + "/v1/join", data=wide, timeout=300,
-                                   headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-                        results.append((r.status_code, time.perf_counter() - t0))
+                end = time.perf_counter() + seconds
+                while time.perf_counter() < end:
+                    t0 = time.perf_counter()
+                    try:
+                        r = requests.post(url + "/v1/join", data=wide, timeout=300, headers={
+                            "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+                        code = r.status_code
+                    except requests.ConnectionError:  # refused before the body was sent: the server closed
+                        code = 413
+                    results.append((code, time.perf_counter() - t0))
+                    time.sleep(max(0.0, every - (time.perf_counter() - t0)))
                 stop.set()
 
             th = threading.Thread(target=flood)
@@ -86,19 +100,21 @@ def join_flood(n_params: int = 40_000, joins: int = 5, n_health: int = 300) -> d
             proc.kill()
             proc.wait()
     a, d = _stats(alone), _stats(during)
-    return {"n_params": n_params, "body_bytes": len(wide), "join_status": sorted({c for c, _ in results}),
+    return {"n_params": n_params, "body_bytes": len(wide), "joins": len(results),
+            "join_status": sorted({c for c, _ in results}),
             "join_seconds": float(np.median([s for _, s in results])), "alone": a, "during": d,
             "ratio_median": d["median_ms"] / a["median_ms"], "ratio_p95": d["p95_ms"] / a["p95_ms"]}
 
 
-def report(n_params: int = 40_000, joins: int = 5) -> str:
-    r = join_flood(n_params, joins)
-    a, d = r["alone"], r["during"]
-    return "\n".join([
-        f"join of {r['n_params']} parameters ({r['body_bytes'] / 1e6:.1f} MB), {joins} times: status "
-        f"{r['join_status']}, {r['join_seconds']:.2f} s each (median)",
-        "| health latency | requests | median ms | p95 ms | max ms |",
-        "|---|---|---|---|---|",
-        f"| alone | {a['n']} | {a['median_ms']:.2f} | {a['p95_ms']:.2f} | {a['max_ms']:.1f} |",
-        f"| during the joins | {d['n']} | {d['median_ms']:.2f} | {d['p95_ms']:.2f} | {d['max_ms']:.1f} |",
-        f"ratio during/alone: median {r['ratio_median']:.2f}x, p95 {r['ratio_p95']:.2f}x"])
+def report(sizes: tuple[int, ...] = (2, 10_000, 40_000), seconds: float = 5.0) -> str:
+    lines = ["| join | body | joins sent | status | s per join | health median ms (alone / during) | "
+             "p95 ms (alone / during) | max ms during | ratio median | ratio p95 |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for n in sizes:
+        r = join_flood(n, seconds)
+        a, d = r["alone"], r["during"]
+        lines.append(f"| {n} params | {r['body_bytes'] / 1e6:.2f} MB | {r['joins']} | {r['join_status']} | "
+                     f"{r['join_seconds']:.3f} | {a['median_ms']:.2f} / {d['median_ms']:.2f} | "
+                     f"{a['p95_ms']:.2f} / {d['p95_ms']:.2f} | {d['max_ms']:.1f} | {r['ratio_median']:.2f}x | "
+                     f"{r['ratio_p95']:.2f}x |")
+    return "\n".join(lines)

@@ -54,7 +54,7 @@ class Problem(BaseModel):
 _WHY = {401: "missing or unknown bearer token", 403: "the token belongs to another site",
         404: "no such site", 408: "the body took longer than body_timeout to arrive",
         409: "refused by the study or the round clock (the detail says why)",
-        413: "body over max_body_bytes", 422: "malformed request or message"}
+        413: "body over max_body_bytes (a join: max_join_bytes)", 422: "malformed request or message"}
 
 
 def _answers(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -298,6 +298,7 @@ class CoordinatorServer:
 
         self.fastapi = app  # the routes and their OpenAPI schema (``self.app`` adds the guard)
         return Guard(app, max_body_bytes=cfg.max_body_bytes, audit=self.audit, body_timeout=cfg.body_timeout,
+                     route_limits={"/v1/join": cfg.max_join_bytes},
                      known_token=lambda t: self.tokens.site_of(t) is not None or self.tokens.is_admin(t))
 
     def _join(self, body: bytes, site: str) -> Envelope:
@@ -324,7 +325,10 @@ class CoordinatorServer:
 
     def uvicorn_limits(self) -> dict[str, Any]:
         """The operator's connection limits, as uvicorn settings."""
-        return {"limit_concurrency": self.config.max_connections, "timeout_keep_alive": self.config.keep_alive}
+        from labfbo.server.connections import HeaderDeadlineProtocol
+
+        return {"limit_concurrency": self.config.max_connections, "timeout_keep_alive": self.config.keep_alive,
+                "http": HeaderDeadlineProtocol}
 
     def close(self) -> None:
         self.engine.stop()

@@ -26,7 +26,7 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from labfbo.exceptions import ConfigurationError
 
@@ -65,13 +65,15 @@ class ServerConfig(BaseModel):
                                 "before the body is read, and while it streams")
     max_array_items: int = Field(2_000_000, ge=1)
     max_params: int = Field(1000, ge=1, le=1000, description="parameters of a joining space (more: 422)")
+    max_join_bytes: int = Field(1_000_000, ge=1024, description="a join's body limit (413 before it is read): "
+                                "a 1000-parameter space of reals is about 90 kB")
     poll_wait_max: float = Field(30.0, gt=0, le=30.0)
     body_timeout: float = Field(30.0, gt=0, description="seconds a client may take to send each part of a "
                                 "body (slower: 408)")
     max_connections: int = Field(1000, ge=8, description="concurrent connections; beyond: 503 (uvicorn's "
                                  "limit_concurrency)")
-    keep_alive: float = Field(65.0, gt=30.0, description="seconds an idle connection is kept (longer than a "
-                              "long poll)")
+    keep_alive: float = Field(65.0, ge=1.0, description="seconds an idle connection is kept, and a request's "
+                              "headers may take (longer than poll_wait_max)")
 
     @field_validator("sites")
     @classmethod
@@ -85,6 +87,13 @@ class ServerConfig(BaseModel):
         for site, digest in v.items():
             _check_digest(digest, f"sites.{site}")
         return v
+
+    @model_validator(mode="after")
+    def _keep_alive_outlasts_a_poll(self) -> "ServerConfig":
+        if self.keep_alive <= self.poll_wait_max:
+            raise ValueError(f"keep_alive ({self.keep_alive:g} s) must be longer than poll_wait_max "
+                             f"({self.poll_wait_max:g} s), or idle site connections are cut mid-reuse")
+        return self
 
     def coordinator(self) -> "Coordinator":
         """The study's :class:`labfbo.Coordinator` (its rounds, aggregation and schedules)."""

@@ -25,9 +25,10 @@ class Guard:
     OPEN = ("/v1/health", "/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect")  # no token needed
 
     def __init__(self, app: Any, max_body_bytes: int, audit: AuditLog, known_token: Callable[[str], bool],
-                 body_timeout: float = 30.0) -> None:
+                 body_timeout: float = 30.0, route_limits: dict[str, int] | None = None) -> None:
         self.app, self.max_body_bytes, self.audit = app, max_body_bytes, audit
         self.known_token, self.body_timeout = known_token, body_timeout
+        self.route_limits = route_limits or {}  # path -> a tighter body limit
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         auth = headers.get(b"authorization", b"").decode("latin-1")
@@ -52,9 +53,10 @@ class Guard:
             await self._refuse(send, 401, "missing or unknown bearer token")
             self.audit.write(None, route, None, b"", 401)
             return
+        limit = min(self.max_body_bytes, self.route_limits.get(scope["path"], self.max_body_bytes))
         declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-            await self._refuse(send, 413, f"body over {self.max_body_bytes} bytes")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await self._refuse(send, 413, f"body over {limit} bytes")
             self.audit.write(None, route, None, b"", 413)
             return
         chunks, size, more = [], 0, True
@@ -69,8 +71,8 @@ class Guard:
                 return
             chunk = msg.get("body", b"")
             size += len(chunk)
-            if size > self.max_body_bytes:
-                await self._refuse(send, 413, f"body over {self.max_body_bytes} bytes")
+            if size > limit:
+                await self._refuse(send, 413, f"body over {limit} bytes")
                 self.audit.write(None, route, None, b"", 413)
                 return
             chunks.append(chunk)
