@@ -82,11 +82,12 @@ async def _drive(url: str, tokens: dict[str, str], space: SearchSpace, rounds: i
         await asyncio.gather(*(join(s, tok) for s, tok in tokens.items()))
         answers = {s: OptimumBelief(weight=float(gen.uniform(0.2, 1)), mean=Array.of(gen.random(space.dim)),
                                     variance=Array.of(gen.uniform(1e-3, 1e-2, space.dim)),
-                                    value=float(gen.standard_normal())).model_dump_json() for s in tokens}
+                                    value=float(gen.standard_normal())) for s in tokens}
         latencies = []
         for t in range(rounds):
             t0 = time.perf_counter()
-            await asyncio.gather(*(_light_round(client, s, tok, t, answers[s]) for s, tok in tokens.items()))
+            await asyncio.gather(*(_light_round(client, s, tok, t, answers[s].model_copy(update={"round": t})
+                                                .model_dump_json()) for s, tok in tokens.items()))
             latencies.append(time.perf_counter() - t0)
         return latencies
 
