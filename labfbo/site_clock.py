@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class SiteClock:
+    """A federated site's place on the round clock, and the guidance it holds."""
+
     next_round: int = 0          # the round the site asks for when it has something new
     guided: int | None = None    # the round whose guidance it holds
     seen: int = 0                # its number of results when it asked for ``guided``
