@@ -35,6 +35,7 @@ initial designs for the same seed.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -272,3 +273,42 @@ class Coordinator:
         self.rounds[t] = replies
         self.contributors[t] = contributions
         self.last_round = t
+
+
+class RoundGate:
+    """When the coordinator's next round starts, for transports whose sites run concurrently
+    (MPI, HTTP): who has asked for it, since when, and whether :meth:`Coordinator.ready`
+    lets it start. The transport serializes the calls (its lock or its single loop)."""
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coord = coordinator
+        self.wants: dict[str, int] = {}          # site -> the round it last asked for
+        self.first_asked: dict[int, float] = {}  # round -> when the first site asked for it
+
+    def ask(self, site: str, t: int) -> None:
+        """``site`` waits for the next round ``t``."""
+        self.wants[site] = t
+        self.first_asked.setdefault(t, time.monotonic())
+
+    def asked(self, active: set[str]) -> set[str]:
+        """The sites of ``active`` (joined, not left) that asked for the next round."""
+        t = self.coord.last_round + 1
+        return {s for s, r in self.wants.items() if r == t and s in active}
+
+    def open(self, active: set[str]) -> tuple[int, list[str]] | None:
+        """``(t, participants)`` if the next round may start now, else None."""
+        t, wanting = self.coord.last_round + 1, self.asked(active)
+        waited = time.monotonic() - self.first_asked.get(t, time.monotonic())
+        return (t, sorted(wanting)) if self.coord.ready(wanting, active, waited) else None
+
+    def retry_in(self) -> float | None:
+        """Seconds until the deadline may start the next round (None: only an ask or a leave can)."""
+        first = self.first_asked.get(self.coord.last_round + 1)
+        if self.coord.deadline is None or first is None:
+            return None
+        return max(self.coord.deadline - (time.monotonic() - first), 0.0) or None
+
+    def started(self, t: int) -> None:
+        """Round ``t`` has run (or failed): forget who waited for it."""
+        self.wants = {s: r for s, r in self.wants.items() if r > t}
+        self.first_asked.pop(t, None)

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from labfbo.exceptions import LabFBOError, ValidationError
 from labfbo.messages import Message
 from labfbo.protocols.base import SiteData
+from labfbo.trial import parse_value
 
 if TYPE_CHECKING:
     from labfbo.optimizer import Optimizer
@@ -116,9 +118,6 @@ def dedupe(space: "SearchSpace", X: np.ndarray, pending: np.ndarray, gen: np.ran
 def history_record(space: "SearchSpace", params_list: Any, values: Any) -> tuple[dict[str, Any] | None, list[str]]:
     """The journal record of historical observations (None if there are none) and the rows
     outside the bounds (kept as given; the model clips them). Anything else invalid raises."""
-    from labfbo.exceptions import LabFBOError, ValidationError
-    from labfbo.trial import parse_value
-
     if isinstance(params_list, dict) or len(params_list) != len(values):
         raise ValidationError("add_observations needs a list of params dicts and a list of values of the same length")
     clean, sems, vals, oob_rows = [], [], [], []

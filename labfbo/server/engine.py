@@ -16,13 +16,11 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
+from labfbo.coordinator import Coordinator, RoundGate
 from labfbo.exceptions import FederationError, RoundError
 from labfbo.messages import JoinReply, JoinRequest, Message, parse
-
-if TYPE_CHECKING:
-    from labfbo.coordinator import Coordinator
 
 
 class Conflict(FederationError):
@@ -43,14 +41,13 @@ class _Exchange:
 class RoundEngine:
     """Thread-safe rounds over mailboxes; one round thread at a time."""
 
-    def __init__(self, coordinator: "Coordinator", on_round: Callable[[int], None] | None = None) -> None:
+    def __init__(self, coordinator: Coordinator, on_round: Callable[[int], None] | None = None) -> None:
         self.coord = coordinator
         self.cv = threading.Condition()
         self.seq = time.time_ns() // 1000  # unique across restarts: an old answer never matches a new exchange
         self.exchanges: dict[int, _Exchange] = {}
         self.asked: dict[str, int] = {}         # site -> the round whose guidance it waits for
-        self.wants: dict[str, int] = {}         # site -> the last round it asked for (to start rounds)
-        self.first_want: dict[int, float] = {}  # round -> when the first site asked for it
+        self.gate = RoundGate(coordinator)      # who asked for the next round, and may it start
         self.errors: dict[int, str] = {}        # round -> why it failed
         self.thread: threading.Thread | None = None
         self.on_round = on_round                # called (in the round thread) after each completed round
@@ -97,8 +94,7 @@ class RoundEngine:
             if t <= self.coord.last_round or (t in self.errors and not retry):
                 return
             self.errors.pop(t, None)
-            self.wants[site] = t
-            self.first_want.setdefault(t, time.monotonic())
+            self.gate.ask(site, t)
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="labfbo-rounds", daemon=True)
                 self.thread.start()
@@ -219,15 +215,13 @@ class RoundEngine:
         """Wait (``self.cv`` held) until the next round may start: ``(t, participants)``, or
         None when no site waits for it (or the engine stopped, or the round failed)."""
         while True:
-            t = self.coord.last_round + 1
-            wanting = {s for s, r in self.wants.items() if r == t and s not in self.gone}
-            if self.stopped or not wanting or t in self.errors:
+            active = set(self.coord.members) - self.gone
+            if self.stopped or self.coord.last_round + 1 in self.errors or not self.gate.asked(active):
                 return None
-            waited = time.monotonic() - self.first_want.get(t, time.monotonic())
-            if self.coord.ready(wanting, set(self.coord.members) - self.gone, waited):
-                return t, sorted(wanting)
-            deadline = self.coord.deadline
-            self.cv.wait(deadline - waited if deadline is not None and waited < deadline else 1.0)
+            opened = self.gate.open(active)
+            if opened is not None:
+                return opened
+            self.cv.wait(self.gate.retry_in() or 1.0)
 
     def _run(self) -> None:
         """Start rounds as sites ask for them; each is persisted before sites can see it."""
@@ -244,7 +238,7 @@ class RoundEngine:
                     self.on_round(t)  # persisted before it is published
                 with self.cv:
                     self.published.add(t)
-                    self.first_want.pop(t, None)
+                    self.gate.started(t)
                     self._notify()
             except Exception as exc:  # the sites waiting for t get the error, and may ask again
                 with self.cv:
@@ -291,7 +285,7 @@ class RoundEngine:
             out = {f"{ex.round}/{ex.seq}": sorted(set(ex.requests) - set(ex.answers))
                    for ex in self.exchanges.values() if not ex.closed}
             t = self.coord.last_round + 1
-            asked = {s for s, r in self.wants.items() if r == t}
+            asked = {s for s, r in self.gate.wants.items() if r == t}
             missing = sorted(set(self.coord.roster) - self.gone - asked)
             if asked and missing:
                 out[f"{t}/start"] = missing

@@ -29,16 +29,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
+from labfbo.coordinator import Coordinator, RoundGate
 from labfbo.exceptions import FederationError, LabFBOError, RoundError
 from labfbo.messages import JoinReply, JoinRequest, Message, parse
 from labfbo.transport.base import Handler, SiteLink
-
-if TYPE_CHECKING:
-    from labfbo.coordinator import Coordinator
 
 TAG_JOIN, TAG_JOIN_REPLY, TAG_GUIDANCE, TAG_REPLY, TAG_REQUEST, TAG_RESPONSE, TAG_CLOSE = range(1, 8)
 ROOT = 0
@@ -165,14 +163,13 @@ class MPILink(SiteLink):
 class MPIServer:
     """Rank 0: answers joins and guidance requests, starts rounds when the sites ask for them."""
 
-    def __init__(self, coordinator: "Coordinator", comm: Any = None) -> None:
+    def __init__(self, coordinator: Coordinator, comm: Any = None) -> None:
         self.coordinator = coordinator
         self.comm = _comm(comm)
         self.rank_of: dict[str, int] = {}
         self.closed: set[int] = set()
         self.queue: list[tuple[str, int, int]] = []  # messages that arrived during an exchange
-        self.wants: dict[str, int] = {}  # site -> the next round, which it waits for
-        self.first_want: dict[int, float] = {}
+        self.gate = RoundGate(coordinator)  # who waits for the next round, and may it start
         self.seq = 0
         self.n_ranks = self.comm.Get_size() - 1
         self.outbox = _Outbox(self.comm)
@@ -186,7 +183,7 @@ class MPIServer:
                 msg = self.queue.pop(0)
             else:
                 try:  # with sites waiting, wake up now and then: a deadline may start the round
-                    msg = _recv(self.comm, MPI.ANY_SOURCE, MPI.ANY_TAG, timeout=0.05 if self.wants else None)
+                    msg = _recv(self.comm, MPI.ANY_SOURCE, MPI.ANY_TAG, timeout=0.05 if self.gate.wants else None)
                 except TimeoutError:
                     self.start_round()
                     continue
@@ -213,8 +210,7 @@ class MPIServer:
                     raise FederationError(f"rank {src} asked for guidance before joining")
                 self.coordinator.check_round(site, t)
                 if t > self.coordinator.last_round:  # the next round: it starts when the sites are there
-                    self.wants[site] = t
-                    self.first_want.setdefault(t, time.monotonic())
+                    self.gate.ask(site, t)
                     return
                 body = self.coordinator.current_guidance(site).model_dump_json()
             except Exception as exc:
@@ -226,21 +222,18 @@ class MPIServer:
 
     def start_round(self) -> None:
         """Run the next round if the coordinator says it may start, and send its guidance."""
-        t = self.coordinator.last_round + 1
-        active = {s for s, r in self.rank_of.items() if r not in self.closed}
-        wanting = {s for s, r in self.wants.items() if r == t and s in active}
-        waited = time.monotonic() - self.first_want.get(t, time.monotonic())
-        if not self.coordinator.ready(wanting, active, waited):
+        opened = self.gate.open({s for s, r in self.rank_of.items() if r not in self.closed})
+        if opened is None:
             return
+        t, wanting = opened
         try:
             replies = self.coordinator.run_round(t, self.gather, sorted(wanting))
             bodies = {s: replies[s].model_dump_json() for s in wanting}
         except Exception as exc:  # every participant's ask() hears why
             bodies = {s: _error(exc) for s in wanting}
-        for s in sorted(wanting):
-            del self.wants[s]
+        self.gate.started(t)
+        for s in wanting:
             _send(self.comm, bodies[s], self.rank_of[s], TAG_REPLY)
-        self.first_want.pop(t, None)
 
     def gather(self, requests: Mapping[str, Message], quorum: int,
                deadline: float | None) -> dict[str, Message | BaseException]:
@@ -285,7 +278,7 @@ class MPIServer:
         return out
 
 
-def serve(coordinator: "Coordinator", comm: Any = None) -> None:
+def serve(coordinator: Coordinator, comm: Any = None) -> None:
     """Run the coordinator at this rank until every site rank has closed (usually rank 0)."""
     MPIServer(coordinator, comm).serve()
 
