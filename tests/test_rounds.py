@@ -110,7 +110,7 @@ def test_a_round_uses_the_data_each_site_had_when_it_asked(sum_protocol) -> None
             engine = srv.server.engine
             for _ in range(500):
                 with engine.cv:
-                    if engine.wants.get("a") == 0:
+                    if engine.gate.wants.get("a") == 0:
                         break
                 time.sleep(0.01)
             a.tell(running, 3.0)  # told while round 0 waits for b
