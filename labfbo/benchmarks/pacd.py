@@ -56,13 +56,17 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "CBOC-L": ("consensus", {"matrix": "leader", **PAPER_ACQ}),
     "Independent (labfbo defaults)": ("independent", {}),
     "PACD-BO (labfbo defaults)": ("gradient", {}),
+    "PACOH-BO (labfbo defaults)": ("centralized", {}),  # pooled raw data: the transfer-efficiency reference
     "CBOC-U (labfbo defaults)": ("consensus", {"matrix": "uniform"}),
     # ablations (only with --methods): the stalled-basin escape on Independent, and off on PACD-BO
     "Independent-escape": ("independent", {"stall_rounds": 10, **PAPER_ACQ}),
     "PACD-BO-paper": ("gradient", {"stall_rounds": None, "harm_guard": False, **PAPER_ACQ}),
 }
 DEFAULT_METHODS = ("Independent", "PACOH-BO", "PACD-BO", "CBOC-U", "CBOC-L", "Independent (labfbo defaults)",
-                   "PACD-BO (labfbo defaults)", "CBOC-U (labfbo defaults)")
+                   "PACD-BO (labfbo defaults)", "CBOC-U (labfbo defaults)", "PACOH-BO (labfbo defaults)")
+#: (alone, pooled) references of the transfer efficiency, by the suffix of a method's label
+_TE_REFERENCES = {"": ("Independent", "PACOH-BO"),
+                  " (labfbo defaults)": ("Independent (labfbo defaults)", "PACOH-BO (labfbo defaults)")}
 DP_METHOD = ("DP-PACD-BO", ("gradient", {"privacy": DP(clip=1.0, noise_multiplier=8.0), **PAPER_ACQ}))
 
 
@@ -108,7 +112,27 @@ def table(results: list[SimulationResult], functions: tuple[str, ...]) -> str:
             fmt = (lambda v: f"{v[0]:.4g} ± {v[1]:.2g}" if v else "—")
             lines.append(f"| {fn} | {label} | {len(rs)} | {rs[0].budget} | {nr.mean():.4g} ± {nr.std():.2g} | "
                          f"{fmt(p_nr)} | {auc.mean():.4g} ± {auc.std():.2g} | {fmt(p_auc)} |")
+    te = transfer_efficiency(by)
+    if te:
+        lines += ["", "Transfer efficiency (R_alone - R) / (R_alone - R_pooled) of the final normalized regret, "
+                  "alone = Independent, pooled = PACOH-BO (raw data of every site) with the same acquisition:", "",
+                  "| function | method | transfer efficiency |", "|---|---|---:|"]
+        lines += [f"| {fn} | {label} | {v} |" for (fn, label), v in te.items()]
     return "\n".join(lines)
+
+
+def transfer_efficiency(by: dict[tuple[str, str], list[SimulationResult]]) -> dict[tuple[str, str], str]:
+    """The share of the pooled-data gain a federated method captures, per (function, method)."""
+    final = {k: float(np.mean([r.final_regret().mean() for r in rs])) for k, rs in by.items()}
+    out: dict[tuple[str, str], str] = {}
+    for (fn, label), value in final.items():
+        suffix = " (labfbo defaults)" if label.endswith(" (labfbo defaults)") else ""
+        alone, pooled = (final.get((fn, ref)) for ref in _TE_REFERENCES[suffix])
+        if alone is None or pooled is None or label in _TE_REFERENCES[suffix] or label.startswith("Independent"):
+            continue
+        gain = alone - pooled
+        out[(fn, label)] = f"{(alone - value) / gain:.0%}" if gain > 1e-12 else "n/a (pooling gains nothing)"
+    return out
 
 
 def plot(results: list[SimulationResult], out: Path, functions: tuple[str, ...]) -> list[Path]:
