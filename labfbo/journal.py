@@ -174,7 +174,7 @@ def check_header(header: dict[str, Any], ours: dict[str, Any]) -> None:
         if header.get(key) != ours[key]:
             raise JournalError(f"journal belongs to another study: {key} is {header.get(key)!r}, "
                                f"this optimizer has {ours[key]!r}")
-    for key in ("privacy", "n_particles", "n_samples"):  # the privacy ledger's accounting depends on them
+    for key in ("privacy", "n_particles"):  # the privacy ledger's accounting depends on them
         old, new = header.get("options", {}).get(key), ours["options"].get(key)
         if old != new:
             raise JournalError(f"the journal's DP releases were made with {key}={old!r}; "

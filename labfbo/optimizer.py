@@ -23,7 +23,7 @@ from labfbo.journal import FileJournal, MemoryJournal, check_header, write_snaps
 from labfbo.messages import Abstain, JoinReply, JoinRequest, Message, parse
 from labfbo.privacy import PrivacyLedger
 from labfbo.progress import slow_notice
-from labfbo.privacy.report import release_record, rows_per_release
+from labfbo.privacy.report import release_record
 from labfbo.privacy.report import report as privacy_report
 from labfbo.protocols import SiteContext, SiteData, get_protocol, parse_options
 from labfbo.seeding import campaign_id, rng, stable_hash
@@ -108,7 +108,7 @@ class Optimizer:
         self._lock = threading.RLock()  # the HTTP agent answers requests from another thread
         self._approve = approve
         dp = getattr(self.options, "privacy", None)
-        self._privacy = PrivacyLedger(dp, rows_per_release(self.options)) if dp is not None else None
+        self._privacy = PrivacyLedger(dp, getattr(self.options, "n_particles", 1)) if dp is not None else None
         self._releases: list[dict[str, Any]] = []
         self._link = connect(coordinator, self.site, self.protocol.federated, protocol, token)
         existed = storage is not None and os.path.exists(storage)
@@ -386,7 +386,7 @@ class Optimizer:
         mechanism and parameters, sensitivity, neighbouring relation, secure aggregation, and the
         cumulative (epsilon, delta) — infinite once a release carried no DP noise."""
         return privacy_report(self._releases, getattr(self.options, "privacy", None),
-                              rows_per_release(self.options), self.space.dim)
+                              getattr(self.options, "n_particles", 1), self.space.dim)
 
     def to_dataframe(self) -> Any:
         """The history as a pandas DataFrame (needs ``labfbo[dataframe]``)."""

@@ -32,7 +32,7 @@ def load_snapshot(cls: type["Optimizer"], path: str, coordinator: Any, storage: 
               site=head["site"], seed=head["seed"], n_init=head["n_init"], storage=storage,
               secret=options.pop("secret", head.get("secret")),
               coordinator=coordinator, **{**saved, **options})
-    for key in ("privacy", "n_particles", "n_samples"):  # the snapshot's releases were accounted with these
+    for key in ("privacy", "n_particles"):  # the snapshot's releases were accounted with these
         if opt._header["options"].get(key) != head.get("options", {}).get(key):
             opt.close()
             raise JournalError(f"the snapshot's DP releases were made with {key}="

@@ -105,7 +105,8 @@ def test_paper_suites_ask_for_the_papers_ucb_by_name(tmp_path) -> None:
     jobs = {j.label: j for j in pacd.jobs(str(tmp_path), ("branin",), [0], dp=True)}
     for label in ("Independent", "PACOH-BO", "PACD-BO", "CBOC-U", "CBOC-L", "DP-PACD-BO"):
         assert jobs[label].options["acquisition"] == "ucb" and jobs[label].options["beta"] == 4.0
-    for label in ("Independent (labfbo defaults)", "PACD-BO (labfbo defaults)", "CBOC-U (labfbo defaults)"):
+    for label in ("Independent (labfbo defaults)", "PACD-BO (labfbo defaults)", "CBOC-U (labfbo defaults)",
+                  "PACOH-BO (labfbo defaults)"):
         assert "acquisition" not in jobs[label].options
     for label, (_, opts) in guide.METHODS.items():
         assert opts["acquisition"] == label.split("-")[-1].lower()
@@ -123,6 +124,24 @@ def test_pacd_suite_runs_the_escape_ablations_only_by_name(tmp_path) -> None:
     assert chosen["PACD-BO-paper"].protocol == "gradient" and chosen["PACD-BO-paper"].options["stall_rounds"] is None
     with pytest.raises(ConfigurationError, match="PACD"):
         pacd.jobs(str(tmp_path), ("branin",), [0], methods=("PACD",))
+
+
+def test_pacd_transfer_efficiency_is_the_share_of_the_pooled_gain_with_the_same_acquisition() -> None:
+    from types import SimpleNamespace
+
+    from labfbo.benchmarks import pacd
+
+    def runs(*finals: float) -> list:
+        return [SimpleNamespace(final_regret=lambda v=v: np.array([v, v]), auc=np.array([2 * v])) for v in finals]
+
+    by = {("branin", "Independent (labfbo defaults)"): runs(0.5, 0.7),        # alone 0.6
+          ("branin", "PACOH-BO (labfbo defaults)"): runs(0.2),                 # pooled 0.2
+          ("branin", "PACD-BO (labfbo defaults)"): runs(0.3),                  # (0.6 - 0.3) / 0.4
+          ("branin", "Independent"): runs(0.4), ("branin", "PACOH-BO"): runs(0.4),
+          ("branin", "PACD-BO"): runs(0.1)}                                    # the UCB rows: no pooled gain
+    te = pacd.transfer_efficiency(by)
+    assert te == {("branin", "PACD-BO (labfbo defaults)"): ("75%", "75%"),
+                  ("branin", "PACD-BO"): ("n/a (pooling gains nothing)",) * 2}
 
 
 def test_the_penalty_of_a_log_acquisition_is_in_nats() -> None:

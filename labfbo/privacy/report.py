@@ -20,14 +20,8 @@ NEIGHBOURING = "task level: two datasets of this site differ in every observatio
 _MECHANISMS = {
     "score": "Gaussian on K per-particle scores, each clipped to l2 norm C (PACD-BO Eqs. 12-13)",
     "masked_score": "Gaussian on K per-particle scores, each clipped to l2 norm C (PACD-BO Eqs. 12-13)",
-    "model_samples": "Gaussian on S posterior weight draws, each clipped to l2 norm C (labfbo.protocols.ensemble)",
     "optimum_belief": "Gaussian on the belief (pi, mu, sd, v) normalized to the unit cube (labfbo.privacy.belief_dp)",
 }
-
-
-def rows_per_release(options: Any) -> int:
-    """K: the rows one DP release carries together (``gradient``'s particles, ``ensemble``'s samples)."""
-    return int(getattr(options, "dp_rows", getattr(options, "n_particles", 1)))
 
 
 def release_record(message: Any) -> dict[str, Any]:

@@ -18,7 +18,6 @@ _BUILTIN: dict[str, str] = {
     "gradient": "labfbo.protocols.gradient:GradientProtocol",
     "distribution": "labfbo.protocols.distribution:DistributionProtocol",
     "centralized": "labfbo.protocols.centralized:CentralizedProtocol",
-    "ensemble": "labfbo.protocols.ensemble:EnsembleProtocol",
 }
 _REGISTRY: dict[str, type[Protocol]] = {}
 
