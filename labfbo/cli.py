@@ -89,8 +89,8 @@ def _cmd_bench_pacd(args: argparse.Namespace) -> int:
     else:
         functions, seeds, budget = tuple(args.functions), list(range(args.seeds)), args.budget
     out = Path(args.out)
-    jobs = pacd.jobs(str(out), functions, seeds, budget=budget, dp=args.dp,
-                     methods=tuple(args.methods) if args.methods else None)
+    jobs = pacd.jobs(str(out), functions, seeds, budget=budget, dp=args.dp, n_sites=args.sites,
+                     methods=tuple(args.methods) if args.methods else None, initial=args.n_init)
     return _run_suite("pacd", pacd, jobs, out, functions, args.workers)
 
 
@@ -417,6 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--seeds", type=int, default=10)
     pa.add_argument("--budget", type=int, default=100)
     pa.add_argument("--dp", action="store_true", help="add DP-PACD-BO (sigma=8, C=1)")
+    pa.add_argument("--sites", type=int, default=5, help="sites of the family (the paper: 5)")
+    pa.add_argument("--n-init", type=int, default=None, help="initial points per site (default: the paper's)")
     pa.add_argument("--workers", type=int, default=2)
     pa.add_argument("--out", default="runs/bench/pacd")
     pa.set_defaults(func=_cmd_bench_pacd)

@@ -140,8 +140,12 @@ def test_pacd_transfer_efficiency_is_the_share_of_the_pooled_gain_with_the_same_
           ("branin", "Independent"): runs(0.4), ("branin", "PACOH-BO"): runs(0.4),
           ("branin", "PACD-BO"): runs(0.1)}                                    # the UCB rows: no pooled gain
     te = pacd.transfer_efficiency(by)
-    assert te == {("branin", "PACD-BO (labfbo defaults)"): ("75%", "75%"),
-                  ("branin", "PACD-BO"): ("n/a (pooling gains nothing)",) * 2}
+    assert te == {("branin", "PACD-BO (labfbo defaults)"): ("PACOH-BO (labfbo defaults)", "75%", "75%"),
+                  ("branin", "PACD-BO"): ("PACOH-BO",) + ("n/a (pooling gains nothing)",) * 2}
+    by[("branin", "Pooled MTGP (labfbo defaults)")] = runs(0.4)                # preferred when run: (0.6 - 0.3) / 0.2
+    te = pacd.transfer_efficiency(by)
+    assert te[("branin", "PACD-BO (labfbo defaults)")] == ("Pooled MTGP (labfbo defaults)", "150%", "150%")
+    assert te[("branin", "PACOH-BO (labfbo defaults)")] == ("Pooled MTGP (labfbo defaults)", "200%", "200%")
 
 
 def test_the_penalty_of_a_log_acquisition_is_in_nats() -> None:

@@ -56,7 +56,10 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "CBOC-L": ("consensus", {"matrix": "leader", **PAPER_ACQ}),
     "Independent (labfbo defaults)": ("independent", {}),
     "PACD-BO (labfbo defaults)": ("gradient", {}),
-    "PACOH-BO (labfbo defaults)": ("centralized", {}),  # pooled raw data: the transfer-efficiency reference
+    "PACOH-BO (labfbo defaults)": ("centralized", {}),  # pooled raw data, PACOH's model
+    # by name only: the pooled multi-task GP (raw data; the transfer-efficiency reference) and GUIDE-FBO
+    "Pooled MTGP (labfbo defaults)": ("pooled", {}),
+    "GUIDE-FBO (labfbo defaults)": ("distribution", {}),
     "CBOC-U (labfbo defaults)": ("consensus", {"matrix": "uniform"}),
     # ablations (only with --methods): the stalled-basin escape on Independent, and off on PACD-BO
     "Independent-escape": ("independent", {"stall_rounds": 10, **PAPER_ACQ}),
@@ -64,9 +67,10 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 DEFAULT_METHODS = ("Independent", "PACOH-BO", "PACD-BO", "CBOC-U", "CBOC-L", "Independent (labfbo defaults)",
                    "PACD-BO (labfbo defaults)", "CBOC-U (labfbo defaults)", "PACOH-BO (labfbo defaults)")
-#: (alone, pooled) references of the transfer efficiency, by the suffix of a method's label
-_TE_REFERENCES = {"": ("Independent", "PACOH-BO"),
-                  " (labfbo defaults)": ("Independent (labfbo defaults)", "PACOH-BO (labfbo defaults)")}
+#: (alone, pooled references in order of preference) of the transfer efficiency, by the suffix of a label
+_TE_REFERENCES = {"": ("Independent", ("PACOH-BO",)),
+                  " (labfbo defaults)": ("Independent (labfbo defaults)",
+                                         ("Pooled MTGP (labfbo defaults)", "PACOH-BO (labfbo defaults)"))}
 DP_METHOD = ("DP-PACD-BO", ("gradient", {"privacy": DP(clip=1.0, noise_multiplier=8.0), **PAPER_ACQ}))
 
 
@@ -76,7 +80,8 @@ def reference() -> dict[str, Any]:
 
 
 def jobs(out: str, functions: tuple[str, ...], seeds: list[int], budget: int = 100, n_sites: int = 5,
-         dp: bool = False, methods: tuple[str, ...] | None = None) -> list[Job]:
+         dp: bool = False, methods: tuple[str, ...] | None = None, initial: int | None = None) -> list[Job]:
+    """The suite's jobs; ``initial`` overrides the initial points per site (default :func:`n_init`)."""
     unknown = sorted(set(methods or ()) - set(METHODS))
     if unknown:
         raise ConfigurationError(f"unknown pacd methods {unknown}; available: {list(METHODS)}")
@@ -89,7 +94,7 @@ def jobs(out: str, functions: tuple[str, ...], seeds: list[int], budget: int = 1
             for s in seeds:
                 result.append(Job(path=str(Path(out) / fn / label / f"seed{s}.json"), label=label, problem=fn,
                                   problem_kwargs={"n_sites": n_sites}, protocol=protocol, seed=s,
-                                  n_init=n_init(fn), budget=budget, options=dict(opts)))
+                                  n_init=initial or n_init(fn), budget=budget, options=dict(opts)))
     return result
 
 
@@ -114,31 +119,34 @@ def table(results: list[SimulationResult], functions: tuple[str, ...]) -> str:
                          f"{fmt(p_nr)} | {auc.mean():.4g} ± {auc.std():.2g} | {fmt(p_auc)} |")
     te = transfer_efficiency(by)
     if te:
-        lines += ["", "Transfer efficiency (R_alone - R) / (R_alone - R_pooled), alone = Independent, pooled = PACOH-BO "
-                  "(every site's raw data) with the same acquisition; of the final normalized regret and of its AUC:",
-                  "", "| function | method | of the final regret | of the AUC |", "|---|---|---:|---:|"]
-        lines += [f"| {fn} | {label} | {final} | {auc} |" for (fn, label), (final, auc) in te.items()]
+        lines += ["", "Transfer efficiency (R_alone - R) / (R_alone - R_pooled), alone = Independent, pooled = the "
+                  "pooled multi-task GP (every site's raw data) if run, else PACOH-BO, with the same acquisition; of "
+                  "the final normalized regret and of its AUC:",
+                  "", "| function | method | pooled reference | of the final regret | of the AUC |", "|---|---|---|---:|---:|"]
+        lines += [f"| {fn} | {label} | {ref} | {final} | {auc} |" for (fn, label), (ref, final, auc) in te.items()]
     return "\n".join(lines)
 
 
-def transfer_efficiency(by: dict[tuple[str, str], list[SimulationResult]]) -> dict[tuple[str, str], tuple[str, str]]:
-    """The share of the pooled-data gain a federated method captures, per (function, method):
-    ``(of the final normalized regret, of its AUC)``."""
-    def share(metric: str) -> dict[tuple[str, str], str]:
-        value = {k: float(np.mean([(r.final_regret() if metric == "final" else r.auc).mean() for r in rs]))
-                 for k, rs in by.items()}
-        out = {}
-        for (fn, label), v in value.items():
-            refs = _TE_REFERENCES[" (labfbo defaults)" if label.endswith(" (labfbo defaults)") else ""]
-            alone, pooled = (value.get((fn, ref)) for ref in refs)
-            if alone is None or pooled is None or label in refs or label.startswith("Independent"):
-                continue
-            gain = alone - pooled
-            out[(fn, label)] = f"{(alone - v) / gain:.0%}" if gain > 1e-12 else "n/a (pooling gains nothing)"
-        return out
-
-    final, auc = share("final"), share("auc")
-    return {k: (final[k], auc[k]) for k in final}
+def transfer_efficiency(by: dict[tuple[str, str], list[SimulationResult]]
+                        ) -> dict[tuple[str, str], tuple[str, str, str]]:
+    """The share of the pooled-data gain a method captures, per (function, method):
+    ``(pooled reference, of the final normalized regret, of its AUC)``."""
+    value = {metric: {k: float(np.mean([(r.final_regret() if metric == "final" else r.auc).mean() for r in rs]))
+                      for k, rs in by.items()} for metric in ("final", "auc")}
+    out = {}
+    for fn, label in by:
+        alone, pooled_refs = _TE_REFERENCES[" (labfbo defaults)" if label.endswith(" (labfbo defaults)") else ""]
+        ref = next((r for r in pooled_refs if (fn, r) in by), None)
+        if ref is None or (fn, alone) not in by or label in (alone, ref) or label.startswith("Independent"):
+            continue
+        cells = []
+        for metric in ("final", "auc"):
+            v = value[metric]
+            gain = v[(fn, alone)] - v[(fn, ref)]
+            cells.append(f"{(v[(fn, alone)] - v[(fn, label)]) / gain:.0%}" if gain > 1e-12
+                         else "n/a (pooling gains nothing)")
+        out[(fn, label)] = (ref, *cells)
+    return out
 
 
 def plot(results: list[SimulationResult], out: Path, functions: tuple[str, ...]) -> list[Path]:

@@ -18,6 +18,7 @@ _BUILTIN: dict[str, str] = {
     "gradient": "labfbo.protocols.gradient:GradientProtocol",
     "distribution": "labfbo.protocols.distribution:DistributionProtocol",
     "centralized": "labfbo.protocols.centralized:CentralizedProtocol",
+    "pooled": "labfbo.protocols.pooled:PooledProtocol",
 }
 _REGISTRY: dict[str, type[Protocol]] = {}
 

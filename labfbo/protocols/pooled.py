@@ -1,0 +1,115 @@
+r"""Protocol ``pooled``: one multi-task GP on every site's raw data (a non-private reference).
+
+**Not private**: each round every site sends its raw observations to the coordinator,
+which hands each site the other sites' (unnamed). The site fits BoTorch's
+``MultiTaskGP`` — the ARD kernel on the inputs times an index kernel
+:math:`B = WW^\top + \operatorname{diag}(v)` over sites, so how much one site's data says
+about another's is learned from the data — with its own data as task 0 and each other
+site's values first rescaled to its own mean and spread, and maximizes the configured
+acquisition (qLogNEI by default) on its own task. This is the "pooled-data transfer
+learning" upper reference of the transfer efficiency
+:math:`(R_\text{alone} - R)/(R_\text{alone} - R_\text{pooled})` on continuous families
+(``labfbo bench pacd``); the reaction suite has its own one-hot version. Use it to measure
+what privacy costs, never with real partners.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Mapping
+
+import numpy as np
+from botorch.fit import fit_gpytorch_mll
+from botorch.models import MultiTaskGP
+from botorch.models.model import Model
+from botorch.models.transforms.outcome import Standardize
+from gpytorch.mlls import ExactMarginalLogLikelihood
+from pydantic import model_validator
+
+from labfbo.messages import Array, Message, register
+from labfbo.models.gp import as_tensor, seeded_torch
+from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
+from labfbo.protocols.centralized import DataRequest, RawData
+from labfbo.protocols.independent import LocalGPSite, ModelOptions
+
+
+@register
+class PooledData(Message):
+    """Coordinator -> site: the other sites' raw observations (pooled baseline only)."""
+
+    kind: Literal["pooled_data"] = "pooled_data"
+    X: list[Array]
+    y: list[Array]
+
+    @model_validator(mode="after")
+    def _pairs(self) -> "PooledData":
+        if len(self.X) != len(self.y):
+            raise ValueError(f"{len(self.X)} input arrays for {len(self.y)} value arrays")
+        for X, y in zip(self.X, self.y):
+            if len(X.shape) != 2 or y.shape != (X.shape[0],):
+                raise ValueError(f"inputs (n, d) and values (n,) expected, got {X.shape} and {y.shape}")
+        return self
+
+
+class PooledOptions(ModelOptions):
+    """The shared acquisition and surrogate options (the kernel is ``MultiTaskGP``'s)."""
+
+    @model_validator(mode="after")
+    def _no_prior(self) -> "PooledOptions":
+        if self.prior:
+            raise ValueError("the pooled baseline takes no expert prior")
+        return self
+
+
+def rescaled(y: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """``y`` standardized, then given the mean and spread of ``like``."""
+    sd = float(np.std(y)) or 1.0
+    return (y - np.mean(y)) / sd * (float(np.std(like)) or 1.0) + float(np.mean(like))
+
+
+def fit_multitask(X: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarray, np.ndarray]], seed: int) -> Model:
+    """``MultiTaskGP`` with the site's data as task 0 (its output), the others' as tasks 1..J."""
+    rows = [np.c_[X, np.zeros(len(X))]] + [np.c_[Xo, np.full(len(Xo), j + 1.0)] for j, (Xo, _) in enumerate(others)]
+    vals = [y] + [rescaled(yo, y) for _, yo in others]
+    model = MultiTaskGP(as_tensor(np.vstack(rows)), as_tensor(np.concatenate(vals)).reshape(-1, 1), task_feature=-1,
+                        output_tasks=[0], outcome_transform=Standardize(m=1))
+    with seeded_torch(seed):  # capped: on an index kernel L-BFGS otherwise runs thousands of steps
+        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model), optimizer_kwargs={"options": {"maxiter": 200}})
+    model.eval()
+    return model
+
+
+class PooledSite(LocalGPSite):
+    """Sends its raw data; proposes with the multi-task GP on everyone's."""
+
+    def answer(self, request: Message, data: SiteData, round: int) -> Message:
+        if not isinstance(request, DataRequest):
+            return super().answer(request, data, round)
+        return RawData(X=Array.of(data.X.reshape(-1, self.space.dim)), y=Array.of(data.y))
+
+    def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
+        others = ([(X.numpy(), y.numpy()) for X, y in zip(guidance.X, guidance.y) if y.shape[0] >= 2]
+                  if isinstance(guidance, PooledData) else [])
+        if not others or data.n < 2:
+            return self.propose_local(data, n, round)
+        model = fit_multitask(data.X, data.y, others, self.context.seed_for(data.n, "pooled-fit"))
+        return self.propose_with(model, data, n, round)
+
+
+class PooledAggregator(Aggregator):
+    def open_round(self, t: int) -> Step:
+        return Exchange({s: DataRequest() for s in self.sites})
+
+    def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
+        got = {s: m for s, m in responses.items() if isinstance(m, RawData)}
+        return Finish({s: PooledData(X=[got[o].X for o in self.sites if o != s and o in got],
+                                     y=[got[o].y for o in self.sites if o != s and o in got]) for s in self.sites})
+
+
+class PooledProtocol(Protocol):
+    name = "pooled"
+    federated = True
+    demo = False  # not a privacy-preserving protocol: not in `labfbo demo`
+    supported_types = frozenset({"real", "integer", "discrete"})
+    Options = PooledOptions
+    site_logic = PooledSite
+    aggregator = PooledAggregator
