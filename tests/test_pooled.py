@@ -39,6 +39,8 @@ def test_it_refuses_categorical_spaces_and_expert_priors() -> None:
         labfbo.Optimizer(cat, protocol="pooled", site="a", coordinator=labfbo.Coordinator("pooled", sites=["a"]))
     with pytest.raises(labfbo.ConfigurationError, match="prior"):
         labfbo.Coordinator("pooled", sites=["a"], prior={"x": 0.5})
+    with pytest.raises(labfbo.ConfigurationError, match="kernel, input_warping"):
+        labfbo.Coordinator("pooled", sites=["a"], kernel="matern52", input_warping=True)
     with pytest.raises(ValueError, match="inputs"):
         PooledData(X=[labfbo.messages.Array.of(np.zeros((3, 2)))], y=[labfbo.messages.Array.of(np.zeros(2))])
 

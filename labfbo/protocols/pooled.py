@@ -2,9 +2,9 @@ r"""Protocol ``pooled``: one multi-task GP on every site's raw data (a non-priva
 
 **Not private**: each round every site sends its raw observations to the coordinator,
 which hands each site the other sites' (unnamed). The site fits BoTorch's
-``MultiTaskGP`` — the ARD kernel on the inputs times an index kernel
-:math:`B = WW^\top + \operatorname{diag}(v)` over sites, so how much one site's data says
-about another's is learned from the data — with its own data as task 0 and each other
+``MultiTaskGP`` — its dimension-scaled ARD kernel on the inputs times a full-rank positive
+index kernel over sites with a Beta(2.5, 1.5) prior on their correlations, so how much one
+site's data says about another's is learned from the data — with its own data as task 0 and each other
 site's values first rescaled to its own mean and spread, and maximizes the configured
 acquisition (qLogNEI by default) on its own task. This is the "pooled-data transfer
 learning" upper reference of the transfer efficiency
@@ -54,9 +54,14 @@ class PooledOptions(ModelOptions):
     """The shared acquisition and surrogate options (the kernel is ``MultiTaskGP``'s)."""
 
     @model_validator(mode="after")
-    def _no_prior(self) -> "PooledOptions":
+    def _multitask_kernel_only(self) -> "PooledOptions":
         if self.prior:
             raise ValueError("the pooled baseline takes no expert prior")
+        changed = [k for k, v in (("kernel", "rbf"), ("input_warping", False), ("noise_prior", "lognormal"))
+                   if getattr(self, k) != v]
+        if changed:
+            raise ValueError(f"the pooled baseline uses MultiTaskGP's own kernel and noise prior; "
+                             f"{', '.join(changed)} cannot be set")
         return self
 
 
