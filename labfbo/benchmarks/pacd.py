@@ -10,7 +10,10 @@ for 1-D/2-D and 10 for 6-D by collaborative LHS (any other problem of
 Independent (``independent``), PACOH-BO (``centralized``), PACD-BO (``gradient``), CBOC-U /
 CBOC-L (``consensus``, uniform / leader W), the same protocols with labfbo's defaults
 (``... (labfbo defaults)``) and, with ``--dp``, DP-PACD-BO (σ = 8, C = 1) for the
-privacy–utility plot.
+privacy–utility plot. By name: GUIDE-FBO (``distribution``) and Pooled MTGP (``pooled``,
+the multi-task GP on every site's raw data), the preferred pooled reference of the
+transfer efficiency printed under the table (PACOH-BO otherwise, which ``gradient``
+equals by construction).
 Ablations by name (``--methods``): Independent-escape (``independent`` with the
 stalled-basin escape PACD-BO has by default, :mod:`labfbo.acquisition`) and PACD-BO-paper
 (``gradient`` without it, as in the paper).
@@ -86,13 +89,16 @@ def jobs(out: str, functions: tuple[str, ...], seeds: list[int], budget: int = 1
     if unknown:
         raise ConfigurationError(f"unknown pacd methods {unknown}; available: {list(METHODS)}")
     chosen = {k: METHODS[k] for k in (DEFAULT_METHODS if methods is None else methods)}
+    # another family size or design gets its own cache folder (not the paper setting's)
+    setting = "" if n_sites == 5 and initial is None else f"-{n_sites}sites-{initial or 'paper'}init"
     if dp:
         chosen[DP_METHOD[0]] = DP_METHOD[1]
     result = []
     for fn in functions:
         for label, (protocol, opts) in chosen.items():
             for s in seeds:
-                result.append(Job(path=str(Path(out) / fn / label / f"seed{s}.json"), label=label, problem=fn,
+                path = Path(out) / f"{fn}{setting}" / label / f"seed{s}.json"
+                result.append(Job(path=str(path), label=label, problem=fn,
                                   problem_kwargs={"n_sites": n_sites}, protocol=protocol, seed=s,
                                   n_init=initial or n_init(fn), budget=budget, options=dict(opts)))
     return result
@@ -122,7 +128,8 @@ def table(results: list[SimulationResult], functions: tuple[str, ...]) -> str:
         lines += ["", "Transfer efficiency (R_alone - R) / (R_alone - R_pooled), alone = Independent, pooled = the "
                   "pooled multi-task GP (every site's raw data) if run, else PACOH-BO, with the same acquisition; of "
                   "the final normalized regret and of its AUC:",
-                  "", "| function | method | pooled reference | of the final regret | of the AUC |", "|---|---|---|---:|---:|"]
+                  "", "| function | method | pooled reference | of the final regret | of the AUC |",
+                  "|---|---|---|---:|---:|"]
         lines += [f"| {fn} | {label} | {ref} | {final} | {auc} |" for (fn, label), (ref, final, auc) in te.items()]
     return "\n".join(lines)
 
