@@ -20,10 +20,10 @@ def _f(i: int, p: dict) -> float:
 
 
 def test_a_campaign_shares_raw_data_and_each_site_gets_only_the_others() -> None:
-    coord = labfbo.Coordinator("pooled", sites=SITES, seed=1, horizon=2, **FAST)
+    coord = labfbo.Coordinator("pooled", sites=SITES, seed=1, horizon=1, **FAST)
     sites = [labfbo.Optimizer(SPACE, protocol="pooled", coordinator=coord, site=s, seed=1, n_init=3, **FAST)
              for s in SITES]
-    props = run_campaign(sites, _f, 3, 2)
+    props = run_campaign(sites, _f, 3, 1)
     assert all(-2.0 <= p["x"] <= 2.0 and p["k"] in (1, 2, 3, 4) for rnd in props for p in rnd)
     sent = [m.kind for m in sites[0].sent_messages()]
     assert "raw_data" in sent and set(sent) == {"join", "raw_data"}

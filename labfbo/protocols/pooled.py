@@ -77,8 +77,9 @@ def fit_multitask(X: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarray, n
     vals = [y] + [rescaled(yo, y) for _, yo in others]
     model = MultiTaskGP(as_tensor(np.vstack(rows)), as_tensor(np.concatenate(vals)).reshape(-1, 1), task_feature=-1,
                         output_tasks=[0], outcome_transform=Standardize(m=1))
-    with seeded_torch(seed):  # capped: on an index kernel L-BFGS otherwise runs thousands of steps
-        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model), optimizer_kwargs={"options": {"maxiter": 200}})
+    with seeded_torch(seed):  # L-BFGS capped at 200 iterations, as the reaction suite's pooled model
+        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model),
+                         optimizer_kwargs={"options": {"maxiter": 200}})
     model.eval()
     return model
 
