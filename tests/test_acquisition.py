@@ -124,7 +124,8 @@ def test_pacd_suite_runs_the_escape_ablations_only_by_name(tmp_path) -> None:
     assert chosen["PACD-BO-paper"].protocol == "gradient" and chosen["PACD-BO-paper"].options["stall_rounds"] is None
     with pytest.raises(ConfigurationError, match="PACD"):
         pacd.jobs(str(tmp_path), ("branin",), [0], methods=("PACD",))
-    small = pacd.jobs(str(tmp_path), ("hartmann3",), [0], n_sites=4, initial=4, methods=("Pooled MTGP (labfbo defaults)",))
+    small = pacd.jobs(str(tmp_path), ("hartmann3",), [0], n_sites=4, initial=4,
+                      methods=("Pooled MTGP (labfbo defaults)",))
     assert small[0].protocol == "pooled" and small[0].n_init == 4 and small[0].problem_kwargs == {"n_sites": 4}
     assert "hartmann3-4sites-4init" in small[0].path          # not the paper setting's cache
     assert "/branin/" in default["PACD-BO"].path
