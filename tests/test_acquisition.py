@@ -105,9 +105,11 @@ def test_paper_suites_ask_for_the_papers_ucb_by_name(tmp_path) -> None:
     jobs = {j.label: j for j in pacd.jobs(str(tmp_path), ("branin",), [0], dp=True)}
     for label in ("Independent", "PACOH-BO", "PACD-BO", "CBOC-U", "CBOC-L", "DP-PACD-BO"):
         assert jobs[label].options["acquisition"] == "ucb" and jobs[label].options["beta"] == 4.0
-    for label in ("Independent (labfbo defaults)", "PACD-BO (labfbo defaults)", "CBOC-U (labfbo defaults)",
-                  "PACOH-BO (labfbo defaults)"):
+    for label in ("Independent (labfbo defaults)", "PACD-BO (labfbo defaults)", "CBOC-U (labfbo defaults)"):
         assert "acquisition" not in jobs[label].options
+    by_name = pacd.jobs(str(tmp_path), ("branin",), [0], methods=("PACOH-BO (labfbo defaults)",
+                                                                   "Pooled MTGP (labfbo defaults)"))
+    assert [(j.protocol, j.options) for j in by_name] == [("centralized", {}), ("pooled", {})]
     for label, (_, opts) in guide.METHODS.items():
         assert opts["acquisition"] == label.split("-")[-1].lower()
 

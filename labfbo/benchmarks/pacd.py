@@ -59,17 +59,18 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "CBOC-L": ("consensus", {"matrix": "leader", **PAPER_ACQ}),
     "Independent (labfbo defaults)": ("independent", {}),
     "PACD-BO (labfbo defaults)": ("gradient", {}),
-    "PACOH-BO (labfbo defaults)": ("centralized", {}),  # pooled raw data, PACOH's model
-    # by name only: the pooled multi-task GP (raw data; the transfer-efficiency reference) and GUIDE-FBO
+    "CBOC-U (labfbo defaults)": ("consensus", {"matrix": "uniform"}),
+    # by name only: the pooled references (raw data: PACOH's model, and the multi-task GP that the
+    # transfer efficiency prefers) and GUIDE-FBO
+    "PACOH-BO (labfbo defaults)": ("centralized", {}),
     "Pooled MTGP (labfbo defaults)": ("pooled", {}),
     "GUIDE-FBO (labfbo defaults)": ("distribution", {}),
-    "CBOC-U (labfbo defaults)": ("consensus", {"matrix": "uniform"}),
     # ablations (only with --methods): the stalled-basin escape on Independent, and off on PACD-BO
     "Independent-escape": ("independent", {"stall_rounds": 10, **PAPER_ACQ}),
     "PACD-BO-paper": ("gradient", {"stall_rounds": None, "harm_guard": False, **PAPER_ACQ}),
 }
 DEFAULT_METHODS = ("Independent", "PACOH-BO", "PACD-BO", "CBOC-U", "CBOC-L", "Independent (labfbo defaults)",
-                   "PACD-BO (labfbo defaults)", "CBOC-U (labfbo defaults)", "PACOH-BO (labfbo defaults)")
+                   "PACD-BO (labfbo defaults)", "CBOC-U (labfbo defaults)")
 #: (alone, pooled references in order of preference) of the transfer efficiency, by the suffix of a label
 _TE_REFERENCES = {"": ("Independent", ("PACOH-BO",)),
                   " (labfbo defaults)": ("Independent (labfbo defaults)",
