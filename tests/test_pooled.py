@@ -58,3 +58,12 @@ def test_the_multitask_gp_transfers_from_a_related_site_and_rescales_its_values(
     assert np.corrcoef(pooled, truth)[0, 1] > 0.9 > np.corrcoef(alone, truth)[0, 1]
     r = rescaled(other, f(X_own))
     assert np.isclose(r.mean(), f(X_own).mean()) and np.isclose(r.std(), f(X_own).std())
+
+
+def test_the_same_seed_gives_the_same_model() -> None:
+    rng = np.random.default_rng(1)
+    X, Xo = rng.uniform(size=(4, 2)), rng.uniform(size=(6, 2))
+    test = rng.uniform(size=(20, 2))
+    a = predict(fit_multitask(X, X.sum(1), [(Xo, Xo.sum(1))], seed=3), test)[0]
+    b = predict(fit_multitask(X, X.sum(1), [(Xo, Xo.sum(1))], seed=3), test)[0]
+    assert np.array_equal(a, b)                    # the index kernel's random start is seeded too

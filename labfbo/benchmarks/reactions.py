@@ -141,14 +141,11 @@ def run_pooled(job: ReactionJob, data: ReactionData) -> dict[str, Any]:
     import torch
     from botorch.acquisition import LogExpectedImprovement
     from botorch.acquisition.objective import ScalarizedPosteriorTransform
-    from botorch.fit import fit_gpytorch_mll
-    from botorch.models import MultiTaskGP
-    from botorch.models.transforms.outcome import Standardize
     from botorch.optim import optimize_acqf_discrete
-    from gpytorch.mlls import ExactMarginalLogLikelihood
 
     from labfbo.models.encoding import FeatureMap
-    from labfbo.models.gp import as_tensor, seeded_torch
+    from labfbo.models.gp import as_tensor
+    from labfbo.protocols.pooled import fit_multitask_gp
 
     combos = data.combos()
     index = {c: k for k, c in enumerate(combos)}
@@ -173,13 +170,8 @@ def run_pooled(job: ReactionJob, data: ReactionData) -> dict[str, Any]:
     for t in range(job.budget):
         t0 = time.perf_counter()
         rows = [(np.append(feats[k], i), y) for i in range(L) for k, y in obs[i]]
-        X = as_tensor(np.array([r for r, _ in rows]))
-        Y = as_tensor(np.array([y for _, y in rows])).reshape(-1, 1)
-        model = MultiTaskGP(X, Y, task_feature=-1, outcome_transform=Standardize(m=1))
-        with seeded_torch(int_seed(job.seed, 0, t, "pooled-fit")):
-            # capped: on 30 one-hot columns and an index kernel L-BFGS otherwise runs thousands of steps
-            fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model),
-                             optimizer_kwargs={"options": {"maxiter": 200}})
+        Y = np.array([y for _, y in rows])
+        model = fit_multitask_gp(np.array([r for r, _ in rows]), Y, int_seed(job.seed, 0, t, "pooled-fit"))
         picks = []
         for i in range(L):
             cand = [k for k in range(len(combos)) if k not in tried[i]]

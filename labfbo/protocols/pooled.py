@@ -71,21 +71,33 @@ def rescaled(y: np.ndarray, like: np.ndarray) -> np.ndarray:
     return (y - np.mean(y)) / sd * (float(np.std(like)) or 1.0) + float(np.mean(like))
 
 
-def fit_multitask(X: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarray, np.ndarray]], seed: int) -> Model:
-    """``MultiTaskGP`` with the site's data as task 0 (its output), the others' as tasks 1..J."""
-    rows = [np.c_[X, np.zeros(len(X))]] + [np.c_[Xo, np.full(len(Xo), j + 1.0)] for j, (Xo, _) in enumerate(others)]
-    vals = [y] + [rescaled(yo, y) for _, yo in others]
-    model = MultiTaskGP(as_tensor(np.vstack(rows)), as_tensor(np.concatenate(vals)).reshape(-1, 1), task_feature=-1,
-                        output_tasks=[0], outcome_transform=Standardize(m=1))
-    with seeded_torch(seed):  # L-BFGS capped at 200 iterations, as the reaction suite's pooled model
+def fit_multitask_gp(train_X: np.ndarray, train_Y: np.ndarray, seed: int,
+                     output_tasks: list[int] | None = None) -> Model:
+    """``MultiTaskGP`` (task index in the last column, ``Standardize``d values), MAP-fitted with
+    L-BFGS capped at 200 iterations (on the index kernel it otherwise runs for minutes); built
+    and fitted under ``seed``, so the same seed gives the same model."""
+    with seeded_torch(seed):  # the index kernel's factor is drawn at construction: seeded too
+        model = MultiTaskGP(as_tensor(train_X), as_tensor(train_Y).reshape(-1, 1), task_feature=-1,
+                            output_tasks=output_tasks, outcome_transform=Standardize(m=1))
         fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model),
                          optimizer_kwargs={"options": {"maxiter": 200}})
     model.eval()
     return model
 
 
+def fit_multitask(X: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarray, np.ndarray]], seed: int) -> Model:
+    """The site's model: its data as task 0 (the one output), the others' as tasks 1..J, rescaled."""
+    rows = [np.c_[X, np.zeros(len(X))]] + [np.c_[Xo, np.full(len(Xo), j + 1.0)] for j, (Xo, _) in enumerate(others)]
+    vals = [y] + [rescaled(yo, y) for _, yo in others]
+    return fit_multitask_gp(np.vstack(rows), np.concatenate(vals), seed, output_tasks=[0])
+
+
 class PooledSite(LocalGPSite):
-    """Sends its raw data; proposes with the multi-task GP on everyone's."""
+    """Sends its raw data; proposes with the multi-task GP on everyone's (refit only when
+    its own data or the others' change: asking again before telling reuses it)."""
+
+    _pooled_key: bytes | None = None
+    _pooled_model: Model | None = None
 
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
         if not isinstance(request, DataRequest):
@@ -97,8 +109,11 @@ class PooledSite(LocalGPSite):
                   if isinstance(guidance, PooledData) else [])
         if not others or data.n < 2:
             return self.propose_local(data, n, round)
-        model = fit_multitask(data.X, data.y, others, self.context.seed_for(data.n, "pooled-fit"))
-        return self.propose_with(model, data, n, round)
+        key = b"|".join([data.key(), *(X.tobytes() + y.tobytes() for X, y in others)])
+        if key != self._pooled_key or self._pooled_model is None:
+            self._pooled_model = fit_multitask(data.X, data.y, others, self.context.seed_for(data.n, "pooled-fit"))
+            self._pooled_key = key
+        return self.propose_with(self._pooled_model, data, n, round)
 
 
 class PooledAggregator(Aggregator):
