@@ -82,7 +82,7 @@ def test_defaults_and_validation() -> None:
         labfbo.Optimizer(SPACE, stall_radius=-1.0)
 
 
-@pytest.mark.parametrize("protocol", ["independent", "gradient", "centralized", "distribution", "consensus"])
+@pytest.mark.parametrize("protocol", ["independent", "gradient", "centralized", "distribution", "consensus", "surface"])
 def test_every_protocol_defaults_to_the_engines_acquisition_and_keeps_ucb_by_name(protocol: str) -> None:
     from labfbo.protocols import get_protocol, parse_options
 

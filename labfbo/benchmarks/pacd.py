@@ -10,7 +10,7 @@ for 1-D/2-D and 10 for 6-D by collaborative LHS (any other problem of
 Independent (``independent``), PACOH-BO (``centralized``), PACD-BO (``gradient``), CBOC-U /
 CBOC-L (``consensus``, uniform / leader W), the same protocols with labfbo's defaults
 (``... (labfbo defaults)``) and, with ``--dp``, DP-PACD-BO (σ = 8, C = 1) for the
-privacy–utility plot. By name: GUIDE-FBO (``distribution``) and Pooled MTGP (``pooled``,
+privacy–utility plot. By name: GUIDE-FBO (``distribution``), Surface (``surface``) and Pooled MTGP (``pooled``,
 the multi-task GP on every site's raw data), the preferred pooled reference of the
 transfer efficiency printed under the table (PACOH-BO otherwise, which ``gradient``
 equals by construction).
@@ -65,6 +65,7 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "PACOH-BO (labfbo defaults)": ("centralized", {}),
     "Pooled MTGP (labfbo defaults)": ("pooled", {}),
     "GUIDE-FBO (labfbo defaults)": ("distribution", {}),
+    "Surface (labfbo defaults)": ("surface", {}),
     # ablations (only with --methods): the stalled-basin escape on Independent, and off on PACD-BO
     "Independent-escape": ("independent", {"stall_rounds": 10, **PAPER_ACQ}),
     "PACD-BO-paper": ("gradient", {"stall_rounds": None, "harm_guard": False, **PAPER_ACQ}),

@@ -34,7 +34,7 @@ from labfbo.benchmarks.runner import write_atomic
 from labfbo.exceptions import ProtocolError
 from labfbo.seeding import int_seed, rng
 
-PROTOCOLS = ("independent", "gradient", "distribution", "consensus")
+PROTOCOLS = ("independent", "gradient", "distribution", "consensus", "surface")
 METHODS = ("random", *PROTOCOLS, "pooled")
 #: variants studied beside the defaults: method -> (protocol, options)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {

@@ -35,6 +35,7 @@ from gpytorch.constraints import GreaterThan
 from gpytorch.kernels import Kernel
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.likelihoods import GaussianLikelihood
+from gpytorch.means import Mean
 from gpytorch.priors import GammaPrior, LogNormalPrior
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -116,13 +117,15 @@ def _kernel(d: int, cat_dims: list[int], rbf: bool) -> Kernel:
 
 def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
                  cat_dims: list[int] | None = None, seed: int = 0,
-                 options: SurrogateOptions | None = None, space: "SearchSpace | None" = None) -> Model:
+                 options: SurrogateOptions | None = None, space: "SearchSpace | None" = None,
+                 mean_module: Mean | None = None) -> Model:
     """Fit the site's GP on unit-cube inputs ``X (n, d)`` and targets ``y (n,)``.
 
     ``y`` is in the maximization orientation (labfbo flips minimization objectives).
     With ``space``, its categorical columns are categorical (``cat_dims`` is ignored), and
     those whose choices carry descriptors enter as the scaled descriptors
-    (:mod:`labfbo.models.encoding`).
+    (:mod:`labfbo.models.encoding`). ``mean_module`` replaces BoTorch's constant mean (it
+    sees the model's inputs: the encoded features, on the standardized scale of ``y``).
     """
     opts = options or SurrogateOptions()
     train_X = as_tensor(X)
@@ -144,7 +147,7 @@ def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
         likelihood = GaussianLikelihood(noise_prior=GammaPrior(1.1, 30.0),
                                         noise_constraint=GreaterThan(1e-6, transform=None, initial_value=1e-3))
     model = SingleTaskGP(train_X, train_Y, train_Yvar, likelihood=likelihood,
-                         covar_module=_kernel(d, cat_dims, opts.kernel == "rbf"),
+                         covar_module=_kernel(d, cat_dims, opts.kernel == "rbf"), mean_module=mean_module,
                          input_transform=_input_transform(d, cat_dims, opts.input_warping, features, warp_dims),
                          outcome_transform=Standardize(m=1))
     mll = ExactMarginalLogLikelihood(model.likelihood, model)

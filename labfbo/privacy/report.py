@@ -21,6 +21,8 @@ _MECHANISMS = {
     "score": "Gaussian on K per-particle scores, each clipped to l2 norm C (PACD-BO Eqs. 12-13)",
     "masked_score": "Gaussian on K per-particle scores, each clipped to l2 norm C (PACD-BO Eqs. 12-13)",
     "optimum_belief": "Gaussian on the belief (pi, mu, sd, v) normalized to the unit cube (labfbo.privacy.belief_dp)",
+    "surface_stats": "Gaussian on the averaged ridge statistics (G/n, h/n), values clipped to [-C, C] "
+                     "(labfbo.models.surface)",
 }
 
 
@@ -28,13 +30,15 @@ def release_record(message: Any) -> dict[str, Any]:
     """The journal record of one release (``op: release``)."""
     return {"op": "release", "round": message.round, "steps": 1, "kind": message.kind,
             "step": getattr(message, "step", None), "dp": getattr(message, "dp_noise_multiplier", None) is not None,
-            "secure_aggregation": message.kind == "masked_score"}
+            "secure_aggregation": message.kind == "masked_score",
+            **({"sensitivity": message.dp_sensitivity} if getattr(message, "dp_sensitivity", None) else {})}
 
 
-def _mechanism(kind: str, dp: DP, n_particles: int, dim: int) -> dict[str, Any]:
-    """The Gaussian mechanism of one release: its description, parameters and l2 sensitivity."""
-    if kind == "optimum_belief":
-        delta_l2 = belief_sensitivity(dim)
+def _mechanism(kind: str, dp: DP, n_particles: int, dim: int, sensitivity: float | None = None) -> dict[str, Any]:
+    """The Gaussian mechanism of one release: its description, parameters and l2 sensitivity
+    (``sensitivity``: as the release recorded it, for mechanisms whose bound depends on the space)."""
+    if kind in ("optimum_belief", "surface_stats"):
+        delta_l2 = belief_sensitivity(dim) if sensitivity is None else sensitivity
         return {"mechanism": _MECHANISMS[kind], "noise_multiplier": dp.noise_multiplier, "clip": dp.clip,
                 "sensitivity": delta_l2, "noise_std": dp.noise_multiplier * delta_l2,
                 "effective_noise_multiplier": dp.noise_multiplier}
@@ -62,7 +66,7 @@ def report(releases: Sequence[dict[str, Any]], dp: DP | None, n_particles: int, 
                                "neighbouring": NEIGHBOURING}
         if rec.get("dp", True) and dp is not None:
             private += 1
-            row.update(_mechanism(kind, dp, n_particles, dim))
+            row.update(_mechanism(kind, dp, n_particles, dim, rec.get("sensitivity")))
         else:
             exposed = True
             row.update(mechanism="none: not differentially private", noise_multiplier=None, clip=None,

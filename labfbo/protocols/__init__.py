@@ -19,6 +19,7 @@ _BUILTIN: dict[str, str] = {
     "distribution": "labfbo.protocols.distribution:DistributionProtocol",
     "centralized": "labfbo.protocols.centralized:CentralizedProtocol",
     "pooled": "labfbo.protocols.pooled:PooledProtocol",
+    "surface": "labfbo.protocols.surface:SurfaceProtocol",
 }
 _REGISTRY: dict[str, type[Protocol]] = {}
 

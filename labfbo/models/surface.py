@@ -1,0 +1,167 @@
+r"""A shared response surface: features, federated ridge regression, and the GP mean that uses it.
+
+**Features.** On the model's inputs (:class:`~labfbo.models.encoding.FeatureMap`: unit-cube
+codes, descriptors where a categorical has them) the response-surface features are
+
+.. math:: \phi(x) = \big(1,\ \text{one-hot}(c_1), \dots,\ \text{descriptors}(c_\cdot),\
+          u_1, \dots, u_{d_o},\ u_1^2, \dots, u_{d_o}^2,\ u_j u_k\ (j < k)\big),
+
+main effects of every categorical choice and a full quadratic in the :math:`d_o` ordered
+(real, integer, discrete) columns — the response-surface model of process chemistry
+(design of experiments), with :math:`p = 1 + \sum k_c + \sum m_c + 2 d_o + d_o(d_o-1)/2`
+coefficients. Every feature lies in [0, 1], so :math:`\lVert\phi\rVert^2 \le P` with
+:math:`P` = the number of non-one-hot features + the number of one-hot blocks.
+
+**Sufficient statistics.** A site with values :math:`y` standardizes them,
+:math:`z = (y - \bar y)/s_y` (so sites whose yields differ in scale share the surface's
+*shape*), and its ridge statistics are the per-observation averages
+:math:`\bar G = \Phi^\top\Phi/n` and :math:`\bar h = \Phi^\top z/n`. The coefficients
+learned from other sites' statistics are
+
+.. math:: w = \Big(\sum_j n_j \bar G_j + \lambda I\Big)^{-1} \sum_j n_j \bar h_j
+
+(the sum's matrix made positive semi-definite first, which only matters after DP noise).
+
+**The mean.** A site's GP has the prior mean :math:`m(x) = a + c\,\phi(x)^\top w` on its
+standardized scale, with :math:`a` and the *agreement* :math:`c \sim \mathcal N(c_0, s_c^2)`
+fitted by the marginal likelihood with the kernel.
+
+How far a site trusts the surface is :math:`c`: data that contradict it pull :math:`c`
+towards 0 (with 12 observations and a surface of the opposite sign, MAP :math:`c` = 0.37,
+against 0.99 for the true one). A leave-one-out guard (use the surface only while it
+predicts the site's held-out observations as well as the plain GP) was measured and
+dropped: with 3–8 observations it rejected helpful surfaces (``docs/benchmarks.md`` §13).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from gpytorch.means import Mean
+from gpytorch.priors import NormalPrior
+from torch import Tensor
+
+from labfbo.models.encoding import FeatureMap
+from labfbo.params import choice_index
+from labfbo.privacy.dp import DP
+from labfbo.space import Categorical, SearchSpace
+
+DTYPE = torch.float64
+
+
+class SurfaceFeatures:
+    r"""Model inputs ``(..., n_out)`` -> response-surface features ``(..., p)`` (torch, float64)."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.fmap = FeatureMap(space)
+        self.onehot: list[tuple[int, int]] = []   # (model column, number of choices)
+        self.linear: list[int] = []               # descriptor columns: main effects only
+        self.ordered: list[int] = []              # real / integer / discrete columns: full quadratic
+        for j, p in enumerate(space.params):
+            lo, hi = self.fmap.slices[j]
+            if isinstance(p, Categorical) and p.descriptors is None:
+                self.onehot.append((lo, len(p.choices)))
+            elif isinstance(p, Categorical):
+                self.linear.extend(range(lo, hi))
+            else:
+                self.ordered.append(lo)
+        d_o = len(self.ordered)
+        self.pairs = [(a, b) for i, a in enumerate(self.ordered) for b in self.ordered[i + 1:]]
+        self.p = 1 + sum(k for _, k in self.onehot) + len(self.linear) + 2 * d_o + len(self.pairs)
+        #: a bound on ||phi(x)||^2: every feature is in [0, 1] and a one-hot block adds 1
+        self.norm_bound = float(1 + len(self.onehot) + len(self.linear) + 2 * d_o + len(self.pairs))
+
+    def __call__(self, Z: Tensor) -> Tensor:
+        parts = [torch.ones_like(Z[..., :1])]
+        for col, k in self.onehot:
+            parts.append(torch.nn.functional.one_hot(choice_index(Z[..., col].detach(), k), k).to(Z))
+        if self.linear:
+            parts.append(Z[..., self.linear])
+        if self.ordered:
+            U = Z[..., self.ordered]
+            parts += [U, U ** 2]
+        if self.pairs:
+            parts.append(torch.stack([Z[..., a] * Z[..., b] for a, b in self.pairs], dim=-1))
+        return torch.cat(parts, dim=-1)
+
+    def of_unit(self, X: np.ndarray) -> np.ndarray:
+        """Features of unit-cube points ``(n, d)`` (as the sites' statistics use them)."""
+        Z = self.fmap(torch.as_tensor(np.asarray(X, dtype=np.float64), dtype=DTYPE))
+        return self(Z).numpy()
+
+
+def upper(G: np.ndarray) -> np.ndarray:
+    """The upper triangle (with the diagonal) of a symmetric matrix, row by row."""
+    return G[np.triu_indices(G.shape[0])]
+
+
+def symmetric(packed: np.ndarray, p: int) -> np.ndarray:
+    """Inverse of :func:`upper`."""
+    G = np.zeros((p, p))
+    G[np.triu_indices(p)] = packed
+    return G + np.triu(G, 1).T
+
+
+def packed_size(p: int) -> int:
+    return p * (p + 1) // 2
+
+
+def standardized(y: np.ndarray) -> np.ndarray:
+    sd = float(np.std(y))
+    return (y - np.mean(y)) / (sd if sd > 0 else 1.0)
+
+
+def site_statistics(Phi: np.ndarray, y: np.ndarray, clip: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    r"""``(upper(G/n), h/n)`` of a site's features ``Phi (n, p)`` and values ``y (n,)``; with
+    ``clip`` the standardized values are clipped to :math:`[-C, C]` first."""
+    z = standardized(np.asarray(y, dtype=np.float64))
+    if clip is not None:
+        z = np.clip(z, -clip, clip)
+    n = len(z)
+    return upper(Phi.T @ Phi) / n, Phi.T @ z / n
+
+
+def dp_sensitivity(norm_bound: float, clip: float) -> float:
+    r""":math:`\ell_2` sensitivity of ``(upper(\bar G), \bar h)`` when the site's whole dataset may
+    change (task level): :math:`\lVert\bar G\rVert_F \le P` and :math:`\lVert\bar h\rVert \le C\sqrt P`,
+    so :math:`\Delta = 2\sqrt{P^2 + C^2 P}`."""
+    return 2.0 * math.sqrt(norm_bound ** 2 + clip ** 2 * norm_bound)
+
+
+def privatize(gram: np.ndarray, moment: np.ndarray, dp: DP, norm_bound: float,
+              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The Gaussian mechanism on the averaged statistics (std ``noise_multiplier * sensitivity``)."""
+    scale = dp.noise_multiplier * dp_sensitivity(norm_bound, dp.clip)
+    if scale == 0:
+        return gram, moment
+    return gram + rng.normal(0.0, scale, gram.shape), moment + rng.normal(0.0, scale, moment.shape)
+
+
+def ridge_weights(G: np.ndarray, h: np.ndarray, ridge: float) -> np.ndarray:
+    r""":math:`w = (G_+ + \lambda I)^{-1} h`, :math:`G_+` the PSD part of the symmetric ``G``."""
+    vals, vecs = np.linalg.eigh(0.5 * (G + G.T))
+    return vecs @ ((vecs.T @ h) / (np.clip(vals, 0.0, None) + ridge))
+
+
+class SurfaceMean(Mean):
+    r""":math:`m(x) = a + c\,\phi(x)^\top w`: a constant and an agreement scale :math:`c`, both
+    hyper-parameters of the GP (:math:`c` with a normal prior); :math:`w` is fixed."""
+
+    def __init__(self, features: SurfaceFeatures, weights: np.ndarray, scale_mean: float = 1.0,
+                 scale_sd: float = 0.3) -> None:
+        super().__init__()
+        self.features = features
+        self.register_buffer("weights", torch.as_tensor(np.asarray(weights, dtype=np.float64), dtype=DTYPE))
+        self.register_parameter("constant", torch.nn.Parameter(torch.zeros(1, dtype=DTYPE)))
+        self.register_parameter("scale", torch.nn.Parameter(torch.full((1,), float(scale_mean), dtype=DTYPE)))
+        self.register_prior("scale_prior", NormalPrior(torch.tensor(float(scale_mean), dtype=DTYPE),
+                                                       torch.tensor(float(scale_sd), dtype=DTYPE)), "scale")
+
+    def surface(self, x: Tensor) -> Tensor:
+        return self.features(x) @ self.weights
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.constant + self.scale * self.surface(x)
+

@@ -1,0 +1,212 @@
+r"""Protocol ``surface``: the consortium learns a shared response surface; each lab's GP starts from it.
+
+Not from one of the seed papers: with a handful of labs and twenty experiments each, the
+papers' mechanisms capture little of what pooling the data would (``docs/benchmarks.md``
+§13). This one shares what a process chemist's design-of-experiments model would: main
+effects of every choice and a quadratic in the ordered parameters
+(:mod:`labfbo.models.surface`).
+
+One exchange per BO round :math:`t`:
+
+**Site → coordinator** (:class:`SurfaceStats`): its ridge sufficient statistics on its
+standardized values, :math:`\bar G_i = \Phi_i^\top\Phi_i/n_i` (upper triangle,
+:math:`p(p+1)/2` scalars), :math:`\bar h_i = \Phi_i^\top z_i/n_i` (:math:`p`) and
+:math:`n_i`. With ``privacy`` the values are clipped to :math:`[-C, C]` and both averages
+get the Gaussian mechanism (:func:`~labfbo.models.surface.privatize`, task level).
+
+**Coordinator** (:func:`leave_one_out`): each site gets the other contributors' sums
+:math:`\sum_{j\ne i} n_j\bar G_j` and :math:`\sum_{j\ne i} n_j\bar h_j`
+(:class:`SurfaceTotals`) — never its own data back, so its own observations are not
+counted twice.
+
+**Site proposal.** :math:`w = (\sum_{j\ne i} n_j\bar G_j + \lambda I)^{-1}\sum_{j\ne i} n_j\bar h_j`;
+the site's GP (the engine's kernel, :mod:`labfbo.models.gp`) gets the prior mean
+:math:`a + c\,\phi(x)^\top w` with :math:`c \sim \mathcal N(1, 0.3^2)` fitted with the
+kernel, and the configured acquisition (qLogNEI by default) is maximized. Without totals
+(the first round, a missed round, no other contributor) the site proposes from its own GP.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Literal, Mapping
+
+import numpy as np
+from botorch.models.model import Model
+from pydantic import Field, model_validator
+
+from labfbo.messages import Abstain, Array, Message, register
+from labfbo.models.gp import SurrogateOptions, fit_local_gp
+from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, packed_size, privatize,
+                                   ridge_weights, site_statistics, symmetric)
+from labfbo.privacy import DP
+from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
+from labfbo.protocols.independent import LocalGPSite, ModelOptions
+
+
+# -- messages ----------------------------------------------------------------------------
+@register
+class SurfaceRequest(Message):
+    """Coordinator -> site: upload your response-surface statistics for this round."""
+
+    kind: Literal["surface_request"] = "surface_request"
+
+
+def _finite(*arrays: Array) -> None:
+    for a in arrays:
+        if not np.all(np.isfinite(a.numpy())):
+            raise ValueError("statistics must be finite")
+
+
+def _check_shapes(gram: Array, moment: Array) -> None:
+    if len(moment.shape) != 1 or gram.shape != (packed_size(moment.shape[0]),):
+        raise ValueError(f"moment must be a (p,) vector and gram its (p(p+1)/2,) upper triangle, "
+                         f"got {moment.shape} and {gram.shape}")
+    _finite(gram, moment)
+
+
+@register
+class SurfaceStats(Message):
+    r"""Site -> coordinator: :math:`\bar G` (upper triangle), :math:`\bar h` and :math:`n`
+    (``p(p+1)/2 + p + 1`` scalars)."""
+
+    kind: Literal["surface_stats"] = "surface_stats"
+    count: int = Field(ge=2)
+    gram: Array
+    moment: Array
+    dp_clip: float | None = None  # under DP: the bound of |z|, the noise multiplier and the l2 sensitivity
+    dp_noise_multiplier: float | None = None
+    dp_sensitivity: float | None = None
+
+    @model_validator(mode="after")
+    def _shapes(self) -> "SurfaceStats":
+        _check_shapes(self.gram, self.moment)
+        return self
+
+    @property
+    def p(self) -> int:
+        return int(self.moment.shape[0])
+
+
+@register
+class SurfaceTotals(Message):
+    """Coordinator -> site: the other contributors' count-weighted statistics, summed."""
+
+    kind: Literal["surface_totals"] = "surface_totals"
+    sites: int = Field(ge=0)
+    count: int = Field(ge=0)
+    gram: Array
+    moment: Array
+
+    @model_validator(mode="after")
+    def _shapes(self) -> "SurfaceTotals":
+        _check_shapes(self.gram, self.moment)
+        return self
+
+
+# -- options -------------------------------------------------------------------------------
+class SurfaceOptions(ModelOptions):
+    """``surface``: the shared acquisition, surrogate and prior options, plus the surface's own."""
+
+    ridge: float = Field(1.0, gt=0, description="lambda: ridge penalty of the shared surface's coefficients")
+    scale_mean: float = Field(1.0, description="c0: prior mean of the agreement scale c (1: trust the surface)")
+    scale_sd: float = Field(0.3, gt=0, description="s_c: prior standard deviation of c")
+    privacy: DP | None = Field(None, description="Gaussian mechanism on the uplink (labfbo.models.surface)")
+
+    @model_validator(mode="after")
+    def _no_warping(self) -> "SurfaceOptions":
+        if self.input_warping:
+            raise ValueError("the surface protocol's prior mean is a function of the unwarped inputs; "
+                             "input_warping cannot be set")
+        return self
+
+
+# -- the two sides ---------------------------------------------------------------------------
+class SurfaceSite(LocalGPSite):
+    """Uploads its statistics; proposes with its GP on the others' surface as prior mean."""
+
+    _surface_key: bytes | None = None
+    _surface_model: Model | None = None
+
+    def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(space, options, context)
+        self.features = SurfaceFeatures(space)
+
+    def answer(self, request: Message, data: SiteData, round: int) -> Message:
+        if not isinstance(request, SurfaceRequest):
+            return super().answer(request, data, round)
+        if data.n < 2:
+            return Abstain(reason="fewer than two observations")
+        dp: DP | None = self.options.privacy
+        gram, moment = site_statistics(self.features.of_unit(data.X), data.y, None if dp is None else dp.clip)
+        if dp is not None:  # the site-private stream, never the study seed
+            gram, moment = privatize(gram, moment, dp, self.features.norm_bound,
+                                     self.context.private_rng(round, "dp-surface"))
+        return SurfaceStats(count=data.n, gram=Array.of(gram), moment=Array.of(moment),
+                            dp_clip=None if dp is None else dp.clip,
+                            dp_noise_multiplier=None if dp is None else dp.noise_multiplier,
+                            dp_sensitivity=None if dp is None else dp_sensitivity(self.features.norm_bound, dp.clip))
+
+    def weights(self, totals: SurfaceTotals) -> np.ndarray | None:
+        """The surface's coefficients from the others' totals (None if there are none or they do not fit)."""
+        if totals.sites == 0 or totals.moment.shape[0] != self.features.p:
+            return None
+        G = symmetric(totals.gram.numpy(), self.features.p)
+        return ridge_weights(G, totals.moment.numpy(), self.options.ridge)
+
+    def surface_model(self, data: SiteData, w: np.ndarray) -> Model:
+        key = data.key() + w.tobytes()
+        if key != self._surface_key or self._surface_model is None:
+            o = self.options
+            mean = SurfaceMean(self.features, w, o.scale_mean, o.scale_sd)
+            self._surface_model = fit_local_gp(data.X, data.y, data.yvar, space=self.space,
+                                               seed=self.context.seed_for(data.n, "gp-fit"),
+                                               options=SurrogateOptions(**{k: getattr(o, k) for k in
+                                                                           SurrogateOptions.model_fields}),
+                                               mean_module=mean)
+            self._surface_key = key
+        return self._surface_model
+
+    def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
+        w = self.weights(guidance) if isinstance(guidance, SurfaceTotals) else None
+        if w is None or data.n < 2:
+            return self.propose_local(data, n, round)
+        return self.propose_with(self.surface_model(data, w), data, n, round)
+
+
+def leave_one_out(stats: Mapping[str, SurfaceStats], sites: list[str]) -> dict[str, SurfaceTotals]:
+    """Each site's totals over the *other* contributors (count-weighted sums of their averages)."""
+    p = next(iter(stats.values())).p if stats else 0
+    G = {s: m.count * m.gram.numpy() for s, m in stats.items()}
+    h = {s: m.count * m.moment.numpy() for s, m in stats.items()}
+    G_all, h_all = sum(G.values(), np.zeros(packed_size(p))), sum(h.values(), np.zeros(p))
+    n_all = sum(m.count for m in stats.values())
+    out = {}
+    for s in sites:
+        mine = s in stats
+        out[s] = SurfaceTotals(sites=len(stats) - mine, count=n_all - (stats[s].count if mine else 0),
+                               gram=Array.of(G_all - G[s] if mine else G_all),
+                               moment=Array.of(h_all - h[s] if mine else h_all))
+    return out
+
+
+class SurfaceAggregator(Aggregator):
+    def open_round(self, t: int) -> Step:
+        return Exchange({s: SurfaceRequest() for s in self.sites})
+
+    def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
+        stats = {s: m for s, m in responses.items() if isinstance(m, SurfaceStats)}
+        p = SurfaceFeatures(self.space).p if self.space is not None else None
+        wrong = sorted(s for s, m in stats.items() if p is not None and m.p != p)
+        if wrong:
+            warnings.warn(f"surface: ignoring statistics of {wrong} (expected {p} features)", stacklevel=2)
+            stats = {s: m for s, m in stats.items() if s not in wrong}
+        return Finish(leave_one_out(stats, self.sites) if stats else {})
+
+
+class SurfaceProtocol(Protocol):
+    name = "surface"
+    federated = True
+    Options = SurfaceOptions
+    site_logic = SurfaceSite
+    aggregator = SurfaceAggregator

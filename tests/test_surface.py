@@ -1,0 +1,131 @@
+"""Protocol `surface`: a shared response surface as each site's GP prior mean."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import labfbo
+from campaign import run_campaign
+from labfbo.messages import Array
+from labfbo.models.gp import fit_local_gp
+from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, ridge_weights, site_statistics,
+                                   symmetric, upper)
+from labfbo.protocols.surface import SurfaceStats, SurfaceTotals, leave_one_out
+
+SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Real("t", 0.0, 1.0),
+                            labfbo.Categorical("base", ["a", "b", "c"])])
+SITES = ["lab-a", "lab-b", "lab-c"]
+FAST = {"num_restarts": 2, "raw_samples": 32}
+EFFECT = {"a": 0.0, "b": 1.0, "c": -1.0}
+
+
+def _f(i: int, p: dict) -> float:
+    return -(p["x"] - 0.6) ** 2 - 0.5 * (p["t"] - 0.3) ** 2 + 0.4 * EFFECT[p["base"]] + 0.1 * i
+
+
+def test_features_are_main_effects_and_a_full_quadratic() -> None:
+    feats = SurfaceFeatures(SPACE)
+    assert feats.p == 1 + 3 + 2 * 2 + 1 and feats.norm_bound == 1 + 1 + 2 * 2 + 1
+    X = SPACE.encode([{"x": 0.5, "t": 0.2, "base": "b"}])
+    phi = feats.of_unit(X)[0]
+    np.testing.assert_allclose(phi, [1, 0, 1, 0, 0.5, 0.2, 0.25, 0.04, 0.1])
+    assert float((phi ** 2).sum()) <= feats.norm_bound
+    desc = labfbo.SearchSpace([labfbo.Categorical("s", ["w", "e"], descriptors={"w": [1.0, 0.0], "e": [0.0, 2.0]})])
+    assert SurfaceFeatures(desc).p == 1 + 2                      # descriptors enter as main effects
+
+
+def test_ridge_on_pooled_statistics_recovers_the_shared_surface() -> None:
+    feats = SurfaceFeatures(SPACE)
+    gen = np.random.default_rng(0)
+    stats = []
+    for i in range(3):
+        X = np.c_[gen.random((40, 2)), gen.integers(0, 3, 40) / 2]
+        y = np.array([_f(i, p) for p in SPACE.decode(X)]) * (1 + i)   # same shape, different scales
+        g, h = site_statistics(feats.of_unit(X), y)
+        stats.append(SurfaceStats(count=40, gram=Array.of(g), moment=Array.of(h)))
+    totals = leave_one_out(dict(zip(SITES, stats)), SITES)
+    assert totals["lab-a"].sites == 2 and totals["lab-a"].count == 80
+    w = ridge_weights(symmetric(totals["lab-a"].gram.numpy(), feats.p), totals["lab-a"].moment.numpy(), 1e-6)
+    Xt = np.c_[gen.random((200, 2)), gen.integers(0, 3, 200) / 2]
+    truth = np.array([_f(0, p) for p in SPACE.decode(Xt)])
+    assert np.corrcoef(feats.of_unit(Xt) @ w, truth)[0, 1] > 0.999  # the surface family holds f exactly
+
+
+def test_the_coordinator_never_returns_a_site_its_own_statistics() -> None:
+    p = 3
+    mk = lambda v, n: SurfaceStats(count=n, gram=Array.of(np.full(6, v)), moment=Array.of(np.full(p, v)))  # noqa: E731
+    out = leave_one_out({"a": mk(1.0, 2), "b": mk(10.0, 3)}, ["a", "b", "c"])
+    np.testing.assert_allclose(out["a"].moment.numpy(), 30.0)
+    np.testing.assert_allclose(out["b"].moment.numpy(), 2.0)
+    np.testing.assert_allclose(out["c"].moment.numpy(), 32.0)   # a site that did not contribute gets everyone's
+    assert (out["a"].sites, out["c"].sites, out["c"].count) == (1, 2, 5)
+    with pytest.raises(ValueError, match="upper triangle"):
+        SurfaceStats(count=2, gram=Array.of(np.zeros(5)), moment=Array.of(np.zeros(3)))
+    with pytest.raises(ValueError, match="finite"):
+        SurfaceStats(count=2, gram=Array.of(np.zeros(6)), moment=Array.of([0.0, np.nan, 0.0]))
+
+
+def test_the_agreement_scale_follows_the_sites_data() -> None:
+    """A surface that agrees with the site keeps c near 1; one of the opposite sign is damped."""
+    feats = SurfaceFeatures(SPACE)
+    gen = np.random.default_rng(3)
+    X = np.c_[gen.random((12, 2)), gen.integers(0, 3, 12) / 2]
+    y = np.array([_f(0, p) for p in SPACE.decode(X)])
+    Xo = np.c_[gen.random((60, 2)), gen.integers(0, 3, 60) / 2]
+    yo = np.array([_f(1, p) for p in SPACE.decode(Xo)])
+    g, h = site_statistics(feats.of_unit(Xo), yo)
+    w = ridge_weights(symmetric(g, feats.p) * 60, h * 60, 1.0)
+    scales = {}
+    for name, ww in (("agrees", w), ("contradicts", -w)):
+        model = fit_local_gp(X, y, space=SPACE, seed=0, mean_module=SurfaceMean(feats, ww))
+        scales[name] = float(model.mean_module.scale.detach())
+    assert scales["agrees"] > 0.8 and scales["contradicts"] < 0.5
+
+
+def test_a_campaign_sends_only_statistics_and_repeats_under_its_seed() -> None:
+    def campaign() -> tuple[list, list]:
+        coord = labfbo.Coordinator("surface", sites=SITES, space=SPACE, seed=2, horizon=3, **FAST)
+        sites = [labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site=s, seed=2, n_init=3, **FAST)
+                 for s in SITES]
+        return run_campaign(sites, _f, 3, 3), sites
+
+    props, sites = campaign()
+    sent = sites[0].sent_messages()
+    assert {m.kind for m in sent} == {"join", "surface_stats"}
+    stats = [m for m in sent if isinstance(m, SurfaceStats)]
+    assert stats and stats[-1].nbytes() < 2000 and stats[-1].count == 5
+    got = [m for m in sites[0].received_messages() if isinstance(m, SurfaceTotals)]
+    assert got and got[-1].sites == 2
+    again, _ = campaign()
+    assert props == again
+
+
+def test_dp_noises_the_statistics_and_is_accounted() -> None:
+    dp = labfbo.DP(clip=2.0, noise_multiplier=1.0)
+    coord = labfbo.Coordinator("surface", sites=SITES, space=SPACE, seed=4, horizon=1, **FAST)
+    sites = [labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site=s, seed=4, n_init=3,
+                              privacy=dp, **FAST) for s in SITES]
+    run_campaign(sites, _f, 3, 1)
+    stats = [m for m in sites[0].sent_messages() if isinstance(m, SurfaceStats)]
+    feats = SurfaceFeatures(SPACE)
+    assert stats[0].dp_sensitivity == pytest.approx(dp_sensitivity(feats.norm_bound, 2.0))
+    g = symmetric(stats[0].gram.numpy(), feats.p)
+    assert abs(g[0, 0] - 1.0) > 1e-6                                # G/n's intercept entry is 1 before the noise
+    eps = sites[0].epsilon()
+    assert eps is not None and 0 < eps < float("inf")
+    assert any(r["message"] == "surface_stats" and r["sensitivity"] == pytest.approx(stats[0].dp_sensitivity)
+               for r in sites[0].privacy_report())
+
+
+def test_options_refuse_input_warping() -> None:
+    with pytest.raises(labfbo.ConfigurationError, match="input_warping"):
+        labfbo.Coordinator("surface", sites=SITES, input_warping=True)
+
+
+def test_upper_and_symmetric_round_trip() -> None:
+    A = np.random.default_rng(0).random((4, 4))
+    A = A + A.T
+    np.testing.assert_allclose(symmetric(upper(A), 4), A)
+    assert torch.is_tensor(SurfaceFeatures(SPACE)(torch.zeros(2, 3, dtype=torch.float64)))
