@@ -3,11 +3,12 @@
 Each "lab" is one aryl halide of the Buchwald-Hartwig data shipped with labfbo (Ahneman
 et al., Science 360, 186 (2018)); its yields stay inside the lab's ``experiment``. The
 consortium agrees on the reagent lists and on the base/ligand pairs in stock (the
-``allowed`` table, part of the study's identity), and runs ``protocol="distribution"``
-(GUIDE-FBO), the protocol we recommend for categorical lab spaces: each round a lab sends
-where it believes its optimum lies — per reagent, a probability over the choices — and the
-merged beliefs of the federation widen its model's uncertainty there. Only those beliefs
-leave a lab, never a yield.
+``allowed`` table, part of the study's identity), and runs ``protocol="surface"``, the
+protocol we recommend for categorical lab spaces: each round a lab sends the averaged
+sufficient statistics of a regression of its standardized yields on the reagent choices,
+and its model starts from the response surface the other labs' statistics give — the main
+effect of every base, ligand and additive — scaled by how well it agrees with the lab's own
+results. Only those statistics leave a lab, never a yield.
 
 A combination a lab cannot run (missing from its data here; a failed run in a real lab)
 is reported with ``tell_failed`` and costs an experiment, as it would.
@@ -47,7 +48,7 @@ def experiment(site: str, params: dict) -> float | None:
     return tables[site].get((params["base"], params["ligand"], params["additive"]))
 
 
-PROTOCOL = "distribution"
+PROTOCOL = "surface"
 coordinator = labfbo.Coordinator(protocol=PROTOCOL, sites=list(LABS), seed=0)
 optimizers = {site: labfbo.Optimizer(space, objective="maximize", protocol=PROTOCOL, coordinator=coordinator,
                                      site=site, seed=0, n_init=3, storage=os.path.join(OUT, f"{site}.journal"))

@@ -86,7 +86,7 @@ def test_reagent_screen(tmp_path) -> None:
     stdout = proc.stdout
     assert any(tmp_path.iterdir())
     for site in ("lab-a", "lab-b", "lab-c"):
-        assert re.search(rf"^{site}: best yield \d+\.\d% .*'base': '.*sent \['join', 'optimum_belief'\], never a yield",
+        assert re.search(rf"^{site}: best yield \d+\.\d% .*'base': '.*sent \['join', 'surface_stats'\], never a yield",
                          stdout, re.M), stdout
     assert stdout.count("round ") == 2
 

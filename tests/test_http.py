@@ -21,11 +21,11 @@ pytest.importorskip("fastapi")
 FAST = {"num_restarts": 2, "raw_samples": 32}
 EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_steps": 5, "svgd_steps": 2},
          "gradient-sa": {"warmup_steps": 5, "svgd_steps": 2, "secure_aggregation": True},  # masked uplink
-         "consensus": {}, "independent": {}}
+         "consensus": {}, "independent": {}, "surface": {}}
 SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1)])
 
 
-@pytest.mark.parametrize("protocol", ["independent", "consensus", "distribution", "gradient", "gradient-sa"])
+@pytest.mark.parametrize("protocol", ["independent", "consensus", "distribution", "gradient", "gradient-sa", "surface"])
 def test_http_gives_the_same_proposals_as_local(protocol: str, cpu_load) -> None:
     """Sites in their own threads, both cores busy with another process: timing must not matter."""
     kw = dict(problem="branin", protocol=protocol.removesuffix("-sa"), n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])

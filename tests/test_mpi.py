@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-PROTOCOLS = ["independent", "consensus", "distribution", "gradient", "gradient-sa"]
+PROTOCOLS = ["independent", "consensus", "distribution", "gradient", "gradient-sa", "surface"]
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (pip install 'labfbo[mpi]')")
 

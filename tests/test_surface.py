@@ -95,7 +95,9 @@ def test_a_campaign_sends_only_statistics_and_repeats_under_its_seed() -> None:
     sent = sites[0].sent_messages()
     assert {m.kind for m in sent} == {"join", "surface_stats"}
     stats = [m for m in sent if isinstance(m, SurfaceStats)]
-    assert stats and stats[-1].nbytes() < 2000 and stats[-1].count == 5
+    p = 1 + 3 + 2 * 2 + 1 + 100                                     # the quadratic and 100 Fourier features
+    assert stats and stats[-1].p == p and stats[-1].count == 5
+    assert stats[-1].nbytes() < 1.4 * 8 * (p * (p + 1) // 2 + p) + 500  # base64 float64 and a JSON envelope
     got = [m for m in sites[0].received_messages() if isinstance(m, SurfaceTotals)]
     assert got and got[-1].sites == 2
     again, _ = campaign()
@@ -109,7 +111,8 @@ def test_dp_noises_the_statistics_and_is_accounted() -> None:
                               privacy=dp, **FAST) for s in SITES]
     run_campaign(sites, _f, 3, 1)
     stats = [m for m in sites[0].sent_messages() if isinstance(m, SurfaceStats)]
-    feats = SurfaceFeatures(SPACE)
+    feats = SurfaceFeatures(SPACE, fourier=100, seed=4)
+    assert feats.norm_bound == 1 + 1 + 2 * 2 + 1 + 100
     assert stats[0].dp_sensitivity == pytest.approx(dp_sensitivity(feats.norm_bound, 2.0))
     g = symmetric(stats[0].gram.numpy(), feats.p)
     assert abs(g[0, 0] - 1.0) > 1e-6                                # G/n's intercept entry is 1 before the noise
@@ -117,6 +120,19 @@ def test_dp_noises_the_statistics_and_is_accounted() -> None:
     assert eps is not None and 0 < eps < float("inf")
     assert any(r["message"] == "surface_stats" and r["sensitivity"] == pytest.approx(stats[0].dp_sensitivity)
                for r in sites[0].privacy_report())
+
+
+def test_the_fourier_basis_is_the_studys_and_sites_must_agree_on_it() -> None:
+    a, b = SurfaceFeatures(SPACE, fourier=8, seed=3), SurfaceFeatures(SPACE, fourier=8, seed=3)
+    X = np.c_[np.random.default_rng(0).random((5, 2)), np.zeros(5)]
+    np.testing.assert_array_equal(a.of_unit(X), b.of_unit(X))
+    assert np.abs(a.of_unit(X)[:, -8:]).max() <= 1.0
+    assert not np.allclose(a.of_unit(X), SurfaceFeatures(SPACE, fourier=8, seed=4).of_unit(X))
+    cat_only = labfbo.SearchSpace([labfbo.Categorical("c", ["a", "b"])])
+    assert SurfaceFeatures(cat_only, fourier=100).p == 3           # nothing ordered: no Fourier features
+    coord = labfbo.Coordinator("surface", sites=SITES, space=SPACE, seed=0)
+    with pytest.raises(labfbo.FederationError, match="fourier_features=10"):
+        labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site="lab-a", fourier_features=10)
 
 
 def test_options_refuse_input_warping() -> None:

@@ -32,6 +32,7 @@ from linear_operator.utils.warnings import NumericalWarning
 from labfbo.benchmarks.reactions_data import ReactionData, load_reactions
 from labfbo.benchmarks.runner import write_atomic
 from labfbo.exceptions import ProtocolError
+from labfbo.privacy import DP
 from labfbo.seeding import int_seed, rng
 
 PROTOCOLS = ("independent", "gradient", "distribution", "consensus", "surface")
@@ -41,6 +42,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gradient-noguard": ("gradient", {"harm_guard": False, "acquisition": "ucb", "beta": 4.0}),  # the paper's PACD-BO
     "gradient-ucb": ("gradient", {"acquisition": "ucb", "beta": 4.0}),  # the default before qLogNEI (§12)
     "distribution-ucb": ("distribution", {"acquisition": "ucb", "beta": 4.0}),
+    "surface-dp": ("surface", {"privacy": DP(clip=2.0, noise_multiplier=2.0)}),  # task-level, eps ~ 11.5 at 20 rounds
 }
 CHECKPOINTS = (5, 10, 20)
 

@@ -54,7 +54,7 @@ DTYPE = torch.float64
 class SurfaceFeatures:
     r"""Model inputs ``(..., n_out)`` -> response-surface features ``(..., p)`` (torch, float64)."""
 
-    def __init__(self, space: SearchSpace) -> None:
+    def __init__(self, space: SearchSpace, fourier: int = 0, lengthscale: float = 0.2, seed: int = 0) -> None:
         self.fmap = FeatureMap(space)
         self.onehot: list[tuple[int, int]] = []   # (model column, number of choices)
         self.linear: list[int] = []               # descriptor columns: main effects only
@@ -69,9 +69,13 @@ class SurfaceFeatures:
                 self.ordered.append(lo)
         d_o = len(self.ordered)
         self.pairs = [(a, b) for i, a in enumerate(self.ordered) for b in self.ordered[i + 1:]]
-        self.p = 1 + sum(k for _, k in self.onehot) + len(self.linear) + 2 * d_o + len(self.pairs)
-        #: a bound on ||phi(x)||^2: every feature is in [0, 1] and a one-hot block adds 1
-        self.norm_bound = float(1 + len(self.onehot) + len(self.linear) + 2 * d_o + len(self.pairs))
+        m = fourier if d_o else 0
+        gen = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5AFACE]))
+        self.omega = torch.as_tensor(gen.normal(0.0, 1.0 / lengthscale, (d_o, m)), dtype=DTYPE)
+        self.phase = torch.as_tensor(gen.uniform(0.0, 2 * math.pi, m), dtype=DTYPE)
+        self.p = 1 + sum(k for _, k in self.onehot) + len(self.linear) + 2 * d_o + len(self.pairs) + m
+        #: a bound on ||phi(x)||^2: every feature is in [-1, 1] and a one-hot block adds 1
+        self.norm_bound = float(1 + len(self.onehot) + len(self.linear) + 2 * d_o + len(self.pairs) + m)
 
     def __call__(self, Z: Tensor) -> Tensor:
         parts = [torch.ones_like(Z[..., :1])]
@@ -84,6 +88,8 @@ class SurfaceFeatures:
             parts += [U, U ** 2]
         if self.pairs:
             parts.append(torch.stack([Z[..., a] * Z[..., b] for a, b in self.pairs], dim=-1))
+        if self.omega.shape[1]:
+            parts.append(torch.cos(Z[..., self.ordered] @ self.omega.to(Z) + self.phase.to(Z)))
         return torch.cat(parts, dim=-1)
 
     def of_unit(self, X: np.ndarray) -> np.ndarray:

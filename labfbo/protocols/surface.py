@@ -42,6 +42,7 @@ from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity,
 from labfbo.privacy import DP
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
+from labfbo.space import SearchSpace
 
 
 # -- messages ----------------------------------------------------------------------------
@@ -112,6 +113,9 @@ class SurfaceOptions(ModelOptions):
     scale_mean: float = Field(1.0, description="c0: prior mean of the agreement scale c (1: trust the surface)")
     scale_sd: float = Field(0.3, gt=0, description="s_c: prior standard deviation of c")
     privacy: DP | None = Field(None, description="Gaussian mechanism on the uplink (labfbo.models.surface)")
+    fourier_features: int = Field(100, ge=0, le=2000, description="random Fourier features of the ordered columns "
+                                  "added to the quadratic (a kernel ridge surface; the study seed draws the basis)")
+    fourier_lengthscale: float = Field(0.2, gt=0, description="their RBF lengthscale in unit-cube units")
 
     @model_validator(mode="after")
     def _no_warping(self) -> "SurfaceOptions":
@@ -130,7 +134,7 @@ class SurfaceSite(LocalGPSite):
 
     def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
         super().__init__(space, options, context)
-        self.features = SurfaceFeatures(space)
+        self.features = features(space, options, context.seed)
 
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
         if not isinstance(request, SurfaceRequest):
@@ -174,6 +178,11 @@ class SurfaceSite(LocalGPSite):
         return self.propose_with(self.surface_model(data, w), data, n, round)
 
 
+def features(space: SearchSpace, options: SurfaceOptions, seed: int) -> SurfaceFeatures:
+    """The study's features: every site and the coordinator draw the same Fourier basis from the study seed."""
+    return SurfaceFeatures(space, options.fourier_features, options.fourier_lengthscale, seed)
+
+
 def leave_one_out(stats: Mapping[str, SurfaceStats], sites: list[str]) -> dict[str, SurfaceTotals]:
     """Each site's totals over the *other* contributors (count-weighted sums of their averages)."""
     p = next(iter(stats.values())).p if stats else 0
@@ -196,7 +205,7 @@ class SurfaceAggregator(Aggregator):
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
         stats = {s: m for s, m in responses.items() if isinstance(m, SurfaceStats)}
-        p = SurfaceFeatures(self.space).p if self.space is not None else None
+        p = features(self.space, self.options, self.seed).p if self.space is not None else None
         wrong = sorted(s for s, m in stats.items() if p is not None and m.p != p)
         if wrong:
             warnings.warn(f"surface: ignoring statistics of {wrong} (expected {p} features)", stacklevel=2)
@@ -210,3 +219,4 @@ class SurfaceProtocol(Protocol):
     Options = SurfaceOptions
     site_logic = SurfaceSite
     aggregator = SurfaceAggregator
+    shared_options = ("fourier_features", "fourier_lengthscale")

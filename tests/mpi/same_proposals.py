@@ -10,7 +10,7 @@ import labfbo
 FAST = {"num_restarts": 2, "raw_samples": 32}
 EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_steps": 5, "svgd_steps": 2},
          "gradient-sa": {"warmup_steps": 5, "svgd_steps": 2, "secure_aggregation": True},  # masked uplink
-         "consensus": {}, "independent": {}}
+         "consensus": {}, "independent": {}, "surface": {}}
 
 out = {}
 for protocol in sys.argv[1:]:
