@@ -53,6 +53,19 @@ def test_ridge_on_pooled_statistics_recovers_the_shared_surface() -> None:
     assert np.corrcoef(feats.of_unit(Xt) @ w, truth)[0, 1] > 0.999  # the surface family holds f exactly
 
 
+def test_totals_do_not_depend_on_the_order_answers_arrive_in() -> None:
+    gen = np.random.default_rng(1)
+    stats = {s: SurfaceStats(count=int(gen.integers(2, 9)), gram=Array.of(gen.normal(size=6) * 1e3),
+                             moment=Array.of(gen.normal(size=3) * 1e-3)) for s in SITES}
+    a = leave_one_out(stats, SITES)
+    b = leave_one_out(dict(reversed(list(stats.items()))), SITES)
+    assert all(a[s].gram.numpy().tobytes() == b[s].gram.numpy().tobytes() for s in SITES)
+    with pytest.raises(ValueError, match="absolute value"):
+        SurfaceStats(count=2, gram=Array.of(np.full(6, 1e300)), moment=Array.of(np.zeros(3)))
+    with pytest.raises(ValueError):
+        SurfaceStats(count=10**9, gram=Array.of(np.zeros(6)), moment=Array.of(np.zeros(3)))
+
+
 def test_the_coordinator_never_returns_a_site_its_own_statistics() -> None:
     p = 3
     mk = lambda v, n: SurfaceStats(count=n, gram=Array.of(np.full(6, v)), moment=Array.of(np.full(p, v)))  # noqa: E731
@@ -100,6 +113,8 @@ def test_a_campaign_sends_only_statistics_and_repeats_under_its_seed() -> None:
     assert stats[-1].nbytes() < 1.4 * 8 * (p * (p + 1) // 2 + p) + 500  # base64 float64 and a JSON envelope
     got = [m for m in sites[0].received_messages() if isinstance(m, SurfaceTotals)]
     assert got and got[-1].sites == 2
+    mean, _ = sites[0].predict([{"x": 0.6, "t": 0.3, "base": "b"}, {"x": 0.0, "t": 1.0, "base": "c"}])
+    assert mean[0] > mean[1]                                         # the model of the proposals, with the surface
     again, _ = campaign()
     assert props == again
 
@@ -111,7 +126,7 @@ def test_dp_noises_the_statistics_and_is_accounted() -> None:
                               privacy=dp, **FAST) for s in SITES]
     run_campaign(sites, _f, 3, 1)
     stats = [m for m in sites[0].sent_messages() if isinstance(m, SurfaceStats)]
-    feats = SurfaceFeatures(SPACE, fourier=100, seed=4)
+    feats = SurfaceFeatures(SPACE, fourier=100)
     assert feats.norm_bound == 1 + 1 + 2 * 2 + 1 + 100
     assert stats[0].dp_sensitivity == pytest.approx(dp_sensitivity(feats.norm_bound, 2.0))
     g = symmetric(stats[0].gram.numpy(), feats.p)
@@ -123,11 +138,13 @@ def test_dp_noises_the_statistics_and_is_accounted() -> None:
 
 
 def test_the_fourier_basis_is_the_studys_and_sites_must_agree_on_it() -> None:
-    a, b = SurfaceFeatures(SPACE, fourier=8, seed=3), SurfaceFeatures(SPACE, fourier=8, seed=3)
+    a, b = SurfaceFeatures(SPACE, fourier=8), SurfaceFeatures(labfbo.SearchSpace.from_json(SPACE.to_json()), fourier=8)
     X = np.c_[np.random.default_rng(0).random((5, 2)), np.zeros(5)]
-    np.testing.assert_array_equal(a.of_unit(X), b.of_unit(X))
+    np.testing.assert_array_equal(a.of_unit(X), b.of_unit(X))       # the basis is a function of the space
     assert np.abs(a.of_unit(X)[:, -8:]).max() <= 1.0
-    assert not np.allclose(a.of_unit(X), SurfaceFeatures(SPACE, fourier=8, seed=4).of_unit(X))
+    other = labfbo.SearchSpace([labfbo.Real("x", 0.0, 2.0), labfbo.Real("t", 0.0, 1.0),
+                                labfbo.Categorical("base", ["a", "b", "c"])])
+    assert not np.allclose(a.of_unit(X), SurfaceFeatures(other, fourier=8).of_unit(X))
     cat_only = labfbo.SearchSpace([labfbo.Categorical("c", ["a", "b"])])
     assert SurfaceFeatures(cat_only, fourier=100).p == 3           # nothing ordered: no Fourier features
     coord = labfbo.Coordinator("surface", sites=SITES, space=SPACE, seed=0)

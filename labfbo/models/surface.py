@@ -4,13 +4,17 @@ r"""A shared response surface: features, federated ridge regression, and the GP 
 codes, descriptors where a categorical has them) the response-surface features are
 
 .. math:: \phi(x) = \big(1,\ \text{one-hot}(c_1), \dots,\ \text{descriptors}(c_\cdot),\
-          u_1, \dots, u_{d_o},\ u_1^2, \dots, u_{d_o}^2,\ u_j u_k\ (j < k)\big),
+          u_1, \dots, u_{d_o},\ u_1^2, \dots, u_{d_o}^2,\ u_j u_k\ (j < k),\
+          \cos(\omega_l^\top u + b_l)\ (l \le F)\big),
 
 main effects of every categorical choice and a full quadratic in the :math:`d_o` ordered
 (real, integer, discrete) columns — the response-surface model of process chemistry
-(design of experiments), with :math:`p = 1 + \sum k_c + \sum m_c + 2 d_o + d_o(d_o-1)/2`
-coefficients. Every feature lies in [0, 1], so :math:`\lVert\phi\rVert^2 \le P` with
-:math:`P` = the number of non-one-hot features + the number of one-hot blocks.
+(design of experiments) — plus :math:`F` random Fourier features of the ordered columns
+(:math:`\omega_l \sim \mathcal N(0, I/\ell^2)`, :math:`b_l \sim U(0, 2\pi)`, drawn from the
+space's fingerprint, so every party with the same space has the same basis), with
+:math:`p = 1 + \sum k_c + \sum m_c + 2 d_o + d_o(d_o-1)/2 + F` coefficients. Every feature
+lies in [-1, 1], so :math:`\lVert\phi\rVert^2 \le P` with :math:`P` = the number of
+non-one-hot features + the number of one-hot blocks.
 
 **Sufficient statistics.** A site with values :math:`y` standardizes them,
 :math:`z = (y - \bar y)/s_y` (so sites whose yields differ in scale share the surface's
@@ -46,6 +50,7 @@ from torch import Tensor
 from labfbo.models.encoding import FeatureMap
 from labfbo.params import choice_index
 from labfbo.privacy.dp import DP
+from labfbo.seeding import rng
 from labfbo.space import Categorical, SearchSpace
 
 DTYPE = torch.float64
@@ -54,7 +59,7 @@ DTYPE = torch.float64
 class SurfaceFeatures:
     r"""Model inputs ``(..., n_out)`` -> response-surface features ``(..., p)`` (torch, float64)."""
 
-    def __init__(self, space: SearchSpace, fourier: int = 0, lengthscale: float = 0.2, seed: int = 0) -> None:
+    def __init__(self, space: SearchSpace, fourier: int = 0, lengthscale: float = 0.2) -> None:
         self.fmap = FeatureMap(space)
         self.onehot: list[tuple[int, int]] = []   # (model column, number of choices)
         self.linear: list[int] = []               # descriptor columns: main effects only
@@ -70,7 +75,7 @@ class SurfaceFeatures:
         d_o = len(self.ordered)
         self.pairs = [(a, b) for i, a in enumerate(self.ordered) for b in self.ordered[i + 1:]]
         m = fourier if d_o else 0
-        gen = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5AFACE]))
+        gen = rng(int(space.fingerprint()[:15], 16), 0, 0, "surface-fourier-basis")  # a function of the space
         self.omega = torch.as_tensor(gen.normal(0.0, 1.0 / lengthscale, (d_o, m)), dtype=DTYPE)
         self.phase = torch.as_tensor(gen.uniform(0.0, 2 * math.pi, m), dtype=DTYPE)
         self.p = 1 + sum(k for _, k in self.onehot) + len(self.linear) + 2 * d_o + len(self.pairs) + m
@@ -115,7 +120,8 @@ def packed_size(p: int) -> int:
 
 
 def standardized(y: np.ndarray) -> np.ndarray:
-    sd = float(np.std(y))
+    """``(y - mean) / sd`` with the sample standard deviation (ddof 1), as BoTorch's ``Standardize``."""
+    sd = float(np.std(y, ddof=1)) if len(y) > 1 else 0.0
     return (y - np.mean(y)) / (sd if sd > 0 else 1.0)
 
 

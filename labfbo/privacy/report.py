@@ -22,7 +22,7 @@ _MECHANISMS = {
     "masked_score": "Gaussian on K per-particle scores, each clipped to l2 norm C (PACD-BO Eqs. 12-13)",
     "optimum_belief": "Gaussian on the belief (pi, mu, sd, v) normalized to the unit cube (labfbo.privacy.belief_dp)",
     "surface_stats": "Gaussian on the averaged ridge statistics (G/n, h/n), values clipped to [-C, C] "
-                     "(labfbo.models.surface)",
+                     "(labfbo.models.surface); the count n is released exactly",
 }
 
 

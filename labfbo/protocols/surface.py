@@ -36,7 +36,7 @@ from botorch.models.model import Model
 from pydantic import Field, model_validator
 
 from labfbo.messages import Abstain, Array, Message, register
-from labfbo.models.gp import SurrogateOptions, fit_local_gp
+from labfbo.models.gp import SurrogateOptions, fit_local_gp, predict
 from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, packed_size, privatize,
                                    ridge_weights, site_statistics, symmetric)
 from labfbo.privacy import DP
@@ -59,11 +59,18 @@ def _finite(*arrays: Array) -> None:
             raise ValueError("statistics must be finite")
 
 
-def _check_shapes(gram: Array, moment: Array) -> None:
+def _check_shapes(gram: Array, moment: Array, bound: float) -> None:
     if len(moment.shape) != 1 or gram.shape != (packed_size(moment.shape[0]),):
         raise ValueError(f"moment must be a (p,) vector and gram its (p(p+1)/2,) upper triangle, "
                          f"got {moment.shape} and {gram.shape}")
     _finite(gram, moment)
+    if max(float(np.abs(gram.numpy()).max(initial=0.0)), float(np.abs(moment.numpy()).max(initial=0.0))) > bound:
+        raise ValueError(f"statistics must be at most {bound:g} in absolute value")
+
+
+MAX_COUNT = 10**7  # observations per site
+MAX_AVERAGE = 1e9  # |entry| of an average: <= 1 without DP, DP noise far below this
+
 
 
 @register
@@ -72,7 +79,7 @@ class SurfaceStats(Message):
     (``p(p+1)/2 + p + 1`` scalars)."""
 
     kind: Literal["surface_stats"] = "surface_stats"
-    count: int = Field(ge=2)
+    count: int = Field(ge=2, le=MAX_COUNT)
     gram: Array
     moment: Array
     dp_clip: float | None = None  # under DP: the bound of |z|, the noise multiplier and the l2 sensitivity
@@ -81,7 +88,7 @@ class SurfaceStats(Message):
 
     @model_validator(mode="after")
     def _shapes(self) -> "SurfaceStats":
-        _check_shapes(self.gram, self.moment)
+        _check_shapes(self.gram, self.moment, MAX_AVERAGE)
         return self
 
     @property
@@ -101,7 +108,7 @@ class SurfaceTotals(Message):
 
     @model_validator(mode="after")
     def _shapes(self) -> "SurfaceTotals":
-        _check_shapes(self.gram, self.moment)
+        _check_shapes(self.gram, self.moment, MAX_AVERAGE * MAX_COUNT * 10**4)
         return self
 
 
@@ -114,7 +121,7 @@ class SurfaceOptions(ModelOptions):
     scale_sd: float = Field(0.3, gt=0, description="s_c: prior standard deviation of c")
     privacy: DP | None = Field(None, description="Gaussian mechanism on the uplink (labfbo.models.surface)")
     fourier_features: int = Field(100, ge=0, le=2000, description="random Fourier features of the ordered columns "
-                                  "added to the quadratic (a kernel ridge surface; the study seed draws the basis)")
+                                  "added to the quadratic (a kernel ridge surface; the basis is a function of the space)")
     fourier_lengthscale: float = Field(0.2, gt=0, description="their RBF lengthscale in unit-cube units")
 
     @model_validator(mode="after")
@@ -131,10 +138,11 @@ class SurfaceSite(LocalGPSite):
 
     _surface_key: bytes | None = None
     _surface_model: Model | None = None
+    _weights: np.ndarray | None = None  # the surface of the last proposal (predictions use the same model)
 
     def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
         super().__init__(space, options, context)
-        self.features = features(space, options, context.seed)
+        self.features = features(space, options)
 
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
         if not isinstance(request, SurfaceRequest):
@@ -172,30 +180,37 @@ class SurfaceSite(LocalGPSite):
         return self._surface_model
 
     def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
-        w = self.weights(guidance) if isinstance(guidance, SurfaceTotals) else None
+        w = self._weights = self.weights(guidance) if isinstance(guidance, SurfaceTotals) else None
         if w is None or data.n < 2:
             return self.propose_local(data, n, round)
         return self.propose_with(self.surface_model(data, w), data, n, round)
 
+    def predict(self, data: SiteData, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The model of the last proposal: with the last surface received, or the plain GP."""
+        if self._weights is None or data.n < 2:
+            return super().predict(data, X)
+        return predict(self.surface_model(data, self._weights), X)
 
-def features(space: SearchSpace, options: SurfaceOptions, seed: int) -> SurfaceFeatures:
-    """The study's features: every site and the coordinator draw the same Fourier basis from the study seed."""
-    return SurfaceFeatures(space, options.fourier_features, options.fourier_lengthscale, seed)
+
+def features(space: SearchSpace, options: SurfaceOptions) -> SurfaceFeatures:
+    """The study's features (the Fourier basis is a function of the space, which every party shares)."""
+    return SurfaceFeatures(space, options.fourier_features, options.fourier_lengthscale)
 
 
 def leave_one_out(stats: Mapping[str, SurfaceStats], sites: list[str]) -> dict[str, SurfaceTotals]:
-    """Each site's totals over the *other* contributors (count-weighted sums of their averages)."""
+    """Each site's totals over the *other* contributors (count-weighted sums of their averages),
+    summed in roster order whatever order the answers arrived in (the same bits on every transport)."""
     p = next(iter(stats.values())).p if stats else 0
-    G = {s: m.count * m.gram.numpy() for s, m in stats.items()}
-    h = {s: m.count * m.moment.numpy() for s, m in stats.items()}
-    G_all, h_all = sum(G.values(), np.zeros(packed_size(p))), sum(h.values(), np.zeros(p))
-    n_all = sum(m.count for m in stats.values())
+    G = {s: stats[s].count * stats[s].gram.numpy() for s in sites if s in stats}
+    h = {s: stats[s].count * stats[s].moment.numpy() for s in sites if s in stats}
     out = {}
     for s in sites:
-        mine = s in stats
-        out[s] = SurfaceTotals(sites=len(stats) - mine, count=n_all - (stats[s].count if mine else 0),
-                               gram=Array.of(G_all - G[s] if mine else G_all),
-                               moment=Array.of(h_all - h[s] if mine else h_all))
+        others = [o for o in G if o != s]
+        gram, moment = np.zeros(packed_size(p)), np.zeros(p)
+        for o in others:
+            gram, moment = gram + G[o], moment + h[o]
+        out[s] = SurfaceTotals(sites=len(others), count=sum(stats[o].count for o in others),
+                               gram=Array.of(gram), moment=Array.of(moment))
     return out
 
 
@@ -205,7 +220,7 @@ class SurfaceAggregator(Aggregator):
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
         stats = {s: m for s, m in responses.items() if isinstance(m, SurfaceStats)}
-        p = features(self.space, self.options, self.seed).p if self.space is not None else None
+        p = features(self.space, self.options).p if self.space is not None else None
         wrong = sorted(s for s, m in stats.items() if p is not None and m.p != p)
         if wrong:
             warnings.warn(f"surface: ignoring statistics of {wrong} (expected {p} features)", stacklevel=2)
