@@ -120,8 +120,9 @@ class SurfaceOptions(ModelOptions):
     scale_mean: float = Field(1.0, description="c0: prior mean of the agreement scale c (1: trust the surface)")
     scale_sd: float = Field(0.3, gt=0, description="s_c: prior standard deviation of c")
     privacy: DP | None = Field(None, description="Gaussian mechanism on the uplink (labfbo.models.surface)")
-    fourier_features: int = Field(100, ge=0, le=2000, description="random Fourier features of the ordered columns "
-                                  "added to the quadratic (a kernel ridge surface; the basis is a function of the space)")
+    fourier_features: int = Field(100, ge=0, le=2000, description="random Fourier features of the ordered "
+                                  "columns added to the quadratic (a kernel ridge surface; the basis is a function "
+                                  "of the space)")
     fourier_lengthscale: float = Field(0.2, gt=0, description="their RBF lengthscale in unit-cube units")
 
     @model_validator(mode="after")
