@@ -167,7 +167,12 @@ def test_site_run_sigkill_drill(tmp_path: Path) -> None:
         while time.monotonic() < deadline:
             recs = _records(journal) if journal.exists() else []
             tells = sum(r["op"] in ("tell", "fail") for r in recs)
-            in_flight = {r["id"] for r in recs if r["op"] == "note"} - {r["id"] for r in recs if r["op"] in ("tell", "fail")}
+            # a run the instrument has accepted ("submitted"); one killed while "submitting" is, by design,
+            # failed on restart (it may or may not have started), which is not what this drill checks
+            state = {r["id"]: r["metadata"]["dispatch"]["state"] for r in recs
+                     if r["op"] == "note" and "dispatch" in r.get("metadata", {})}
+            in_flight = {i for i, st in state.items() if st == "submitted"} - {
+                r["id"] for r in recs if r["op"] in ("tell", "fail")}
             if tells >= kill_after_tells and in_flight:
                 break
             time.sleep(0.05)
