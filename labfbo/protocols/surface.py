@@ -36,7 +36,7 @@ from botorch.models.model import Model
 from pydantic import Field, model_validator
 
 from labfbo.messages import Abstain, Array, Message, register
-from labfbo.models.gp import SurrogateOptions, fit_local_gp, predict
+from labfbo.models.gp import fit_local_gp, predict
 from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, packed_size, privatize,
                                    ridge_weights, site_statistics, symmetric)
 from labfbo.privacy import DP
@@ -174,9 +174,7 @@ class SurfaceSite(LocalGPSite):
             mean = SurfaceMean(self.features, w, o.scale_mean, o.scale_sd)
             self._surface_model = fit_local_gp(data.X, data.y, data.yvar, space=self.space,
                                                seed=self.context.seed_for(data.n, "gp-fit"),
-                                               options=SurrogateOptions(**{k: getattr(o, k) for k in
-                                                                           SurrogateOptions.model_fields}),
-                                               mean_module=mean)
+                                               options=o, mean_module=mean)
             self._surface_key = key
         return self._surface_model
 
@@ -221,7 +219,9 @@ class SurfaceAggregator(Aggregator):
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
         stats = {s: m for s, m in responses.items() if isinstance(m, SurfaceStats)}
-        p = features(self.space, self.options).p if self.space is not None else None
+        if self.space is not None and not hasattr(self, "_p"):
+            self._p = features(self.space, self.options).p  # the basis is drawn once, not every round
+        p = getattr(self, "_p", None)
         wrong = sorted(s for s, m in stats.items() if p is not None and m.p != p)
         if wrong:
             warnings.warn(f"surface: ignoring statistics of {wrong} (expected {p} features)", stacklevel=2)
