@@ -1,0 +1,161 @@
+"""Record the golden proposals and journals that ``tests/test_golden.py`` replays.
+
+Run from the project root when a deliberate change of behaviour lands (say so in the commit)::
+
+    .venv/bin/python tests/golden/record.py
+
+It writes ``tests/golden/proposals.json`` (every protocol, on a continuous and a mixed
+space: the proposals of a small lock-step campaign from seed 7) and two journals of the
+current format under ``tests/golden/journals/`` with what their sites propose next. The
+commit it was recorded at is written next to the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # tests/campaign.py
+
+import labfbo  # noqa: E402
+from campaign import run_campaign  # noqa: E402
+
+FAST: dict[str, Any] = {"num_restarts": 2, "raw_samples": 32}
+PROTOCOLS: dict[str, dict[str, Any]] = {
+    "independent": {},
+    "consensus": {},
+    "distribution": {"M": 64, "candidates": 128},
+    "gradient": {"n_particles": 4, "hidden": [8, 8], "warmup_steps": 3, "svgd_steps": 2},
+    "gradient-dp-sa": {"n_particles": 4, "hidden": [8, 8], "warmup_steps": 3, "svgd_steps": 2,
+                       "secure_aggregation": True, "privacy": {"noise_multiplier": 1.0, "clip": 1.0}},
+    "centralized": {"n_particles": 4, "hidden": [8, 8], "warmup_steps": 3, "svgd_steps": 2},
+    "pooled": {},
+    "surface": {},
+    "surface-dp": {"privacy": {"noise_multiplier": 2.0, "clip": 2.0}},
+    "distribution-dp": {"M": 64, "candidates": 128, "privacy": {"noise_multiplier": 1.0, "clip": 1.0}},
+}
+MIXED_TOO = {"independent", "distribution", "gradient", "surface"}  # also recorded on the mixed space
+ROUNDS_OF = {"pooled": 1}  # a MultiTaskGP fit is slow
+SITES = ["lab-a", "lab-b", "lab-c"]
+SEED, N_INIT, ROUNDS = 7, 4, 2
+
+CONT = labfbo.SearchSpace([labfbo.Real("x", -1.0, 2.0), labfbo.Real("rate", 1e-3, 1.0, log=True)])
+MIXED = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0, step=0.05), labfbo.Categorical("c", ["a", "b", "c"]),
+                            labfbo.Integer("n", 1, 4)])
+
+
+def cont_f(i: int, p: dict[str, Any]) -> float:
+    return (p["x"] - 0.5 - 0.2 * i) ** 2 + (math.log10(p["rate"]) + 1.5) ** 2
+
+
+def mixed_f(i: int, p: dict[str, Any]) -> float:
+    return (p["x"] - 0.3 - 0.1 * i) ** 2 + {"a": 0.0, "b": -0.5, "c": 0.2}[p["c"]] + 0.1 * (p["n"] - 2) ** 2
+
+
+def options(name: str) -> dict[str, Any]:
+    opts = {**FAST, **PROTOCOLS[name]}
+    if "privacy" in opts:
+        opts["privacy"] = labfbo.DP(**opts["privacy"])
+    return opts
+
+
+def campaign(name: str, space: labfbo.SearchSpace, f: Callable[[int, dict], float]) -> list[list[dict]]:
+    """The proposals of a lock-step campaign of three sites (``independent``: three lone labs)."""
+    protocol, opts = name.split("-")[0], options(name)
+    federated = protocol != "independent"
+    rounds = ROUNDS_OF.get(name, ROUNDS)
+    coord = labfbo.Coordinator(protocol, sites=SITES, seed=SEED, horizon=rounds, **opts) if federated else None
+    sites = [labfbo.Optimizer(space, protocol=protocol, coordinator=coord, site=s, seed=SEED, n_init=N_INIT,
+                              secret=1000 + i, **opts) for i, s in enumerate(SITES)]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return run_campaign(sites, f, N_INIT, rounds)
+    finally:
+        for s in sites:
+            s.close()
+
+
+def _journal_campaign(path: Path) -> list[dict[str, Any]]:
+    """A lone lab's journal with every kind of record; returns what it proposes next (not journaled)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        opt = labfbo.Optimizer(MIXED, protocol="independent", site="lab-a", seed=SEED, n_init=3, secret=42,
+                               storage=str(path), **FAST)
+        opt.add_observations([{"x": 0.25, "c": "b", "n": 2}, {"x": 0.9, "c": "a", "n": 4}], [0.1, (0.8, 0.05)])
+        first = opt.enqueue({"x": 0.5, "c": "c", "n": 1})
+        opt.tell(first, 0.4, metadata={"operator": "ana"})
+        for t in opt.ask(n=2):
+            opt.tell(t, mixed_f(0, t.params))
+        t = opt.ask()
+        opt.annotate(t, run_handle="R-17")
+        opt.tell_failed(t, reason="clogged line")
+        t = opt.ask()
+        opt.tell(t, mixed_f(0, t.params))
+        pending = opt.ask()  # left pending in the journal
+        del pending
+        opt.close()
+        tmp = Path(tempfile.mkdtemp()) / "copy.jsonl"
+        shutil.copy(path, tmp)
+        again = labfbo.Optimizer(MIXED, protocol="independent", site="lab-a", seed=SEED, n_init=3, storage=str(tmp),
+                                 **FAST)
+        nxt = [t.params for t in again.ask(n=2)]
+        again.close()
+    return nxt
+
+
+def _federated_journal(path: Path) -> list[dict[str, Any]]:
+    """A `gradient` site's journal under DP and secure aggregation; returns its privacy report."""
+    opts = options("gradient-dp-sa")
+    coord = labfbo.Coordinator("gradient", sites=SITES, seed=SEED, horizon=ROUNDS, **opts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sites = [labfbo.Optimizer(CONT, protocol="gradient", coordinator=coord, site=s, seed=SEED, n_init=3,
+                                  secret=7 + i, storage=str(path) if i == 0 else None, **opts)
+                 for i, s in enumerate(SITES)]
+        run_campaign(sites, cont_f, 3, 2)
+        report = sites[0].privacy_report()
+        for s in sites:
+            s.close()
+    return report
+
+
+def main() -> None:
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "labfbo"], capture_output=True, text=True,
+                                cwd=HERE).stdout.strip())
+    out: dict[str, Any] = {"commit": commit + ("+changes" if dirty else ""), "seed": SEED, "n_init": N_INIT,
+                           "rounds": ROUNDS, "rounds_of": ROUNDS_OF, "mixed_too": sorted(MIXED_TOO), "protocols": PROTOCOLS, "proposals": {}}
+    for name in PROTOCOLS:
+        for label, space, f in (("cont", CONT, cont_f), ("mixed", MIXED, mixed_f)):
+            if label == "mixed" and name not in MIXED_TOO:
+                continue
+            start = time.perf_counter()
+            out["proposals"][f"{name}/{label}"] = campaign(name, space, f)
+            print(f"{name} / {label}: {time.perf_counter() - start:.1f} s", flush=True)
+    (HERE / "proposals.json").write_text(json.dumps(out, indent=1) + "\n")
+
+    jdir = HERE / "journals"
+    if jdir.exists():
+        shutil.rmtree(jdir)
+    jdir.mkdir()
+    nxt = _journal_campaign(jdir / "independent-mixed.jsonl")
+    report = _federated_journal(jdir / "gradient-dp-sa.jsonl")
+    meta = {"commit": out["commit"], "independent-mixed": {"next_proposals": nxt},
+            "gradient-dp-sa": {"privacy_report": report}}
+    (jdir / "expected.json").write_text(json.dumps(meta, indent=1, default=float) + "\n")
+    print("written", os.path.relpath(HERE / "proposals.json"), os.path.relpath(jdir))
+
+
+if __name__ == "__main__":
+    main()
