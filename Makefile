@@ -10,7 +10,7 @@ TORCH := torch==2.13.0
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-fast bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,6 +24,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# the unit tier: no subprocess, server, MPI or schemathesis test (those are marked `integration`)
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not integration"
 
 bench: $(STAMP)
 	$(BIN)/labfbo bench latency

@@ -13,7 +13,7 @@ from labfbo.space import Categorical, Discrete, Integer, Real, SearchSpace
 from labfbo.trial import Observation, Trial
 from labfbo.optimizer import Optimizer
 from labfbo.coordinator import Coordinator
-from labfbo.benchmarks.problem import FederatedProblem
+from labfbo.problems import FederatedProblem
 from labfbo.simulation import SimulationResult, simulate
 from labfbo.protocols import available_protocols
 from labfbo.privacy import DP

@@ -260,6 +260,10 @@ class PriorWeighted(WrappedAcquisition):
     ``log_base``: the base acquisition is already a log-acquisition (LogEI family);
     otherwise (UCB) it is made positive as ``softplus((alpha - ref) / scale)`` first
     (see :mod:`labfbo.priors`).
+
+    Not BoTorch's ``PriorGuidedAcquisitionFunction``: it multiplies the raw acquisition by
+    the prior, which for a UCB that is negative somewhere inverts the prior's preference
+    there; the soft-plus above is what πBO's UCB needs.
     """
 
     def __init__(self, base: AcquisitionFunction, prior: "LocationPrior", gamma: float,
@@ -334,6 +338,10 @@ class ExcludeIncumbent(WrappedAcquisition):
     of :math:`\mu + \kappa\sigma`), and :data:`LOG_PENALTY` nats for the log-acquisitions
     (``ei``, ``nei``: EI divided by :math:`e^{30}` at :math:`x^+`). Beyond :math:`3r` the
     penalty is below 1.2 % of :math:`w`. Smooth, so the gradient optimizer works as before.
+
+    Not BoTorch's ``PenalizedAcquisitionFunction`` with a ``GaussianPenalty``: that takes the
+    maximum of the penalty over the q points of a batch, where this sums it, so that every
+    point of a batch is kept out of the incumbent's basin.
     """
 
     def __init__(self, base: AcquisitionFunction, center: torch.Tensor, radius: float, weight: float) -> None:

@@ -43,7 +43,7 @@ from scipy.stats import qmc
 
 from labfbo.exceptions import ConfigurationError, FederationError, RoundError
 from labfbo.messages import Abstain, Array, JoinReply, JoinRequest, Message, NoGuidance
-from labfbo.protocols import Exchange, Finish, get_protocol, parse_options
+from labfbo.protocols import ConfiguredProtocol, Exchange, Finish, get_protocol, resolve
 from labfbo.seeding import rng
 from labfbo.space import SearchSpace
 
@@ -70,7 +70,8 @@ class Coordinator:
     """Runs a study for a fixed set of sites under one protocol.
 
     Args:
-        protocol: a registered protocol name.
+        protocol: a registered protocol name, or a configured protocol such as
+            ``labfbo.protocols.Gradient(n_particles=10)`` (the object the sites get).
         sites: the site names (their order fixes site indices), or a number of sites
             (indices then follow join order).
         space: the federation's search space; by default the first site to join fixes it.
@@ -81,13 +82,12 @@ class Coordinator:
         **protocol_options: the protocol's coordinator-side options.
     """
 
-    def __init__(self, protocol: str = "independent", sites: int | Sequence[str] = 1, *,
+    def __init__(self, protocol: "str | ConfiguredProtocol" = "independent", sites: int | Sequence[str] = 1, *,
                  space: SearchSpace | None = None, seed: int = 0, horizon: int | None = None,
                  quorum: int | None = None, deadline: float | None = None,
                  transport: str = "local", study: str = "labfbo-study", **protocol_options: Any):
-        self.protocol_cls = get_protocol(protocol)
-        self.protocol = protocol
-        self.options = parse_options(self.protocol_cls, protocol_options)
+        self.protocol, self.options = resolve(protocol, protocol_options)
+        self.protocol_cls = get_protocol(self.protocol)
         if isinstance(sites, int):
             if sites < 1:
                 raise ConfigurationError("a study needs at least one site")
@@ -118,7 +118,7 @@ class Coordinator:
             self.protocol_cls.check_space(space)
         self.protocol_cls.check_study(self.options, self.n_sites)
         if self.protocol_cls.needs_horizon and not horizon:
-            raise ConfigurationError(f"protocol {protocol!r} needs the planned number of rounds: "
+            raise ConfigurationError(f"protocol {self.protocol!r} needs the planned number of rounds: "
                                      "Coordinator(..., horizon=T) (simulate sets it to budget)")
         self.members: dict[str, int] = {}
         self.rounds: dict[int, dict[str, Message]] = {}

@@ -23,11 +23,10 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Protocol, runtime_checkable
 
-from labfbo.exceptions import JournalError
-
-JOURNAL_VERSION = 1
+from labfbo.exceptions import ConfigurationError, JournalError
+from labfbo.records import JOURNAL_VERSION, Header
 
 
 def _refuse_constant(name: str) -> float:
@@ -166,16 +165,52 @@ def write_snapshot(path: str | os.PathLike[str], records: list[dict[str, Any]]) 
 HEADER_KEYS = ("space_hash", "objective", "protocol", "seed", "site", "n_init")
 
 
-def check_header(header: dict[str, Any], ours: dict[str, Any]) -> None:
+def check_header(header: Header, ours: Header) -> None:
     """Refuse a journal whose header belongs to another study than ``ours`` (an optimizer's header)."""
-    if header.get("op") != "header":
-        raise JournalError("journal does not start with a header record")
     for key in HEADER_KEYS:
-        if header.get(key) != ours[key]:
-            raise JournalError(f"journal belongs to another study: {key} is {header.get(key)!r}, "
-                               f"this optimizer has {ours[key]!r}")
-    for key in ("privacy", "n_particles"):  # the privacy ledger's accounting depends on them
-        old, new = header.get("options", {}).get(key), ours["options"].get(key)
+        if getattr(header, key) != getattr(ours, key):
+            raise JournalError(f"journal belongs to another study: {key} is {getattr(header, key)!r}, "
+                               f"this optimizer has {getattr(ours, key)!r}")
+    for key in ("privacy", "n_particles"):  # releases of journals before version 2 are declared from them
+        old, new = header.options.get(key), ours.options.get(key)
         if old != new:
             raise JournalError(f"the journal's DP releases were made with {key}={old!r}; "
                                f"resume with the same setting (got {new!r})")
+
+
+def read_header(path: str | os.PathLike[str]) -> Header | None:
+    """The header of the journal at ``path`` (None if there is no readable one yet)."""
+    from labfbo.records import parse_record
+
+    try:
+        with open(path, "rb") as fh:
+            head = parse_record(json.loads(fh.readline()), f"{path}:1")
+    except (OSError, ValueError, JournalError):
+        return None
+    return head if isinstance(head, Header) else None
+
+
+@runtime_checkable
+class JournalBackend(Protocol):
+    """Where a site's journal lives: records (JSON-able dicts) are appended durably and read back
+    in order. :class:`FileJournal` and :class:`MemoryJournal` are the built-in backends; any object
+    with these methods can be passed as ``Optimizer(storage=...)``."""
+
+    def append(self, record: dict[str, Any]) -> None: ...
+
+    def records(self) -> Iterable[dict[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+
+def open_journal(storage: "str | os.PathLike[str] | JournalBackend | None") -> JournalBackend:
+    """The journal backend of ``storage=``: a path (a :class:`FileJournal`), a backend object, or
+    None (a :class:`MemoryJournal`)."""
+    if storage is None:
+        return MemoryJournal()
+    if isinstance(storage, (str, os.PathLike)):
+        return FileJournal(storage)
+    if isinstance(storage, JournalBackend):
+        return storage
+    raise ConfigurationError(f"storage must be a path or a journal backend (append, records, close), "
+                             f"got {type(storage).__name__}")

@@ -7,7 +7,7 @@ Every site runs a real :class:`~labfbo.Optimizer` connected to one
   up to BO iteration ``t`` (initial design included);
 * ``simple_regret = sign * (best_values - f*_i)`` (>= 0);
 * ``normalized_regret = simple_regret / R_i`` with the problem's objective range
-  :math:`R_i` (see :mod:`labfbo.benchmarks.problem`);
+  :math:`R_i` (see :mod:`labfbo.problems.problem`);
 * ``auc[i]``: mean normalized regret over the first :math:`\lceil 0.1\,T \rceil`
   iterations (PACD-BO's early-convergence AUC);
 * ``proposals[i, t]``: the evaluated point in user units, in the space's parameter
@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from labfbo.benchmarks.problem import FederatedProblem
+from labfbo.problems import FederatedProblem
 from labfbo.coordinator import Coordinator
 from labfbo.exceptions import ConfigurationError
 from labfbo.optimizer import Optimizer
@@ -87,7 +87,7 @@ def _problem(problem: FederatedProblem | str, n_sites: int | None, seed: int,
     if isinstance(problem, FederatedProblem):
         return problem
     if isinstance(problem, str):
-        from labfbo.benchmarks.problems import get_problem
+        from labfbo.problems.families import get_problem
 
         kw: dict[str, Any] = {"n_sites": n_sites or 5, "seed": seed}
         if heterogeneity is not None:
@@ -116,7 +116,7 @@ class _SiteRun:
         f = prob.evaluate(i, trial.params)
         noise = prob.noise_std * rng(self.seed, i, t + 1, "observation-noise").standard_normal() if prob.noise_std else 0.0
         self.opt.tell(trial, f + noise)
-        self.best = min(self.best, prob.sign * f)
+        self.best = min(self.best, prob.loss_sign * f)
 
     def initial_design(self) -> None:
         todo = max(0, self.opt.n_init - len(self.opt.observations))  # historical data counts towards it
@@ -133,7 +133,7 @@ class _SiteRun:
     def finish_round(self, trial: Any, t: int) -> None:
         self.evaluate(trial, t)
         self.proposals[t] = _user_vector(self.prob, trial.params)
-        self.best_values[t] = self.prob.sign * self.best
+        self.best_values[t] = self.prob.loss_sign * self.best
 
     def record(self) -> dict[str, Any]:
         """What the site reports at the end (picklable)."""

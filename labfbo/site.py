@@ -59,10 +59,10 @@ def _param_columns(params: dict[str, Any]) -> dict[str, Any]:
 def history_rows(opt: "Optimizer") -> list[dict[str, Any]]:
     """One row per historical observation and per trial (any state), params flattened."""
     rows: list[dict[str, Any]] = []
-    for o in opt._historical:
+    for o in opt.state.historical:
         rows.append({"trial_id": None, "source": "historical", "state": "complete", **_param_columns(o.params),
                      "value": o.value, "sem": o.sem, "reason": None})
-    for t in opt._trials.values():
+    for t in opt.state.trials.values():
         rows.append({"trial_id": t.id, "source": t.source, "state": t.state, **_param_columns(t.params),
                      "value": t.value, "sem": t.sem, "reason": t.reason})
     return rows

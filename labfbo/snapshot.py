@@ -11,7 +11,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from labfbo.exceptions import JournalError
-from labfbo.journal import read_records
+from labfbo.journal import check_header, read_records
+from labfbo.records import dump_record, parse_record
 from labfbo.space import SearchSpace
 
 if TYPE_CHECKING:
@@ -32,21 +33,20 @@ def load_snapshot(cls: type["Optimizer"], path: str, coordinator: Any, storage: 
               site=head["site"], seed=head["seed"], n_init=head["n_init"], storage=storage,
               secret=options.pop("secret", head.get("secret")),
               coordinator=coordinator, **{**saved, **options})
-    for key in ("privacy", "n_particles"):  # the snapshot's releases were accounted with these
-        if opt._header["options"].get(key) != head.get("options", {}).get(key):
-            opt.close()
-            raise JournalError(f"the snapshot's DP releases were made with {key}="
-                               f"{head.get('options', {}).get(key)!r}; load it with the same setting")
+    try:  # the same check as a resumed journal's (its releases of version 1 need the same DP settings)
+        check_header(parse_record(head, f"{path}:{lines[0]}"), opt._header)
+    except JournalError:
+        opt.close()
+        raise
     if any(r["op"] not in ("header", "join") for r in opt._journal.records()):
         opt.close()
         raise JournalError("load() into a storage that already has history")
-    kept = [({k: v for k, v in rec.items() if k != "v"}, line)
-            for rec, line in zip(records[1:], lines[1:]) if rec["op"] != "join"]
+    kept = [(rec, line) for rec, line in zip(records[1:], lines[1:]) if rec["op"] != "join"]
     try:
         opt._replay([rec for rec, _ in kept], lambda i: f"{path}:{kept[i][1]}")
     except JournalError:
         opt.close()
         raise
-    for rec, _ in kept:  # all of it replayed: now journal it (storage=)
-        opt._journal.append(rec)
+    for rec, line in kept:  # all of it replayed: now journal it (storage=), at the current version
+        opt._journal.append(dump_record(parse_record(rec, f"{path}:{line}")))
     return opt

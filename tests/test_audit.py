@@ -15,6 +15,8 @@ from labfbo.models.pacoh import PacohConfig, _fit, init_particles, mean_block_in
 from labfbo.privacy import secagg
 from labfbo.privacy.audit import Intercept, audit, intercepts, leakage_metrics, reconstruct, uniform_dispersion
 
+pytestmark = pytest.mark.integration  # the leakage audit: campaigns and attacks
+
 SMALL = dict(n_particles=3, hidden=(8, 8), warmup_steps=20, svgd_steps=5)
 
 

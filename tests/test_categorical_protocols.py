@@ -33,6 +33,7 @@ def _f(i: int, p: dict) -> float:
             + (0.3 if p["s"] == "v" else 0.0) - 3 * (p["conc"] - 0.1) ** 2)
 
 
+@pytest.mark.integration  # a multi-site campaign
 @pytest.mark.parametrize("protocol", sorted(PROTOCOL_FAST))
 def test_every_protocol_runs_on_categorical_discrete_and_stepped_parameters(protocol: str) -> None:
     opts = {**FAST, **PROTOCOL_FAST[protocol]}
@@ -46,6 +47,7 @@ def test_every_protocol_runs_on_categorical_discrete_and_stepped_parameters(prot
             assert abs(p["x"] / 0.05 - round(p["x"] / 0.05)) < 1e-9
 
 
+@pytest.mark.integration  # a multi-site campaign
 def test_consensus_runs_on_discrete_and_stepped_parameters_and_refuses_categoricals() -> None:
     coord = labfbo.Coordinator("consensus", sites=SITES, seed=0, horizon=4, **FAST)
     sites = [labfbo.Optimizer(ORDERED, objective="maximize", protocol="consensus", coordinator=coord, site=s, seed=0,

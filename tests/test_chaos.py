@@ -25,6 +25,8 @@ import labfbo
 from labfbo.server.config import new_token
 from labfbo.transport.http import HTTPCoordinator
 
+pytestmark = pytest.mark.integration  # subprocess sites killed and restarted
+
 SITES = ["s0", "s1", "s2", "s3"]
 BUDGET = 8
 SITE_SCRIPT = Path(__file__).parent / "chaos" / "site.py"

@@ -226,6 +226,7 @@ def _campaign(opts, rounds: int) -> list[list[dict]]:
     return run_campaign(opts, _f, 4, rounds)
 
 
+@pytest.mark.integration  # a multi-site campaign
 def test_messages_are_the_papers_size_in_the_sites_own_log() -> None:
     _, opts = _federation(n_sites=4, P=2)
     _campaign(opts, 2)
@@ -240,6 +241,7 @@ def test_messages_are_the_papers_size_in_the_sites_own_log() -> None:
         assert kinds == {"join", "optimum_belief"}  # nothing else leaves the site
 
 
+@pytest.mark.integration  # a multi-site campaign
 def test_same_seed_same_proposals_and_ablations_run() -> None:
     a = _campaign(_federation(seed=5)[1], 2)
     b = _campaign(_federation(seed=5)[1], 2)
@@ -269,8 +271,9 @@ def test_shared_options_must_match_and_few_points_abstain() -> None:
         labfbo.Optimizer(space, protocol="distribution", M=1)
 
 
+@pytest.mark.integration  # a multi-site campaign
 def test_simulate_distribution_bytes() -> None:
-    from labfbo.benchmarks.problems import get_problem
+    from labfbo.problems.families import get_problem
 
     prob = get_problem("sphere", n_sites=3, dim=3, seed=0)
     res = labfbo.simulate(prob, protocol="distribution", n_init=4, budget=2, seed=0, **FAST)

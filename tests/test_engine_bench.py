@@ -13,6 +13,8 @@ from labfbo.benchmarks.engine_panel import PANEL, QUICK, engine_problem
 from labfbo.exceptions import ConfigurationError
 from labfbo.models.gp import SurrogateOptions, fit_local_gp, predict
 
+pytestmark = pytest.mark.integration  # the engine benchmark: Optuna and BoTorch loops
+
 
 def test_panel_covers_the_issue():
     problems = [engine_problem(n, 0) for n in PANEL]
@@ -128,7 +130,7 @@ def test_surrogate_options_are_validated():
 
 def test_latency_bench_times_three_sides():
     from labfbo.benchmarks.latency import format_rows, measure
-    from labfbo.benchmarks.problems import get_problem
+    from labfbo.problems.families import get_problem
 
     row = measure(get_problem("branin", n_sites=1, seed=0), n_obs=8, repeats=1)
     assert row.labfbo_s > 0 and row.botorch_s > 0 and row.tutorial_s > 0

@@ -23,6 +23,8 @@ import pytest
 from labfbo.adapters import ENTRY_POINT_GROUP, Adapter
 from labfbo.trial import Trial
 
+pytestmark = pytest.mark.integration  # the examples run as scripts
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 PLUGIN = EXAMPLES / "adapter_plugin"

@@ -35,6 +35,7 @@ def _same_params(got: list[list[dict[str, Any]]], want: list[list[dict[str, Any]
                     assert g[k] == w[k], (r, s, k)
 
 
+@pytest.mark.integration  # campaigns of every protocol
 @pytest.mark.parametrize("key", sorted(RECORDED["proposals"]))
 def test_same_seed_gives_the_recorded_proposals(key: str) -> None:
     name, label = key.split("/")
@@ -57,3 +58,32 @@ def test_a_journal_of_the_previous_format_opens_and_proposes_what_it_did(tmp_pat
     assert failed[0].metadata["run_handle"] == "R-17"
     _same_params([[t.params for t in opt.ask(n=2)]], [EXPECTED_JOURNALS["independent-mixed"]["next_proposals"]])
     opt.close()
+
+
+def test_a_federated_journal_of_the_previous_format_gives_the_same_privacy_report() -> None:
+    """Its version-1 release records are declared by the protocol now (`legacy_release`) and fold
+    into the report the site printed when it wrote them."""
+    from labfbo.journal import read_records
+    from labfbo.privacy.report import report
+    from labfbo.protocols import SiteContext, get_protocol, parse_options
+    from labfbo.records import LegacyRelease, parse_record
+    from labfbo.site_state import SiteState
+
+    raw, _ = read_records(GOLDEN / "journals" / "gradient-dp-sa.jsonl", repair=False)
+    head, *rest = [parse_record(r) for r in raw]
+    assert head.v == 1 and any(isinstance(r, LegacyRelease) for r in rest)
+    space = labfbo.SearchSpace.model_validate(head.space)
+    protocol = get_protocol(head.protocol)
+    state = SiteState(space, protocol.federated)
+    for rec in rest:
+        state.apply(rec, replay=True)
+    logic = protocol.site_logic(space, parse_options(protocol, head.options), SiteContext(site=head.site))
+    rows = report([logic.legacy_release(r.model_dump()) for r in state.releases])
+    want = EXPECTED_JOURNALS["gradient-dp-sa"]["privacy_report"]
+    assert len(rows) == len(want) > 0
+    for got, old in zip(rows, want):
+        for key, value in old.items():
+            if isinstance(value, float):
+                assert got[key] == pytest.approx(value, rel=1e-12), key
+            else:
+                assert got[key] == value, key

@@ -32,6 +32,7 @@ def _run(protocol: str, rounds: int, **opts: object) -> tuple[labfbo.Coordinator
     return coord, sites, run_campaign(sites, _f, 4, rounds)
 
 
+@pytest.mark.integration  # a multi-site campaign
 def test_distributed_meta_learning_equals_centralized() -> None:
     cd, _, prop_d = _run("gradient", 3, svgd_steps=6)
     cc, _, prop_c = _run("centralized", 3, svgd_steps=6)
@@ -136,6 +137,7 @@ def _f_cat(i: int, p: dict) -> float:
     return (p["x"] - 0.3 * i) ** 2 + {"a": 0.0, "b": 1.0, "c": 0.5}[p["c"]] + (0.3 if p["s"] == "w" else 0.0)
 
 
+@pytest.mark.integration  # a multi-site campaign
 @pytest.mark.parametrize("protocol", ["gradient", "centralized"])
 def test_meta_learning_reads_categoricals_one_hot_and_descriptors(protocol: str) -> None:
     coord = labfbo.Coordinator(protocol, sites=SITES, seed=3, horizon=5, **FAST)
@@ -149,6 +151,7 @@ def test_meta_learning_reads_categoricals_one_hot_and_descriptors(protocol: str)
     assert mean.shape == (3,) and np.isfinite(mean).all() and (std > 0).all()
 
 
+@pytest.mark.integration  # a multi-site campaign
 def test_distributed_equals_centralized_on_a_categorical_space() -> None:
     runs = {}
     for protocol in ("gradient", "centralized"):

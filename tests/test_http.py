@@ -17,6 +17,8 @@ from labfbo.server.app import CoordinatorServer, ServerThread
 from labfbo.server.config import ServerConfig, hash_token, new_token
 from labfbo.transport.http import HTTPCoordinator
 
+pytestmark = pytest.mark.integration  # HTTP: a real uvicorn server
+
 pytest.importorskip("fastapi")
 FAST = {"num_restarts": 2, "raw_samples": 32}
 EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_steps": 5, "svgd_steps": 2},

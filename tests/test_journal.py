@@ -29,6 +29,7 @@ def campaign(opt: Optimizer, n_tells: int, pending: int = 0) -> None:
         opt.ask()
 
 
+@pytest.mark.integration  # a multi-site campaign
 def test_resume_equals_uninterrupted_run(cont_space, tmp_path, fast):
     path = tmp_path / "site-a.journal"
     opt = Optimizer(cont_space, n_init=3, seed=7, storage=str(path), **fast)
@@ -96,6 +97,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.integration  # a subprocess
 def test_sigkill_drill(cont_space, tmp_path, fast):
     path = tmp_path / "killed.journal"
     k = 5
@@ -244,7 +246,7 @@ def test_annotate_and_tell_metadata_are_journaled_and_validated(cont_space, tmp_
             opt.annotate(a, **bad)
     with pytest.raises(labfbo.exceptions.ValidationError, match="JSON-serializable"):
         opt.tell(a, 1.0, metadata={"t": {1, 2}})
-    assert len(path.read_text().splitlines()) == n_records and opt._trials[a.id].state == "pending"  # nothing changed
+    assert len(path.read_text().splitlines()) == n_records and opt.state.trials[a.id].state == "pending"  # nothing changed
     opt.tell(a, 1.0, metadata={"operator": "kf"})
     opt.tell_failed(b, "pump blocked", metadata={"code": 7})
     with pytest.raises(labfbo.exceptions.TrialError, match="already complete"):
@@ -285,9 +287,10 @@ def test_two_journals_concatenated_are_refused_naming_the_line(cont_space, tmp_p
 
 @pytest.mark.parametrize("op, change, message", [
     ("tell", lambda line: line.replace('"value":', '"value":NaN,"x":', 1), "NaN is not a finite number"),
-    ("tell", lambda line: line.replace('"value":', '"value":1e999,"x":', 1), "must be finite"),
-    ("tell", lambda line: json.dumps({k: v for k, v in json.loads(line).items() if k != "id"}), "KeyError: 'id'"),
-    ("tell", lambda line: line.replace('"value":', '"value":"high","x":', 1), "real number"),
+    ("tell", lambda line: line.replace('"value":', '"value":1e999,"x":', 1), "value: Input should be a finite number"),
+    ("tell", lambda line: json.dumps({k: v for k, v in json.loads(line).items() if k != "id"}),
+     "'tell' record does not replay \\(id: Field required"),
+    ("tell", lambda line: line.replace('"value":', '"value":"high","x":', 1), "value: Input should be a valid number"),
     ("ask", lambda line: line + "\n" + line, "trial id 0 appears twice"),
     ("tell", lambda line: line + "\n" + line, "which is already complete"),
     ("tell", lambda line: line.replace('"id":0', '"id":77', 1), "trial 77, which was never asked"),

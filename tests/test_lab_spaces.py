@@ -72,6 +72,7 @@ def _reagents(allowed=None) -> SearchSpace:
 STOCK = [{"base": "K2CO3", "ligand": "XPhos"}, {"base": "DBU", "ligand": "SPhos"}, {"base": "DBU", "ligand": "XPhos"}]
 
 
+@pytest.mark.integration  # a multi-site campaign
 def test_allowed_combinations_restrict_every_proposal_and_the_design() -> None:
     space = _reagents(allowed=STOCK)
     ok = {(r["base"], r["ligand"]) for r in STOCK}

@@ -19,7 +19,8 @@ import pytest
 
 PROTOCOLS = ["independent", "consensus", "distribution", "gradient", "gradient-sa", "surface"]
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
-pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (pip install 'labfbo[mpi]')")
+pytestmark = [pytest.mark.integration,  # mpiexec subprocesses
+              pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (pip install 'labfbo[mpi]')")]
 
 
 @pytest.fixture(scope="module")

@@ -389,6 +389,7 @@ def test_every_acquisition_proposes_batches(acquisition, which, cont_space, mixe
         check_user_units(space, t.params)
 
 
+@pytest.mark.integration  # a subprocess
 def test_jitter_notices_do_not_reach_the_console_but_other_warnings_do() -> None:
     import subprocess
     import sys

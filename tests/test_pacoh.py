@@ -82,7 +82,7 @@ def _ref_log_evidence(phi: torch.Tensor, X: torch.Tensor, y: torch.Tensor, cfg: 
     ys = (y - y.mean()) / y.std()
     F, m = _ref_prior(par, cfg, X)
     noise = _ref_noise(par)
-    t = 1.0 if cfg.beta == "n" else cfg.beta / n
+    t = 1.0 if cfg.beta_meta == "n" else cfg.beta_meta / n
     cov = _ref_kernel(par, F, F) + noise / t * torch.eye(n, dtype=DTYPE)
     lnz = torch.distributions.MultivariateNormal(m, covariance_matrix=cov).log_prob(ys)
     if t != 1.0:
@@ -106,8 +106,8 @@ def _ref_posterior(phi, X, y, Xs, cfg):
 # ------------------------------------------------------------------------------- tests
 def test_config_is_frozen_and_strict():
     cfg = PacohConfig()
-    assert (cfg.n_particles, cfg.hidden, cfg.feature_dim, cfg.beta, cfg.lam) == (10, (32, 32), 2, "n", "n_sites")
-    for bad in ({"beta": "m"}, {"beta": -1.0}, {"lam": 0.0}, {"hidden": (0,)}, {"nope": 1}):
+    assert (cfg.n_particles, cfg.hidden, cfg.feature_dim, cfg.beta_meta, cfg.lam) == (10, (32, 32), 2, "n", "n_sites")
+    for bad in ({"beta_meta": "m"}, {"beta_meta": -1.0}, {"lam": 0.0}, {"hidden": (0,)}, {"nope": 1}):
         with pytest.raises(ValueError):
             PacohConfig(**bad)
     with pytest.raises(ValueError):
@@ -142,7 +142,7 @@ def test_init_particles_deterministic():
 
 @pytest.mark.parametrize("learn_mean,beta", [(True, "n"), (False, "n"), (True, 4.0), (False, 30.0)])
 def test_site_score_matches_per_particle_autograd(learn_mean, beta):
-    cfg = SMALL.model_copy(update={"learn_mean": learn_mean, "beta": beta})
+    cfg = SMALL.model_copy(update={"learn_mean": learn_mean, "beta_meta": beta})
     d = 2
     X, y = _data(12, d, 3)
     p = _moderate(cfg, d, 4)
@@ -171,7 +171,7 @@ def test_site_score_default_config_relative():
 @pytest.mark.parametrize("beta", [0.3, 2.5])
 def test_tempered_evidence_matches_quadrature(beta):
     """ln Z_beta = ln int prod_j N(y_j | f, s^2)^(beta/n) N(f | m, k) df, for n = 1 (y_std = 0)."""
-    cfg = PacohConfig(n_particles=1, hidden=(4,), learn_mean=False, beta=beta)
+    cfg = PacohConfig(n_particles=1, hidden=(4,), learn_mean=False, beta_meta=beta)
     p = 0.7 * init_particles(cfg, 1, 2)
     par = _ref_params(p[0], cfg, 1)
     m, k, s2 = float(par["mean_const"][0]), float(torch.exp(par["log_outputscale"][0])), float(_ref_noise(par))
@@ -194,7 +194,7 @@ def test_meta_score_is_additive_over_sites():
     total = log_hyperprior(q, cfg) + w * sum(site_log_evidence(q, X, y, cfg) for X, y in sites)
     (ref,) = torch.autograd.grad(total.sum(), q)
     torch.testing.assert_close(meta_score(p, G, 3, cfg, n_points=counts), ref, rtol=0, atol=1e-10)
-    fixed = cfg.model_copy(update={"beta": 2.0, "lam": 0.5})
+    fixed = cfg.model_copy(update={"beta_meta": 2.0, "lam": 0.5})
     assert meta_weight(3, fixed) == pytest.approx(0.5 / (3 * 2.0 + 0.5))
     with pytest.raises(ValueError, match="n_points"):
         meta_score(p, G, 3, cfg)

@@ -19,6 +19,7 @@ def _f(i: int, p: dict) -> float:
     return (p["x"] - 0.2 * i) ** 2 + 0.3 * p["k"]
 
 
+@pytest.mark.integration  # a multi-site campaign
 def test_a_campaign_shares_raw_data_and_each_site_gets_only_the_others() -> None:
     coord = labfbo.Coordinator("pooled", sites=SITES, seed=1, horizon=1, **FAST)
     sites = [labfbo.Optimizer(SPACE, protocol="pooled", coordinator=coord, site=s, seed=1, n_init=3, **FAST)

@@ -109,6 +109,7 @@ def _run(prior: dict | None, iters: int, seed: int, acquisition: str = "ei") -> 
     return opt.best.value - 0.397887
 
 
+@pytest.mark.integration  # a multi-site campaign
 def test_strong_prior_finds_the_optimum_sooner() -> None:
     strong = {"x1": Normal(math.pi, 0.15), "x2": Normal(2.275, 0.15)}
     with_prior = [_run(strong, 4, s) for s in range(2)]

@@ -46,6 +46,7 @@ def test_belief_mechanism_clips_to_the_cube_and_inverts() -> None:
     assert means.min() >= 0 and means.max() <= 1 and means.std() > 0.3  # noise std sqrt(8) before clipping
 
 
+@pytest.mark.integration  # a multi-site campaign
 def test_dp_on_the_distribution_uplink_is_noised_and_accounted(tmp_path) -> None:
     dp = labfbo.DP(clip=3.0, noise_multiplier=2.0, delta=1e-5)
     plain = _run("distribution", 2, DIST)

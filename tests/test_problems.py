@@ -1,4 +1,4 @@
-"""Fast checks of the federated benchmark problems (labfbo.benchmarks.problems)."""
+"""Fast checks of the federated benchmark problems (labfbo.problems.families)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from labfbo.benchmarks.functions import FUNCTIONS, HARTMANN6_XMIN, branin, hartmann6
-from labfbo.benchmarks.guide_functions import GUIDE_NAMES
-from labfbo.benchmarks.problems import get_problem, list_problems, stable_hash
+from labfbo.problems.functions import FUNCTIONS, HARTMANN6_XMIN, branin, hartmann3, hartmann6
+from labfbo.problems.guide_functions import GUIDE_NAMES
+from labfbo.problems.families import get_problem, list_problems, stable_hash
 
 SMALL = {"dim": 4}  # GUIDE functions at d = 4 keep the suite fast
 
@@ -112,3 +112,26 @@ def test_stable_hash_and_errors() -> None:
         get_problem("levy", heterogeneity=5)
     with pytest.raises(ValueError):
         get_problem("branin", dim=3)
+
+
+def test_the_hand_written_functions_agree_with_botorch_at_the_standard_coefficients() -> None:
+    """Branin, Hartmann, Michalewicz and Powell stay ours (sites vary their coefficients; any d):
+    at BoTorch's coefficients they are BoTorch's functions."""
+    import torch
+    from botorch import test_functions as bt
+
+    from labfbo.problems.functions import michalewicz, powell
+
+    gen = np.random.default_rng(3)
+    U2, U3, U6 = gen.random((40, 2)), gen.random((40, 3)), gen.random((40, 6))
+    X2 = np.c_[-5 + 15 * U2[:, 0], 15 * U2[:, 1]]
+    M, P = np.pi * gen.random((40, 5)), -4 + 9 * gen.random((40, 8))
+
+    def ref(f, X):
+        return f.evaluate_true(torch.as_tensor(X)).numpy()
+
+    np.testing.assert_allclose(branin(X2), ref(bt.Branin(), X2), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(hartmann6(U6), ref(bt.Hartmann(dim=6), U6), atol=1e-7)  # BoTorch rounds a constant
+    np.testing.assert_allclose(hartmann3(U3), ref(bt.Hartmann(dim=3), U3), atol=1e-7)
+    np.testing.assert_allclose(michalewicz(M), ref(bt.Michalewicz(dim=5), M), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(powell(P), ref(bt.Powell(dim=8), P), rtol=1e-12)

@@ -14,6 +14,8 @@ from labfbo.benchmarks.reactions_data import load_reactions, scenarios, spearman
 from labfbo.cli import main
 from labfbo.exceptions import ConfigurationError
 
+pytestmark = pytest.mark.integration  # the reaction benchmark campaigns
+
 
 def _csv(tmp_path, missing=(("L1", "b1", "g0", "x1"),)) -> str:
     rows = ["lab,base,ligand,additive,yield"]

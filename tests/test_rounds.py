@@ -95,6 +95,7 @@ def _server(protocol: str, names, **cfg_kw):
     return ServerThread(CoordinatorServer(cfg)), {s: t for s, (t, _) in tokens.items()}
 
 
+@pytest.mark.integration
 def test_a_round_uses_the_data_each_site_had_when_it_asked(sum_protocol) -> None:
     """Site a asks for round 0, then (from another thread of its script) tells a result while
     the round waits for site b: a's answers still count the data it asked with."""
@@ -122,6 +123,7 @@ def test_a_round_uses_the_data_each_site_had_when_it_asked(sum_protocol) -> None
         a.close(), b.close()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("order_seed", [0, 1])
 def test_sites_started_in_any_order_all_get_the_federations_first_round(order_seed: int) -> None:
     names = ["a", "b", "c"]
@@ -154,6 +156,7 @@ def test_sites_started_in_any_order_all_get_the_federations_first_round(order_se
     assert rounds[0] == [["a", "b", "c"]]  # one round, every site in it
 
 
+@pytest.mark.integration
 def test_parallel_experiments_over_http_leave_the_other_sites_rounds_intact() -> None:
     import requests
 

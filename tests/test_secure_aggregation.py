@@ -91,6 +91,7 @@ def test_a_secure_meta_update_equals_the_plain_one_to_fixed_point_precision() ->
         assert torch.linalg.norm(secure_adam[key] - plain_adam[key]) <= 1e-9 * torch.linalg.norm(plain_adam[key])
 
 
+@pytest.mark.integration  # a multi-site campaign
 def test_a_campaign_with_secure_aggregation_equals_the_plain_one() -> None:
     """Per step the updates agree to ~1e-10; over a campaign the acquisition optimizer's tolerance
     (not the masking) sets how closely the proposals agree."""

@@ -11,6 +11,8 @@ import pytest
 import labfbo
 from labfbo import FederatedProblem, Real, SearchSpace
 
+pytestmark = pytest.mark.integration  # simulated multi-site campaigns
+
 CENTERS = [(-0.3, 0.2), (0.0, 0.0), (0.3, -0.2)]
 OFFSETS = [0.0, 1.0, -2.0]
 BUDGET, N_INIT = 4, 3
@@ -61,7 +63,7 @@ def test_result_arrays(results, objective):
     assert np.all(res.simple_regret >= 0) and np.all(res.normalized_regret >= 0)
     assert np.all(np.isfinite(res.auc)) and np.all(res.auc >= 0)
 
-    sign = problem.sign
+    sign = problem.loss_sign
     ranges = problem.objective_ranges()
     for i in range(3):
         np.testing.assert_allclose(res.simple_regret[i], sign * (res.best_values[i] - problem.optima[i]), atol=1e-12)
@@ -110,7 +112,7 @@ def test_builtin_problem_by_name():
     assert res.n_sites == 2 and res.best_values.shape == (2, 2) and res.proposals.shape[:2] == (2, 2)
     assert res.auc.shape == (2,)
     assert np.all(res.simple_regret >= 0) and np.all(np.diff(res.best_values, axis=1) <= 0)
-    problem = labfbo.benchmarks.problems.get_problem("branin", n_sites=2, seed=0)
+    problem = labfbo.problems.families.get_problem("branin", n_sites=2, seed=0)
     space = problem.space
     lows = np.array([p.low for p in space.params])
     highs = np.array([p.high for p in space.params])

@@ -27,6 +27,8 @@ from labfbo.lab.loop import INTERRUPTED
 from labfbo.trial import Trial
 from tests.fake_instrument import FakeInstrument
 
+pytestmark = pytest.mark.integration  # `labfbo site run` in subprocesses
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0)])
@@ -89,13 +91,13 @@ def test_loop_runs_the_budget_and_instrument_errors_become_failed_trials(tmp_pat
         report = CampaignLoop(opt, adapter, budget=5, max_in_flight=2).run()
         assert report.stopped == "budget" and report.experiments == 8
         assert (report.completed, report.failed) == (5, 3) and sorted(started) == list(range(8))
-        failed = {t.id: opt._trials[t.id].reason for t in opt.trials if opt._trials[t.id].state == "failed"}
+        failed = {t.id: opt.state.trials[t.id].reason for t in opt.trials if opt.state.trials[t.id].state == "failed"}
         assert failed[2] == "RuntimeError: lamp failure" and failed[4] == "out of reagent"
         assert "unusable measurement nan" in failed[5]
-        assert opt._trials[4].metadata["instrument"] == {"lot": "A7"}
+        assert opt.state.trials[4].metadata["instrument"] == {"lot": "A7"}
         told = {o.trial_id: o for o in opt.observations}
-        assert told[6].sem == 0.1 and told[0].value == pytest.approx(_f(opt._trials[0].params))
-        assert opt._trials[0].metadata["dispatch"]["state"] == "submitted"  # the journaled way through
+        assert told[6].sem == 0.1 and told[0].value == pytest.approx(_f(opt.state.trials[0].params))
+        assert opt.state.trials[0].metadata["dispatch"]["state"] == "submitted"  # the journaled way through
 
 
 def test_stop_rules(tmp_path: Path) -> None:
@@ -133,9 +135,9 @@ def test_a_crash_loses_nothing_and_runs_nothing_twice(tmp_path: Path, where: str
         assert before.items() <= after.items()  # no observation lost or changed
         assert len(started) == len(set(started))  # no experiment run twice
         assert report.completed + report.failed == 7  # n_init + budget, the trial asked by hand included
-        state = opt._trials[4].state
+        state = opt.state.trials[4].state
         if where == "submit-before":  # never reached the instrument: unknown, so failed, not re-run
-            assert state == "failed" and opt._trials[4].reason == INTERRUPTED and report.abandoned == 1
+            assert state == "failed" and opt.state.trials[4].reason == INTERRUPTED and report.abandoned == 1
         else:  # the instrument has it: re-attached and polled
             assert state == "complete" and report.recovered >= 1 and adapter.polls[4] >= 1
 

@@ -97,6 +97,7 @@ def test_the_agreement_scale_follows_the_sites_data() -> None:
     assert scales["agrees"] > 0.8 and scales["contradicts"] < 0.5
 
 
+@pytest.mark.integration  # a multi-site campaign
 def test_a_campaign_sends_only_statistics_and_repeats_under_its_seed() -> None:
     def campaign() -> tuple[list, list]:
         coord = labfbo.Coordinator("surface", sites=SITES, space=SPACE, seed=2, horizon=3, **FAST)

@@ -31,7 +31,7 @@ from scipy.stats import qmc, rankdata
 
 from labfbo.benchmarks.engine_methods import RUNNERS
 from labfbo.benchmarks.engine_panel import FAMILIES, PANEL, EngineProblem, engine_problem
-from labfbo.benchmarks.problems import stable_hash
+from labfbo.problems.families import stable_hash
 from labfbo.benchmarks.runner import write_atomic
 from labfbo.exceptions import ConfigurationError
 

@@ -3,7 +3,7 @@ r"""The single-site panel of ``labfbo bench engine``: 15 problems, 2–10 parame
 Every problem is a *minimization* of a noiseless function over a :class:`SearchSpace`;
 ``noise`` problems observe it with Gaussian noise of 2 % of the function's range (regret
 is always measured on the noiseless value). ``*_site`` problems are one site of a
-related-site family of :mod:`labfbo.benchmarks.problems`, a different site for each
+related-site family of :mod:`labfbo.problems.families`, a different site for each
 seed (what a lab of a consortium faces alone). Mixed problems have integer and
 categorical parameters; their optimum is found by enumerating the discrete part and
 minimizing the continuous part numerically (:func:`minimize_in_box`).
@@ -22,9 +22,9 @@ from typing import Any, Callable
 import numpy as np
 from scipy.stats import qmc
 
-from labfbo.benchmarks.functions import FUNCTIONS, WING_BOUNDS, WING_ORDER, hartmann3, hartmann6, minimize_in_box, \
+from labfbo.problems.functions import FUNCTIONS, WING_BOUNDS, WING_ORDER, hartmann3, hartmann6, minimize_in_box, \
     wing_weight
-from labfbo.benchmarks.problems import BraninTask, get_problem, site_rng
+from labfbo.problems.families import BraninTask, get_problem, site_rng
 from labfbo.exceptions import ConfigurationError
 from labfbo.space import Categorical, Integer, Real, SearchSpace
 

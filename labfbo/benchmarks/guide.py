@@ -1,7 +1,7 @@
 r"""Suite ``guide``: GUIDE-FBO Tables 1, 3, 4 and 8–10 — distribution exchange vs local BO.
 
 Setting (GUIDE-FBO §5.1, App. C): the 12 functions of Table 5 in :math:`d = 10`
-(:mod:`labfbo.benchmarks.guide_functions`), heterogeneity levels 1–3, :math:`N = 16`
+(:mod:`labfbo.problems.guide_functions`), heterogeneity levels 1–3, :math:`N = 16`
 sites, 30 initial points per site by collaborative LHS, 50 rounds, observation noise
 :math:`\sigma = 0.1` (on the raw objective; the authors' code adds it to an objective
 divided by a per-function constant), 10 runs. Methods: UCB / NEI / TS (``independent``)
@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.stats import rankdata
 
-from labfbo.benchmarks.guide_functions import GUIDE_NAMES
+from labfbo.problems.guide_functions import GUIDE_NAMES
 from labfbo.benchmarks.runner import Job
 from labfbo.simulation import SimulationResult
 

@@ -82,7 +82,7 @@ def server_round(n_sites: int, d: int = 10, repeats: int = 5, seed: int = 0) -> 
 
 def communication(n_sites: int = 16, d: int = 10, P: int = 5, n_init: int = 30, seed: int = 0) -> dict[str, float]:
     """Scalars and bytes per site for one real round, from the sites' message logs."""
-    from labfbo.benchmarks.problems import get_problem
+    from labfbo.problems.families import get_problem
     from labfbo.coordinator import Coordinator
     from labfbo.optimizer import Optimizer
     from labfbo.protocols.distribution import GuidancePacket

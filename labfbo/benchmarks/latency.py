@@ -32,7 +32,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from scipy.stats import qmc
 
 from labfbo.benchmarks.engine_methods import botorch_tutorial_step
-from labfbo.benchmarks.problem import FederatedProblem
+from labfbo.problems.problem import FederatedProblem
 
 
 def botorch_loop_step(X: np.ndarray, y: np.ndarray, bounds: np.ndarray, seed: int,
@@ -89,7 +89,7 @@ def measure(problem: FederatedProblem, n_obs: int, repeats: int, seed: int = 0,
         opt = labfbo.Optimizer(space, objective=problem.objective, seed=seed + r + 1, n_init=0,
                                acquisition=acquisition)
         opt.add_observations(params, values)
-        y = -problem.sign * np.asarray(values)
+        y = -problem.loss_sign * np.asarray(values)
         sides = {"labfbo": lambda: opt.ask(),
                  "same": lambda: botorch_loop_step(X, y, bounds, seed + r + 1, acquisition),
                  "tutorial": lambda: botorch_tutorial_step(space, space.encode(params), y, seed + r + 1)}
@@ -109,7 +109,7 @@ def measure(problem: FederatedProblem, n_obs: int, repeats: int, seed: int = 0,
 
 
 def run(problems: list[str], n_obs: list[int], repeats: int, acquisition: str = "nei") -> list[LatencyRow]:
-    from labfbo.benchmarks.problems import get_problem
+    from labfbo.problems.families import get_problem
 
     rows = []
     for name in problems:

@@ -59,7 +59,7 @@ def campaign(problem: str, n_sites: int, seed: int, budget: int, n_init: int = 5
     """A ``gradient`` campaign, all sites in one process, one proposal per site per round
     (GUIDE functions at ``dim=2``); returns the sites' optimizers."""
     import labfbo
-    from labfbo.benchmarks.problems import GUIDE_NAMES, get_problem
+    from labfbo.problems.families import GUIDE_NAMES, get_problem
 
     prob = get_problem(problem, n_sites=n_sites, seed=seed, **({"dim": 2} if problem in GUIDE_NAMES else {}))
     coord = labfbo.Coordinator("gradient", sites=list(prob.site_names), seed=seed, horizon=budget, **options)

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from labfbo.benchmarks.problems import get_problem
+from labfbo.problems.families import get_problem
 from labfbo.exceptions import ConfigurationError
 from labfbo.models import pacoh
 from labfbo.models.gp import fit_local_gp, predict
@@ -57,7 +57,7 @@ def site_data(problem: str, n_sites: int, n: int, seed: int, n_test: int = 1000)
 
     def draw(i: int, m: int) -> tuple[np.ndarray, np.ndarray]:
         U = gen.random((m, prob.space.dim))
-        return U, -prob.sign * np.asarray(prob.metadata["batch"][i](lo + U * (hi - lo)), float)
+        return U, -prob.loss_sign * np.asarray(prob.metadata["batch"][i](lo + U * (hi - lo)), float)
 
     return [draw(i, n) for i in range(n_sites)], [draw(i, n_test) for i in range(n_sites)]
 

@@ -2,10 +2,10 @@ r"""Suite ``pacd``: PACD-BO Table I — related-but-different sites, meta-learne
 
 Setting (PACD-BO §IV-A): :math:`N = 5` sites on the frequency-varying sinusoid (1-D),
 Branin (2-D), Hartmann-6 (6-D) and Wing Weight (6 design variables, operating conditions
-per site), heterogeneity 1.0 of :mod:`labfbo.benchmarks.problems` (the paper does not
+per site), heterogeneity 1.0 of :mod:`labfbo.problems.families` (the paper does not
 define its task families; ours are in ``docs/problems.md``); 5 initial points per site
 for 1-D/2-D and 10 for 6-D by collaborative LHS (any other problem of
-:mod:`labfbo.benchmarks.problems`: 5 up to 2-D, else 10); :math:`T = 100`; 10 seeds; UCB
+:mod:`labfbo.problems.families`: 5 up to 2-D, else 10); :math:`T = 100`; 10 seeds; UCB
 (:math:`\beta = 4`) everywhere, pinned by name (labfbo's default is qLogNEI). Methods:
 Independent (``independent``), PACOH-BO (``centralized``), PACD-BO (``gradient``), CBOC-U /
 CBOC-L (``consensus``, uniform / leader W), the same protocols with labfbo's defaults
@@ -45,7 +45,7 @@ def n_init(problem: str) -> int:
     """Initial points per site: the paper's for its problems; otherwise 5 up to 2-D, else 10."""
     if problem in N_INIT:
         return N_INIT[problem]
-    from labfbo.benchmarks.problems import get_problem
+    from labfbo.problems.families import get_problem
 
     return 5 if get_problem(problem, n_sites=1).space.dim <= 2 else 10
 

@@ -53,7 +53,7 @@ def reference() -> dict[str, Any]:
 
 def make_priors(problem_name: str) -> dict[str, dict[str, Normal]]:
     """Strong, weak and incorrect priors of a PMCBO benchmark (see module docstring)."""
-    from labfbo.benchmarks.problems import get_problem
+    from labfbo.problems.families import get_problem
 
     prob = get_problem(problem_name, n_sites=1, heterogeneity=0.0, seed=0)
     space = prob.space

@@ -40,7 +40,7 @@ def _init_worker() -> None:
 
 def run_job(job: Job) -> str:
     """Run one job (in a worker) and write its JSON; returns the path."""
-    from labfbo.benchmarks.problems import get_problem
+    from labfbo.problems.families import get_problem
     from labfbo.simulation import simulate
 
     problem = get_problem(job.problem, seed=job.seed, **job.problem_kwargs)

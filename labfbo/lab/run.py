@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import secrets
 from typing import Any
 
 from labfbo.adapters import Adapter, AdapterContext, load_adapter
 from labfbo.exceptions import ConfigurationError
+from labfbo.journal import read_header
 from labfbo.lab.config import SiteConfig
 from labfbo.lab.loop import CampaignLoop, LoopReport, handle_signals
 from labfbo.optimizer import Optimizer
@@ -17,12 +17,10 @@ from labfbo.seeding import campaign_id
 
 def _journal_secret(path: str) -> int:
     """The site secret of an existing journal (its header), or a new one for a new journal."""
-    try:
-        with open(path, "rb") as fh:
-            header = json.loads(fh.readline())
-        return int(header["secret"])
-    except (OSError, ValueError, KeyError, TypeError):
+    header = read_header(path)
+    if header is None or header.secret is None:
         return secrets.randbits(63)  # no journal yet (a broken one is the Optimizer's to report)
+    return header.secret
 
 
 def campaign_context(config: SiteConfig, adapter: Adapter, secret: int) -> AdapterContext:

@@ -24,7 +24,7 @@ at 0 (PACOH fixes :math:`s^2 = 1`, PACD-BO Eq. 5 fixes 1/2).
 
 **Evidence.** :math:`\ln Z_\beta(S, P_\phi) = \ln \mathbb{E}_{f \sim P_\phi}
 \prod_j p(y_j \mid f(x_j))^{\beta/n}` (:math:`-\beta` times the empirical NLL loss). With
-``beta="n"`` (:math:`\beta = n`, PACOH's choice for GPs) it is exactly the GP marginal
+``beta_meta="n"`` (:math:`\beta = n`, PACOH's choice for GPs) it is exactly the GP marginal
 log-likelihood :math:`\ln \mathcal{N}(y \mid m, K + \sigma^2 I)`. For a number
 :math:`\beta`, :math:`t = \beta/n`, the tempered likelihood is Gaussian again:
 :math:`\ln Z_\beta = \ln \mathcal{N}(y \mid m, K + \frac{\sigma^2}{t} I)
@@ -34,7 +34,7 @@ site's **own** mean and unbiased std (1 if :math:`n < 2` or constant), so :math:
 depends on site :math:`i`'s data only and the meta-score is exactly a sum over sites.
 
 **Meta-score** (PACD-BO Eq. 7): :math:`-\phi/\mathrm{prior\_std}^2 +
-\frac{\lambda}{N\beta+\lambda}\sum_i A_i`. With ``beta="n"`` the prefactor's :math:`\beta`
+\frac{\lambda}{N\beta+\lambda}\sum_i A_i`. With ``beta_meta="n"`` the prefactor's :math:`\beta`
 is the harmonic mean :math:`\tilde m` of the sites' :math:`n_i` (as in PACOH's code), so
 :func:`meta_score` needs ``n_points``. ``lam="n_sites"`` (:math:`\lambda = N`) gives
 :math:`1/(\tilde m + 1)`: the likelihood term stays :math:`O(N)` as data accrue. PACOH's
@@ -103,8 +103,9 @@ class PacohConfig(BaseModel):
     learn_mean: bool = Field(True, description="MLP mean (PACOH mean_module='NN'); False: learned constant")
     prior_std: float = Field(10.0, gt=0, description="hyper-prior std of the standardized vector; "
                              "= 1/sqrt(PACOH prior_factor=0.01)")
-    beta: Union[Literal["n"], PosFloat] = Field("n", description="'n': beta_i = n_i, exact GP marginal "
-                                                "log-likelihood (PACOH for GPs); a number: tempered")
+    beta_meta: Union[Literal["n"], PosFloat] = Field("n", description="PACOH's task temperature beta: 'n': "
+                                                     "beta_i = n_i, exact GP marginal log-likelihood (PACOH for "
+                                                     "GPs); a number: tempered (named apart from UCB's beta)")
     lam: Union[Literal["n_sites"], PosFloat] = Field("n_sites", description="meta-level lambda; 'n_sites': N")
     meta_optimizer: Literal["adam", "sgd"] = Field("adam", description="how an SVGD direction moves the "
                                                    "particles: Adam (PACOH) or the plain step")
@@ -226,6 +227,8 @@ def _noise(th: dict[str, Tensor]) -> Tensor:
 
 
 def _cholesky(A: Tensor) -> Tensor:
+    # Not gpytorch's psd_safe_cholesky: its jitter is absolute (1e-6 in float64), ours is relative
+    # to the mean diagonal, which a PACOH particle's kernel scale (anywhere in e^{+-10}) needs.
     L, info = torch.linalg.cholesky_ex(A)
     jitter = 1e-10 * A.diagonal(dim1=-2, dim2=-1).mean()
     for _ in range(8):
@@ -261,7 +264,7 @@ def _fit(phi: Tensor, X: Any, y: Any, cfg: PacohConfig, acts: bool = False) -> d
     n = y.shape[0]
     th = _unpack(phi, cfg, X.shape[1])
     U = _inputs(X)
-    f = {"th": th, "n": n, "t": 1.0 if cfg.beta == "n" else float(cfg.beta) / n,
+    f = {"th": th, "n": n, "t": 1.0 if cfg.beta_meta == "n" else float(cfg.beta_meta) / n,
          "acts_k": [] if acts else None, "acts_m": [] if acts else None, "noise": _noise(th)}
     f["F"], f["m"] = _features(th, U, f["acts_k"]), _mean(th, U, f["acts_m"])
     f["Kf"] = _rbf(th, f["F"], f["F"])
@@ -380,18 +383,18 @@ def hyperprior_score(particles: Tensor, cfg: PacohConfig) -> Tensor:
 
 
 def meta_weight(n_sites: int, cfg: PacohConfig, n_points: int | Sequence[int] | None = None) -> float:
-    r""":math:`\lambda / (N\beta + \lambda)`. With ``beta="n"``, :math:`\beta` is the harmonic
+    r""":math:`\lambda / (N\beta + \lambda)`. With ``beta_meta="n"``, :math:`\beta` is the harmonic
     mean of ``n_points`` (the sites' observation counts; empty sites are skipped)."""
     if n_sites < 1:
         raise ValueError("n_sites must be >= 1")
     lam = float(n_sites) if cfg.lam == "n_sites" else float(cfg.lam)
-    if cfg.beta == "n":
+    if cfg.beta_meta == "n":
         if n_points is None:
-            raise ValueError("beta='n' needs n_points: the sites' observation counts")
+            raise ValueError("beta_meta='n' needs n_points: the sites' observation counts")
         pos = [c for c in torch.as_tensor(n_points, dtype=DTYPE).reshape(-1).tolist() if c > 0]
         beta = len(pos) / sum(1.0 / c for c in pos) if pos else 0.0
     else:
-        beta = float(cfg.beta)
+        beta = float(cfg.beta_meta)
     return lam / (n_sites * beta + lam)
 
 

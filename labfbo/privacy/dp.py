@@ -187,6 +187,31 @@ def gaussian_epsilon(noise_multiplier: float, compositions: int, delta: float,
     return _epsilon(m, int(compositions), float(delta), accountant)
 
 
+def composed_epsilon(multipliers: Mapping[float, int], delta: float,
+                     accountant: Literal["pld", "rdp"] = "pld") -> float:
+    """Epsilon at ``delta`` of unit-sensitivity Gaussian mechanisms composed: ``multipliers``
+    maps a noise multiplier to how many releases used it (an infinite multiplier releases
+    nothing; 0 gives ``math.inf``). One multiplier is :func:`gaussian_epsilon` exactly."""
+    items = sorted((float(m), int(n)) for m, n in multipliers.items() if n and not math.isinf(m))
+    if not items:
+        return 0.0
+    if len(items) == 1:
+        return gaussian_epsilon(items[0][0], items[0][1], delta, accountant)
+    for m, n in items:
+        gaussian_epsilon(m, n, delta, accountant)  # validates each group (and 0 -> inf below)
+    if items[0][0] == 0:
+        return math.inf
+    return _composed_epsilon(tuple(items), float(delta), accountant)
+
+
+@functools.lru_cache(maxsize=1024)
+def _composed_epsilon(items: tuple[tuple[float, int], ...], delta: float, accountant: str) -> float:
+    from dp_accounting import ComposedDpEvent, GaussianDpEvent, SelfComposedDpEvent
+    acc = _accountant(accountant)
+    acc.compose(ComposedDpEvent([SelfComposedDpEvent(GaussianDpEvent(m), n) for m, n in items]))
+    return float(acc.get_epsilon(delta))
+
+
 class LedgerEntry(BaseModel):
     """One BO round of one site: ``steps`` SVGD steps, each releasing K privatized rows."""
 

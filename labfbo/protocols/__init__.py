@@ -56,5 +56,9 @@ def parse_options(protocol: type[Protocol], options: dict[str, Any]) -> BaseMode
         raise ConfigurationError(f"invalid options for protocol {protocol.name!r}: {problems}") from None
 
 
-__all__ = ["Aggregator", "Exchange", "Finish", "Protocol", "SiteContext", "SiteData", "SiteLogic",
-           "Step", "available_protocols", "get_protocol", "parse_options", "register_protocol"]
+from labfbo.protocols.configured import (Centralized, ConfiguredProtocol, Consensus, Distribution,  # noqa: E402
+                                         Gradient, Independent, Pooled, Surface, resolve)
+
+__all__ = ["Aggregator", "Centralized", "ConfiguredProtocol", "Consensus", "Distribution", "Exchange", "Finish",
+           "Gradient", "Independent", "Pooled", "Protocol", "SiteContext", "SiteData", "SiteLogic", "Step",
+           "Surface", "available_protocols", "get_protocol", "parse_options", "register_protocol", "resolve"]

@@ -25,7 +25,8 @@ import numpy as np
 from pydantic import BaseModel
 
 from labfbo.exceptions import ProtocolError
-from labfbo.messages import Message
+from labfbo.messages import Abstain, Message
+from labfbo.privacy.release import Release
 from labfbo.seeding import int_seed, stable_hash
 from labfbo.space import SearchSpace
 
@@ -108,6 +109,28 @@ class SiteLogic(ABC):
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
         """Answer one coordinator request from local data only."""
         raise ProtocolError(f"{type(self).__name__} does not handle {request.kind!r} requests")
+
+    def release(self, message: Message) -> Release | None:
+        """What sending ``message`` (an answer, its ``round`` set) discloses about the site's data;
+        ``None`` if it carries nothing computed from the data. Journaled before it is sent."""
+        if isinstance(message, Abstain):
+            return None
+        return self.declare_release(message.kind, message.round, getattr(message, "step", None),
+                                    noised=getattr(message, "dp_noise_multiplier", None) is not None,
+                                    sensitivity=getattr(message, "dp_sensitivity", None))
+
+    def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
+                        sensitivity: float | None) -> Release | None:
+        """The release of a message of this ``kind`` (``noised``: it carried DP noise; ``sensitivity``:
+        as the message stated it). Protocols that add noise or send key material override this;
+        the default is conservative: released as it is, without a finite guarantee."""
+        return Release.unprotected(kind, round, step)
+
+    def legacy_release(self, record: Mapping[str, Any]) -> Release | None:
+        """A release journaled before protocols declared them (``kind``, ``round``, ``step``,
+        ``dp``, ``sensitivity``; the oldest had no ``kind``: they were `gradient`'s DP scores)."""
+        return self.declare_release(record.get("kind", "score"), int(record["round"]), record.get("step"),
+                                    noised=bool(record.get("dp", True)), sensitivity=record.get("sensitivity"))
 
     @abstractmethod
     def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:

@@ -57,7 +57,8 @@ from labfbo.models.figp import FIGP, GuidanceField, guidance_strength
 from labfbo.models.gp import predict
 from labfbo.models.optimum_belief import Belief, candidate_set, choice_layout, fit_belief, optimum_samples
 from labfbo.privacy import DP
-from labfbo.privacy.belief_dp import privatize_belief
+from labfbo.privacy.belief_dp import privatize_belief, sensitivity as belief_sensitivity
+from labfbo.privacy.release import Release
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.seeding import rng
@@ -246,6 +247,9 @@ def draw_packet(omega: np.ndarray, P: int, gen: np.random.Generator) -> np.ndarr
 
 
 # -- the two sides ---------------------------------------------------------------------------
+BELIEF_MECHANISM = "Gaussian on the belief (pi, mu, sd, v) normalized to the unit cube (labfbo.privacy.belief_dp)"
+
+
 class DistributionSite(LocalGPSite):
     """Uploads its optimum-location component; proposes with the FI-GP."""
 
@@ -275,6 +279,17 @@ class DistributionSite(LocalGPSite):
                              probs=None if probs is None else Array.of(probs),
                              dp_clip=None if dp is None else dp.clip,
                              dp_noise_multiplier=None if dp is None else dp.noise_multiplier)
+
+    def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
+                        sensitivity: float | None) -> Release | None:
+        """The belief, normalized to the unit cube, is one Gaussian mechanism of sensitivity
+        ``sqrt(2d + 2)`` (:mod:`labfbo.privacy.belief_dp`)."""
+        dp = self.options.privacy
+        if kind != "optimum_belief" or not noised or dp is None:
+            return super().declare_release(kind, round, step, noised, sensitivity)
+        delta_l2 = belief_sensitivity(self.space.dim) if sensitivity is None else sensitivity
+        return Release.gaussian(kind, round, dp, BELIEF_MECHANISM, sensitivity=delta_l2,
+                                noise_std=dp.noise_multiplier * delta_l2, step=step)
 
     def centre(self, belief: Belief, k: int) -> np.ndarray:
         """Component ``k``'s centre as a unit-cube point (its most likely choice per categorical)."""

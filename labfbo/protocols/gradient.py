@@ -36,6 +36,7 @@ from labfbo.models.pacoh import AdamState, PacohConfig, init_particles, meta_sco
 from labfbo.models.particle_mixture import ParticleMixtureGP
 from labfbo.exceptions import ConfigurationError
 from labfbo.privacy import DP, privatize, secagg
+from labfbo.privacy.release import Release
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.protocols.secure_sum import (MIN_COHORT, KeyRequest, MaskedScores, PublicKeyShare, SecureSum,
@@ -79,22 +80,11 @@ class ParticlesReply(Message):
     particles: Array
 
 
-class GradientOptions(ModelOptions):
-    """PACOH settings (:class:`~labfbo.models.pacoh.PacohConfig`) plus acquisition, prior, DP."""
+class GradientOptions(ModelOptions, PacohConfig):
+    """The local GP's and acquisition's options (:class:`ModelOptions`), PACOH's
+    (:class:`~labfbo.models.pacoh.PacohConfig`), and the protocol's own: warm-up, stall
+    escape, harm guard, DP and secure aggregation."""
 
-    n_particles: int = Field(10, ge=1)
-    hidden: tuple[int, ...] = (32, 32)
-    feature_dim: int = Field(2, ge=1)
-    learn_mean: bool = True
-    prior_std: float = Field(10.0, gt=0)
-    beta_meta: Literal["n"] | float = Field("n", description="PACOH task temperature beta")
-    lam: Literal["n_sites"] | float = "n_sites"
-    meta_optimizer: Literal["adam", "sgd"] = Field("adam", description="Adam on the SVGD direction (PACOH) "
-                                                   "or plain steps")
-    step_size: float = Field(0.01, gt=0, description="Adam's learning rate, or the plain step")
-    bandwidth: float | None = None
-    svgd_steps: int = Field(20, ge=0)
-    max_step: float | None = Field(20.0, gt=0, description="cap on each particle's SVGD step norm")
     warmup_steps: int = Field(500, ge=0, description="SVGD steps of the first round (fresh particles)")
     stall_rounds: int | None = Field(10, ge=1, description="escape a stalled basin (labfbo.acquisition): the "
                                      "meta-learned prior herds every site to the family's usual optimum")
@@ -104,11 +94,8 @@ class GradientOptions(ModelOptions):
     secure_aggregation: bool = Field(False, description="pairwise-masked sums: the coordinator sees only sum_i A_i")
 
     def pacoh(self) -> PacohConfig:
-        return PacohConfig(n_particles=self.n_particles, hidden=self.hidden, feature_dim=self.feature_dim,
-                           learn_mean=self.learn_mean, prior_std=self.prior_std, beta=self.beta_meta,
-                           lam=self.lam, meta_optimizer=self.meta_optimizer, step_size=self.step_size,
-                           bandwidth=self.bandwidth,
-                           svgd_steps=self.svgd_steps, max_step=self.max_step)
+        """The PACOH settings alone."""
+        return PacohConfig.model_validate(self.model_dump(include=set(PacohConfig.model_fields)))
 
 
 def meta_step(particles: torch.Tensor, scores: Sequence[torch.Tensor], n_obs: Sequence[int],
@@ -138,6 +125,8 @@ def secure_meta_step(particles: torch.Tensor, total: np.ndarray, cfg: PacohConfi
 
 # -- site side -------------------------------------------------------------------------------
 MIN_GUARD_POINTS = 5  # fewer observations: a leave-one-out comparison says nothing yet
+SCORE_MECHANISM = "Gaussian on K per-particle scores, each clipped to l2 norm C (PACD-BO Eqs. 12-13)"
+_KEY_MATERIAL = frozenset({"secagg_public_key", "secagg_self_mask"})  # nothing computed from the data
 
 
 class GradientSite(LocalGPSite):
@@ -176,6 +165,18 @@ class GradientSite(LocalGPSite):
         masked = upload(np.concatenate([A.ravel(), [1.0 / data.n, 1.0]]), ctx.site, ctx.key_seed, request.cohort or {},
                         request.study, round, request.step, digest(request.particles))
         return MaskedScores(step=request.step, masked=masked, **dp_fields)
+
+    def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
+                        sensitivity: float | None) -> Release | None:
+        """One SVGD step's K score rows are one Gaussian mechanism: l2 sensitivity ``2C sqrt(K)``,
+        noise std ``sigma 2C`` per coordinate (effective multiplier ``sigma / sqrt(K)``)."""
+        if kind in _KEY_MATERIAL:
+            return None
+        masked, dp, k = kind == "masked_score", self.options.privacy, self.options.n_particles
+        if kind in ("score", "masked_score") and noised and dp is not None:
+            return Release.gaussian(kind, round, dp, SCORE_MECHANISM, sensitivity=dp.sensitivity * k ** 0.5,
+                                    noise_std=dp.noise_std, step=step, rows=k, secure_aggregation=masked)
+        return Release.unprotected(kind, round, step, secure_aggregation=masked)
 
     def mixture(self, data: SiteData) -> ParticleMixtureGP | None:
         """The particle-mixture model on local data (cached per particles and data)."""

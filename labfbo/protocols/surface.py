@@ -40,6 +40,7 @@ from labfbo.models.gp import fit_local_gp, predict
 from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, packed_size, privatize,
                                    ridge_weights, site_statistics, symmetric)
 from labfbo.privacy import DP
+from labfbo.privacy.release import Release
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.space import SearchSpace
@@ -134,6 +135,10 @@ class SurfaceOptions(ModelOptions):
 
 
 # -- the two sides ---------------------------------------------------------------------------
+STATS_MECHANISM = ("Gaussian on the averaged ridge statistics (G/n, h/n), values clipped to [-C, C] "
+                   "(labfbo.models.surface); the count n is released exactly")
+
+
 class SurfaceSite(LocalGPSite):
     """Uploads its statistics; proposes with its GP on the others' surface as prior mean."""
 
@@ -159,6 +164,17 @@ class SurfaceSite(LocalGPSite):
                             dp_clip=None if dp is None else dp.clip,
                             dp_noise_multiplier=None if dp is None else dp.noise_multiplier,
                             dp_sensitivity=None if dp is None else dp_sensitivity(self.features.norm_bound, dp.clip))
+
+    def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
+                        sensitivity: float | None) -> Release | None:
+        """The averaged statistics are one Gaussian mechanism of the sensitivity the message states
+        (:func:`labfbo.models.surface.dp_sensitivity`); the count travels exactly."""
+        dp = self.options.privacy
+        if kind != "surface_stats" or not noised or dp is None:
+            return super().declare_release(kind, round, step, noised, sensitivity)
+        delta_l2 = dp_sensitivity(self.features.norm_bound, dp.clip) if sensitivity is None else sensitivity
+        return Release.gaussian(kind, round, dp, STATS_MECHANISM, sensitivity=delta_l2,
+                                noise_std=dp.noise_multiplier * delta_l2, step=step)
 
     def weights(self, totals: SurfaceTotals) -> np.ndarray | None:
         """The surface's coefficients from the others' totals (None if there are none or they do not fit)."""

@@ -77,6 +77,9 @@ class HTTPLink(SiteLink):
               params: dict[str, Any] | None = None, read_timeout: float | None = None) -> Any:
         import requests
 
+        # Not urllib3's Retry on the session: a closing link must stop retrying at once (a Retry
+        # keeps sleeping through its schedule), a 4xx is a refusal with the server's detail, and
+        # the backoff is full jitter (uniform in [0, delay]) rather than a doubling plus noise.
         url = self.cfg.url + path
         delay = self.cfg.backoff
         for attempt in range(self.cfg.retries):

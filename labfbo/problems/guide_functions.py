@@ -17,7 +17,7 @@ Levels: 1 -> (0, 0) (identical sites), 2 -> (0.05, 0.1), 3 -> (0.3, 1.0).
 
 The base minimizer :math:`x^*` maps to :math:`x_n^* = c + z_n + R_n^\top (x^* - c)`. If it
 lies in the box, :math:`f_n^* = f^*`; otherwise :math:`f_n^*` is found numerically by
-:func:`~labfbo.benchmarks.functions.minimize_in_box` (seeded with the clipped
+:func:`~labfbo.problems.functions.minimize_in_box` (seeded with the clipped
 :math:`x_n^*`), an upper bound on the true box minimum.
 """
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import expm
 
-from labfbo.benchmarks.functions import FUNCTIONS, BatchFn, minimize_in_box
+from labfbo.problems.functions import FUNCTIONS, BatchFn, minimize_in_box
 
 GUIDE_NAMES: tuple[str, ...] = (
     "ackley", "levy", "griewank", "rastrigin", "weierstrass", "ellipsoid", "sphere",

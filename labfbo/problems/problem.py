@@ -81,8 +81,8 @@ class FederatedProblem:
         return len(self.objectives)
 
     @property
-    def sign(self) -> float:
-        """+1 for minimization, -1 for maximization: ``sign * value`` is a loss."""
+    def loss_sign(self) -> float:
+        """+1 for minimization, -1 for maximization: ``loss_sign * value`` is a loss (lower is better)."""
         return 1.0 if self.objective == "minimize" else -1.0
 
     def evaluate(self, site: int, params: dict[str, Any]) -> float:
@@ -91,7 +91,7 @@ class FederatedProblem:
 
     def regret(self, site: int, value: float | np.ndarray) -> np.ndarray:
         """Simple regret (>= 0 up to round-off) of noiseless values at a site."""
-        return self.sign * (np.asarray(value, dtype=np.float64) - float(self.optima[site]))
+        return self.loss_sign * (np.asarray(value, dtype=np.float64) - float(self.optima[site]))
 
     def objective_ranges(self) -> np.ndarray:
         """Per-site normalizers of the normalized regret (see module docstring)."""

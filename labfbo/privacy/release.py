@@ -1,0 +1,81 @@
+"""`Release`: what one outgoing message discloses about a site's data, declared by its protocol.
+
+A protocol's site side computes every message it sends, so it is the one that knows what
+the message releases: which mechanism protected it, its l2 sensitivity under the task-level
+neighbouring relation, the noise it carries and whether secure aggregation hid it from the
+coordinator (:meth:`labfbo.protocols.SiteLogic.release`). The optimizer journals the
+declaration before the message leaves the site; the privacy report and the accountant fold
+over those records and know nothing of any protocol.
+
+A release is *private* when it carries Gaussian noise: then ``effective_noise_multiplier``
+``= noise_std / sensitivity`` is the multiplier of one unit-sensitivity Gaussian mechanism
+on the whole release (all its ``rows`` together), which is what the PLD accountant composes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from labfbo.privacy.dp import DP
+
+NEIGHBOURING = "task level: two datasets of this site differ in every observation"
+NOT_PRIVATE = "none: not differentially private"
+
+
+class Release(BaseModel):
+    """One release of data-derived information (a journal record and a privacy-report row)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    round: int = Field(ge=0)
+    message: str = Field(min_length=1, description="the kind of the message that carried it")
+    step: int | None = None
+    mechanism: str = NOT_PRIVATE
+    rows: int = Field(1, ge=1, description="rows released together as one mechanism (e.g. K particles)")
+    noise_multiplier: float | None = Field(None, ge=0, description="sigma as configured")
+    clip: float | None = Field(None, gt=0)
+    sensitivity: float | None = Field(None, ge=0, description="l2 sensitivity of the whole release")
+    noise_std: float | None = Field(None, ge=0, description="std of the Gaussian noise per coordinate")
+    effective_noise_multiplier: float | None = Field(None, ge=0, description="noise_std / sensitivity")
+    delta: float | None = Field(None, gt=0, lt=1)
+    secure_aggregation: bool = False
+    neighbouring: str = NEIGHBOURING
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Release":
+        noised = (self.sensitivity, self.noise_std, self.effective_noise_multiplier, self.delta)
+        if any(v is not None for v in noised) and any(v is None for v in noised):
+            raise ValueError("a private release declares its sensitivity, noise_std, effective_noise_multiplier "
+                             "and delta together")
+        if self.private and math.isnan(self.effective_noise_multiplier):
+            raise ValueError("effective_noise_multiplier must be a number")
+        return self
+
+    @property
+    def private(self) -> bool:
+        """Whether it carries Gaussian noise the accountant can compose."""
+        return self.effective_noise_multiplier is not None
+
+    @classmethod
+    def unprotected(cls, message: str, round: int, step: int | None = None, secure_aggregation: bool = False,
+                    rows: int = 1) -> "Release":
+        """A release with no DP noise: no finite (epsilon, delta) from here on."""
+        return cls(round=round, message=message, step=step, rows=rows, secure_aggregation=secure_aggregation)
+
+    @classmethod
+    def gaussian(cls, message: str, round: int, dp: DP, mechanism: str, sensitivity: float, noise_std: float,
+                 step: int | None = None, rows: int = 1, secure_aggregation: bool = False) -> "Release":
+        """A Gaussian-mechanism release under the site's :class:`~labfbo.privacy.DP` settings
+        (``noise_multiplier = 0``: clipped only, so an infinite epsilon)."""
+        return cls(round=round, message=message, step=step, rows=rows, secure_aggregation=secure_aggregation,
+                   mechanism=mechanism, noise_multiplier=dp.noise_multiplier, clip=dp.clip,
+                   sensitivity=sensitivity, noise_std=noise_std,
+                   effective_noise_multiplier=noise_std / sensitivity if sensitivity > 0 else math.inf,
+                   delta=dp.delta)
+
+    def record(self) -> dict[str, Any]:
+        """The journal record (``op: release``)."""
+        return {"op": "release", **self.model_dump(mode="json")}

@@ -1,0 +1,180 @@
+"""Typed journal records: what a site's journal holds, one pydantic model per ``op``.
+
+A journal line is one :data:`Record` (a discriminated union on ``op``), written as JSON
+with its schema version ``v``. :func:`parse_record` reads a line of any version this
+labfbo knows and migrates it; :func:`dump_record` writes the current version. The site's
+state is a fold of these records (:class:`labfbo.site_state.SiteState`).
+
+Versions:
+
+* **1** — a ``release`` record named the message kind and whether it carried DP noise
+  (``kind``, ``dp``, ``steps``, ``secure_aggregation``, ``sensitivity``); what it
+  released was worked out from the protocol's current options. It is read as a
+  :class:`LegacyRelease`, which the site's protocol declares when the report asks
+  (:meth:`labfbo.protocols.SiteLogic.legacy_release`).
+* **2** (current) — a ``release`` record is the protocol's own declaration, a
+  :class:`~labfbo.privacy.release.Release` (mechanism, sensitivity, noise, rows).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter
+from pydantic import ValidationError as PydanticValidationError
+
+from labfbo.exceptions import JournalError
+from labfbo.privacy.release import Release
+
+JOURNAL_VERSION = 2
+"""The schema version this labfbo writes (it reads every version up to it)."""
+
+Metadata = dict[str, Any]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    v: int = JOURNAL_VERSION
+
+
+class Header(_Record):
+    """The first record: the study this journal belongs to, and the site's private seeds."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)  # readers ignore what later versions add
+    op: Literal["header"] = "header"
+    secret: int | None = None  # journals before site secrets: drawn on open
+    key_seed: str | None = None  # hex; journals before secure aggregation: drawn on open
+    space_hash: str
+    space: dict[str, Any] | None = None
+    objective: Literal["minimize", "maximize"]
+    protocol: str
+    seed: int
+    site: str
+    n_init: int
+    options: dict[str, Any] = {}
+
+
+class TrialEntry(BaseModel):
+    """One proposed or enqueued trial: params in user units and its unit-cube point."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: StrictInt
+    params: dict[str, Any]
+    x: list[float]
+    source: str
+    round: int
+    metadata: Metadata = {}
+
+
+class Ask(_Record):
+    """A batch of trials from ``ask()``; federated asks add the clock's fields."""
+
+    op: Literal["ask"] = "ask"
+    trials: list[TrialEntry]
+    model_round: bool = False
+    guidance_round: int | None = None  # present (maybe None) on federated asks since the site clock
+    seen: int | None = None
+
+
+class Enqueue(_Record):
+    op: Literal["enqueue"] = "enqueue"
+    trials: list[TrialEntry]
+
+
+class Historical(_Record):
+    """Past experiments added with ``add_observations`` (params as given, values, standard errors)."""
+
+    op: Literal["hist"] = "hist"
+    params: list[dict[str, Any]]
+    values: list[FiniteFloat]
+    sems: list[FiniteFloat | None]
+
+
+class Tell(_Record):
+    op: Literal["tell"] = "tell"
+    id: StrictInt
+    value: FiniteFloat
+    sem: FiniteFloat | None = None
+    metadata: Metadata = {}
+
+
+class Fail(_Record):
+    op: Literal["fail"] = "fail"
+    id: StrictInt
+    reason: str
+    metadata: Metadata = {}
+
+
+class Note(_Record):
+    op: Literal["note"] = "note"
+    id: StrictInt
+    metadata: Metadata = {}
+
+
+class Join(_Record):
+    """The coordinator's join reply (index, design, horizon, clock), as received."""
+
+    op: Literal["join"] = "join"
+    reply: dict[str, Any]
+
+
+class Released(_Record, Release):
+    """A release the protocol declared before the message left (version 2)."""
+
+    op: Literal["release"] = "release"
+
+    def release(self) -> Release:
+        return Release.model_validate(self.model_dump(exclude={"op", "v"}))
+
+
+class LegacyRelease(_Record):
+    """A version-1 release record: what the message was, not yet what it released."""
+
+    op: Literal["release_v1"] = "release_v1"
+    round: int
+    steps: int = 1
+    kind: str = "score"  # the oldest records had no kind: they were `gradient`'s DP scores
+    step: int | None = None
+    dp: bool = True
+    secure_aggregation: bool = False
+    sensitivity: float | None = None
+
+
+Record = Annotated[Union[Header, Ask, Enqueue, Historical, Tell, Fail, Note, Join, Released, LegacyRelease],
+                   Field(discriminator="op")]
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(Record)
+
+
+def migrate(raw: dict[str, Any]) -> dict[str, Any]:
+    """A record of any known version as the current schema reads it."""
+    version = raw.get("v", 0)
+    if version < 2 and raw.get("op") == "release":
+        return {**raw, "op": "release_v1"}
+    return raw
+
+
+def parse_record(raw: Any, where: str = "journal record") -> Any:
+    """The typed record of one journal line (migrated); a malformed one is a JournalError at ``where``."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("op"), str):
+        raise JournalError(f"{where}: not a journal record")
+    version = raw.get("v", 0)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise JournalError(f"{where}: record version {version!r} is not an integer")
+    if version > JOURNAL_VERSION:
+        raise JournalError(f"{where}: record version {version} is newer than this labfbo ({JOURNAL_VERSION})")
+    try:
+        return _ADAPTER.validate_python(migrate(raw))
+    except PydanticValidationError as exc:
+        if any(e["type"] == "union_tag_invalid" for e in exc.errors()):
+            raise JournalError(f"{where}: unknown journal record {raw['op']!r}") from None
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:]) or raw['op']}: {e['msg']}"
+                             for e in exc.errors())
+        raise JournalError(f"{where}: {raw['op']!r} record does not replay ({problems})") from None
+
+
+def dump_record(record: Any) -> dict[str, Any]:
+    """The JSON object of a record at the current version (fields never set stay absent, so an
+    old ``ask`` without the clock's fields is re-journaled as it was)."""
+    return {"v": JOURNAL_VERSION, "op": record.op,
+            **record.model_dump(mode="json", exclude_unset=True, exclude={"v", "op"})}
