@@ -103,15 +103,18 @@ class Optimizer:
         existed = isinstance(storage, (str, os.PathLike)) and os.path.exists(storage)
         self._journal: JournalBackend = open_journal(storage)
         raw = list(self._journal.records())
-        head = parse_record(raw[0], self._where(0)) if raw else None
         self._secret = secrets.randbits(63) if secret is None else int(secret)
         self._key_seed = secrets.token_bytes(32)  # secure-aggregation key material, never derived from a seed
         self._header = Header(secret=self._secret, key_seed=self._key_seed.hex(), space_hash=space.fingerprint(),
                               space=space.model_dump(mode="json"), objective=objective, protocol=self.protocol,
                               seed=self.seed, site=self.site, n_init=self.n_init,
                               options=self.options.model_dump(mode="json"))
+        self._unwritten: Header | None = None  # a new journal's header: written with its first record
         try:
-            if head is not None:
+            if raw:
+                head = parse_record(raw[0], self._where(0))
+                if not isinstance(head, Header):
+                    raise JournalError(f"{self._where(0)}: the journal does not start with a header record")
                 check_header(head, self._header)
                 if secret is not None and head.secret not in (None, secret):
                     raise JournalError("secret= differs from the one in the journal")
@@ -120,9 +123,10 @@ class Optimizer:
                 self._header = self._header.model_copy(update={"secret": self._secret,
                                                                "key_seed": self._key_seed.hex()})
             else:
-                self._journal.append(dump_record(self._header))
+                self._unwritten = self._header  # a refused join leaves a new journal empty
             self._replay(raw[1:], lambda i: self._where(i + 1))
             self._join()
+            self._write_header()
         except BaseException:
             # refused (e.g. by the coordinator): leave the storage as it was
             self._journal.close()
@@ -175,9 +179,15 @@ class Optimizer:
         self._logic = self.protocol_cls.site_logic(self.space, self.options, self.context)
 
     # -- journal ---------------------------------------------------------------------------
+    def _write_header(self) -> None:
+        if self._unwritten is not None:
+            self._journal.append(dump_record(self._unwritten))
+            self._unwritten = None
+
     def _commit(self, record: Any) -> None:
         """Journal a typed record, then apply it (an exception before the append changes nothing)."""
         with self._lock:
+            self._write_header()
             self._journal.append(dump_record(record))
             self._data_cache = None  # every record may change the site's data or its pending points
             self._state.apply(record)

@@ -30,7 +30,8 @@ JOURNAL_VERSION = 2
 """The schema version this labfbo writes (it reads every version up to it)."""
 
 Metadata = dict[str, Any]
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]  # a number: not true, not "1"
+Count = Annotated[int, Field(strict=True)]  # an int: not true, not 2.0
 
 
 class _Record(BaseModel):
@@ -61,9 +62,9 @@ class TrialEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     id: StrictInt
     params: dict[str, Any]
-    x: list[float]
+    x: list[FiniteFloat]
     source: str
-    round: int
+    round: Count
     metadata: Metadata = {}
 
 
@@ -73,8 +74,8 @@ class Ask(_Record):
     op: Literal["ask"] = "ask"
     trials: list[TrialEntry]
     model_round: bool = False
-    guidance_round: int | None = None  # present (maybe None) on federated asks since the site clock
-    seen: int | None = None
+    guidance_round: Count | None = None  # present (maybe None) on federated asks since the site clock
+    seen: Count | None = None
 
 
 class Enqueue(_Record):
@@ -132,8 +133,8 @@ class LegacyRelease(_Record):
     """A version-1 release record: what the message was, not yet what it released."""
 
     op: Literal["release_v1"] = "release_v1"
-    round: int
-    steps: int = 1
+    round: Count
+    steps: Count = 1
     kind: str = "score"  # the oldest records had no kind: they were `gradient`'s DP scores
     step: int | None = None
     dp: bool = True

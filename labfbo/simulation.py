@@ -30,6 +30,7 @@ from labfbo.problems import FederatedProblem
 from labfbo.coordinator import Coordinator
 from labfbo.exceptions import ConfigurationError
 from labfbo.optimizer import Optimizer
+from labfbo.protocols import ConfiguredProtocol
 from labfbo.seeding import int_seed, rng
 from labfbo.space import Categorical
 
@@ -167,7 +168,8 @@ def _coordinator(prob: FederatedProblem, protocol: str, seed: int, budget: int, 
                        **{k: v for k, v in options.items() if k != "prior"})
 
 
-def simulate(problem: FederatedProblem | str, protocol: str = "independent", n_sites: int | None = None,
+def simulate(problem: FederatedProblem | str, protocol: "str | ConfiguredProtocol" = "independent",
+             n_sites: int | None = None,
              n_init: int | None = None, budget: int = 20, seed: int = 0, transport: str = "local",
              heterogeneity: Any = None, progress: bool = False,
              on_round: Callable[[int], None] | None = None, **options: Any) -> SimulationResult | None:
@@ -185,6 +187,11 @@ def simulate(problem: FederatedProblem | str, protocol: str = "independent", n_s
     """
     if transport not in ("local", "mpi", "http"):
         raise ConfigurationError(f"transport must be 'local', 'mpi' or 'http', got {transport!r}")
+    if isinstance(protocol, ConfiguredProtocol):  # every site and the coordinator get its options
+        if options:
+            raise ConfigurationError(f"the options of {protocol!r} are set on the object; do not repeat them as "
+                                     f"keywords ({', '.join(sorted(options))})")
+        protocol, options = protocol.name, {k: getattr(protocol.options, k) for k in protocol.options.model_fields_set}
     prob = _problem(problem, n_sites, seed, heterogeneity)
     _check(prob, budget, options)
     if transport == "mpi":

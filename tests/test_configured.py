@@ -47,3 +47,12 @@ def test_options_are_given_once_and_checked_when_the_object_is_made() -> None:
         Gradient(n_particles=0)
     with pytest.raises(labfbo.ConfigurationError, match="a name or a configured protocol"):
         labfbo.Optimizer(SPACE, protocol=Gradient)  # the class, not an object
+
+
+def test_simulate_takes_a_configured_protocol() -> None:
+    kw = dict(problem="branin", n_sites=2, n_init=3, budget=1, seed=1)
+    a = labfbo.simulate(protocol=Surface(**FAST), **kw)
+    b = labfbo.simulate(protocol="surface", **FAST, **kw)
+    assert (a.proposals == b.proposals).all()
+    with pytest.raises(labfbo.ConfigurationError, match="set on the object"):
+        labfbo.simulate(protocol=Surface(), acquisition="ei", **kw)

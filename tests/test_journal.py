@@ -343,3 +343,73 @@ def test_a_hand_edited_last_record_is_refused_not_dropped_as_torn(cont_space, tm
     with pytest.raises(labfbo.JournalError, match=rf"last.jsonl:{len(lines)}: .*NaN is not a finite number"):
         Optimizer(cont_space, n_init=3, seed=3, storage=str(path), **fast)
     assert path.read_bytes() == content
+
+
+class _ListBackend:
+    """A journal backend of one's own: records in a list (what storage= accepts besides a path)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self.closed = 0
+
+    def append(self, record: dict) -> None:
+        self.rows.append(json.loads(json.dumps(record)))
+
+    def records(self) -> list[dict]:
+        return list(self.rows)
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_a_journal_backend_object_is_storage(cont_space, fast):
+    backend = _ListBackend()
+    opt = Optimizer(cont_space, storage=backend, seed=0, n_init=2, **fast)
+    t = opt.ask()
+    opt.tell(t, 1.5)
+    opt.close()
+    assert [r["op"] for r in backend.rows] == ["header", "ask", "tell"] and backend.closed == 1
+    again = Optimizer(cont_space, storage=backend, seed=0, n_init=2, **fast)
+    assert again.observations[0].value == 1.5 and again.state.next_id == 1
+    with pytest.raises(labfbo.ConfigurationError, match="a path or a journal backend"):
+        Optimizer(cont_space, storage=42, **fast)
+
+
+def test_a_refused_start_leaves_a_new_backend_empty(cont_space, fast):
+    backend = _ListBackend()
+    coord = labfbo.Coordinator("consensus", sites=["a"], seed=0, horizon=2, **fast)
+    with pytest.raises(labfbo.FederationError):
+        Optimizer(cont_space, protocol="consensus", coordinator=coord, site="b", storage=backend, **fast)
+    assert backend.rows == []
+    Optimizer(cont_space, protocol="consensus", coordinator=coord, site="a", storage=backend, **fast).close()
+    assert [r["op"] for r in backend.rows] == ["header", "join"]
+
+
+def test_a_journal_that_does_not_start_with_a_good_header_is_refused_and_released(cont_space, fast):
+    backend = _ListBackend()
+    backend.rows = [{"v": 2, "op": "tell", "id": 0, "value": 1.0}]
+    with pytest.raises(labfbo.JournalError, match="does not start with a header"):
+        Optimizer(cont_space, storage=backend, **fast)
+    assert backend.closed == 1
+    backend.rows = [{"v": 2, "op": "header", "space_hash": "x", "objective": "max", "protocol": "independent",
+                     "seed": 0, "site": "site-0", "n_init": 2}]
+    with pytest.raises(labfbo.JournalError, match="objective"):
+        Optimizer(cont_space, storage=backend, **fast)
+    assert backend.closed == 2
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: {**r, "value": True}, "value: Input should be a valid number"),
+    (lambda r: {**r, "value": "1.5"}, "value: Input should be a valid number"),
+    (lambda r: {**r, "id": 0.0}, "id: Input should be a valid integer"),
+])
+def test_typed_records_do_not_coerce_a_hand_edited_value(cont_space, tmp_path, fast, change, message):
+    path = tmp_path / "j.jsonl"
+    opt = Optimizer(cont_space, storage=str(path), seed=0, n_init=2, **fast)
+    opt.tell(opt.ask(), 1.0)
+    opt.close()
+    lines = path.read_text().splitlines()
+    lines[-1] = json.dumps(change(json.loads(lines[-1])))
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(labfbo.JournalError, match=message):
+        Optimizer(cont_space, storage=str(path), seed=0, n_init=2, **fast)

@@ -78,3 +78,8 @@ def test_releases_with_different_multipliers_compose() -> None:
     assert report(rels)[0]["epsilon"] < report(rels)[1]["epsilon"]
     with pytest.raises(ValueError, match="together"):
         Release(round=0, message="m", sensitivity=1.0)
+
+
+def test_a_gaussian_release_needs_a_positive_sensitivity() -> None:
+    with pytest.raises(ValueError, match="positive l2 sensitivity"):
+        Release.gaussian("m", 0, labfbo.DP(), "g", sensitivity=0.0, noise_std=1.0)

@@ -14,7 +14,7 @@ sensitivity is the cube's diameter :math:`\Delta = \sqrt{2d + 2}`. The Gaussian
 mechanism adds :math:`\mathcal N(0, (\sigma_{\rm DP}\Delta)^2)` to every coordinate; the
 result is clipped back to the cube and mapped back (post-processing). One release per BO
 round: a unit-sensitivity Gaussian with multiplier :math:`\sigma_{\rm DP}`, composed over
-rounds in the same PLD ledger as `gradient` (``PrivacyLedger(dp, n_particles=1)``).
+rounds by the same PLD accountant as `gradient` (the release ``DistributionSite`` declares).
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ row to l2 norm ``C`` (Eq. 12) and adds independent ``N(0, sigma^2 (2C)^2 I)`` no
 clipped row (Eq. 13). The coordinator's aggregation and SVGD update only see the noised
 rows, so they are post-processing and leak nothing further.
 
-Accounting model (what :class:`PrivacyLedger` reports).
+Accounting model (what a site's privacy report and ``Optimizer.epsilon()`` compute from the
+releases its protocol declares, :mod:`labfbo.privacy.release`; :class:`PrivacyLedger` is the
+same model for a fixed K, kept for code that accounts steps directly).
 
 * The guarantee is *task-level*: neighbouring inputs differ in one site's *whole* dataset.
   Such a change may alter every per-particle gradient arbitrarily, but both versions are
@@ -23,8 +25,8 @@ Accounting model (what :class:`PrivacyLedger` reports).
   ``SelfComposedDpEvent(GaussianDpEvent(sigma/sqrt(K)), T)`` under the library's default
   neighbouring relation, which treats ``GaussianDpEvent(m)`` as a unit-sensitivity
   Gaussian with noise std ``m`` -- exactly our mechanism after dividing by ``2C*sqrt(K)``.
-* Each site keeps its own ledger; sites' datasets are disjoint, so a site's guarantee is
-  its own ledger's ``epsilon``. No subsampling amplification is claimed. Anything a site
+* Each site accounts its own releases; sites' datasets are disjoint, so a site's guarantee
+  is its own ``epsilon``. No subsampling amplification is claimed. Anything a site
   sends besides privatized gradients (e.g. counts, an initial design) is *not* covered.
   numpy's floating-point Gaussian sampler is not hardened against precision attacks.
 * ``noise_multiplier = 0`` is allowed (clipping only) but gives **no** privacy: ``epsilon``

@@ -15,7 +15,6 @@ on the whole release (all its ``rows`` together), which is what the PLD accounta
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -70,12 +69,11 @@ class Release(BaseModel):
                  step: int | None = None, rows: int = 1, secure_aggregation: bool = False) -> "Release":
         """A Gaussian-mechanism release under the site's :class:`~labfbo.privacy.DP` settings
         (``noise_multiplier = 0``: clipped only, so an infinite epsilon)."""
+        if not sensitivity > 0:
+            raise ValueError(f"a Gaussian release needs a positive l2 sensitivity, got {sensitivity!r} "
+                             "(a message that cannot depend on the data is no release: declare None)")
         return cls(round=round, message=message, step=step, rows=rows, secure_aggregation=secure_aggregation,
                    mechanism=mechanism, noise_multiplier=dp.noise_multiplier, clip=dp.clip,
                    sensitivity=sensitivity, noise_std=noise_std,
-                   effective_noise_multiplier=noise_std / sensitivity if sensitivity > 0 else math.inf,
+                   effective_noise_multiplier=noise_std / sensitivity,
                    delta=dp.delta)
-
-    def record(self) -> dict[str, Any]:
-        """The journal record (``op: release``)."""
-        return {"op": "release", **self.model_dump(mode="json")}

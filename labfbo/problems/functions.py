@@ -12,11 +12,9 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
-import torch
-from botorch import test_functions as bt
 from scipy.optimize import differential_evolution, minimize, minimize_scalar
 from scipy.stats import qmc
 
@@ -29,17 +27,21 @@ BatchFn = Callable[[Array], Array]
 # BoTorch's at the standard coefficients), Michalewicz and Powell (any d, where BoTorch's need
 # their own dimension rules), and what BoTorch lacks (Wing Weight, Weierstrass, Ellipsoid,
 # Sphere, Zakharov).
-def _botorch(cls: type, X: Array) -> Array:
-    """``botorch.test_functions`` ``cls`` in ``X.shape[1]`` dimensions on an ``(n, d)`` array, anywhere
+def _botorch(cls: str, X: Array) -> Array:
+    """``botorch.test_functions.<cls>`` in ``X.shape[1]`` dimensions on an ``(n, d)`` array, anywhere
     in R^d (a heterogeneous site shifts the box; BoTorch checks points against the bounds it is given)."""
+    import torch
+
     X = np.atleast_2d(np.asarray(X, dtype=np.float64))
     with torch.no_grad():
         return _unbounded(cls, X.shape[1]).evaluate_true(torch.as_tensor(X)).numpy()
 
 
 @functools.lru_cache(maxsize=64)
-def _unbounded(cls: type, d: int) -> "bt.SyntheticTestFunction":
-    return cls(dim=d, bounds=[(-math.inf, math.inf)] * d)
+def _unbounded(name: str, d: int) -> Any:
+    from botorch import test_functions
+
+    return getattr(test_functions, name)(dim=d, bounds=[(-math.inf, math.inf)] * d)
 
 # --------------------------------------------------------------------------- classics
 BRANIN_STD: dict[str, float] = dict(
@@ -110,22 +112,22 @@ def wing_weight(X: Array) -> Array:
 # ----------------------------------------------------------------------- GUIDE suite
 def ackley(X: Array) -> Array:
     r""":math:`-20 e^{-0.2\sqrt{\bar{x^2}}} - e^{\overline{\cos 2\pi x}} + 20 + e`; 0 at 0."""
-    return _botorch(bt.Ackley, X)
+    return _botorch("Ackley", X)
 
 
 def levy(X: Array) -> Array:
     r"""Levy with :math:`w = 1 + (x-1)/4`; 0 at :math:`x = 1`."""
-    return _botorch(bt.Levy, X)
+    return _botorch("Levy", X)
 
 
 def griewank(X: Array) -> Array:
     r""":math:`\sum x_i^2/4000 - \prod \cos(x_i/\sqrt i) + 1`; 0 at 0."""
-    return _botorch(bt.Griewank, X)
+    return _botorch("Griewank", X)
 
 
 def rastrigin(X: Array) -> Array:
     r""":math:`10d + \sum (x_i^2 - 10\cos 2\pi x_i)`; 0 at 0."""
-    return _botorch(bt.Rastrigin, X)
+    return _botorch("Rastrigin", X)
 
 
 _WA, _WB, _WK = 0.5, 3.0, np.arange(21)  # a, b, k = 0..kmax=20
@@ -161,7 +163,7 @@ def zakharov(X: Array) -> Array:
 
 def rosenbrock(X: Array) -> Array:
     r""":math:`\sum_{i<d} 100(x_{i+1}-x_i^2)^2 + (x_i-1)^2`; 0 at 1."""
-    return _botorch(bt.Rosenbrock, X)
+    return _botorch("Rosenbrock", X)
 
 
 def michalewicz(X: Array, m: int = 10) -> Array:
@@ -183,7 +185,7 @@ def powell(X: Array) -> Array:
 
 def styblinski_tang(X: Array) -> Array:
     r""":math:`\tfrac12\sum (x_i^4 - 16x_i^2 + 5x_i)`; f* = -39.16617 d at x_i = -2.903534."""
-    return _botorch(bt.StyblinskiTang, X)
+    return _botorch("StyblinskiTang", X)
 
 
 # ------------------------------------------------------------------ exact 1-D optima

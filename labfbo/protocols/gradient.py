@@ -176,7 +176,8 @@ class GradientSite(LocalGPSite):
         if kind in ("score", "masked_score") and noised and dp is not None:
             return Release.gaussian(kind, round, dp, SCORE_MECHANISM, sensitivity=dp.sensitivity * k ** 0.5,
                                     noise_std=dp.noise_std, step=step, rows=k, secure_aggregation=masked)
-        return Release.unprotected(kind, round, step, secure_aggregation=masked)
+        return Release.unprotected(kind, round, step, secure_aggregation=masked,
+                                   rows=k if kind in ("score", "masked_score") else 1)
 
     def mixture(self, data: SiteData) -> ParticleMixtureGP | None:
         """The particle-mixture model on local data (cached per particles and data)."""
