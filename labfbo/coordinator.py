@@ -71,7 +71,7 @@ class Coordinator:
 
     Args:
         protocol: a registered protocol name, or a configured protocol such as
-            ``labfbo.protocols.Gradient(n_particles=10)`` (the object the sites get).
+            ``labfbo.protocols.Distribution(privacy=labfbo.DP())`` (the object the sites get).
         sites: the site names (their order fixes site indices), or a number of sites
             (indices then follow join order).
         space: the federation's search space; by default the first site to join fixes it.

@@ -51,7 +51,7 @@ class Optimizer:
         space: the search space.
         objective: ``"minimize"`` or ``"maximize"``.
         protocol: ``"independent"`` (default, no coordinator), a federated protocol's name, or a
-            configured protocol such as ``labfbo.protocols.Gradient(n_particles=10)``.
+            configured protocol such as ``labfbo.protocols.Distribution(privacy=labfbo.DP())``.
         coordinator: a :class:`labfbo.Coordinator` (in-process), an ``"https://..."`` URL of a
             coordinator server (with ``token=``), or a transport's connector such as
             :class:`labfbo.transport.mpi.MPICoordinator`.
