@@ -351,8 +351,14 @@ def test_to_csv_and_dataframe(cont_space, tmp_path, fast):
 
 # ----------------------------------------------------------------------- configuration
 def test_federated_protocol_needs_a_coordinator(cont_space, sum_protocol):
-    with pytest.raises(labfbo.ConfigurationError, match="coordinator"):
+    with pytest.raises(labfbo.ConfigurationError, match=r"needs a coordinator \(coordinator=labfbo.Coordinator"):
         Optimizer(cont_space, protocol="test-sum")
+    from labfbo.lab.config import SiteConfig
+    from labfbo.lab.run import _check_coordinator
+
+    with pytest.raises(labfbo.ConfigurationError, match="give the site config a `coordinator:`.*protocol: independent"):
+        _check_coordinator(SiteConfig(protocol="test-sum"))  # the same check, in a site config's words
+    _check_coordinator(SiteConfig(protocol="test-sum", coordinator="mpi"))
     with pytest.raises(labfbo.ConfigurationError, match="token"):
         Optimizer(cont_space, protocol="test-sum", coordinator="https://consortium.example:8443")
     with pytest.raises(labfbo.ConfigurationError, match="URL"):

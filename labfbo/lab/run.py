@@ -8,6 +8,7 @@ from typing import Any
 from labfbo.adapters import Adapter, AdapterContext, load_adapter
 from labfbo.exceptions import ConfigurationError
 from labfbo.journal import read_header
+from labfbo.transport import require_coordinator
 from labfbo.lab.config import SiteConfig
 from labfbo.lab.loop import CampaignLoop, LoopReport, handle_signals
 from labfbo.optimizer import Optimizer
@@ -35,9 +36,10 @@ def campaign_context(config: SiteConfig, adapter: Adapter, secret: int) -> Adapt
 
 
 def _check_coordinator(config: SiteConfig) -> None:
-    if config.coordinator is None and get_protocol(config.protocol).federated:
-        raise ConfigurationError(f"protocol {config.protocol!r} is federated: give the site config a `coordinator:` "
-                                 "(the consortium's https:// URL, or mpi), or use protocol: independent")
+    """Before the adapter prepares anything: the check the Optimizer makes, with the config's words."""
+    require_coordinator(config.protocol, get_protocol(config.protocol).federated, config.coordinator,
+                        how="give the site config a `coordinator:`: the consortium's https:// URL, or mpi",
+                        alone="protocol: independent")
 
 
 def open_optimizer(config: SiteConfig, adapter: Adapter, secret: int | None = None) -> Optimizer:

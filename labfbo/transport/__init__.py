@@ -9,17 +9,23 @@ from labfbo.exceptions import ConfigurationError
 _WHAT = "give a labfbo.Coordinator, an http(s):// URL with token=, or labfbo.transport.mpi.MPICoordinator()"
 
 
+def require_coordinator(protocol: str, federated: bool, coordinator: Any,
+                        how: str = "coordinator=labfbo.Coordinator(...)", alone: str = "protocol='independent'") -> None:
+    """Refuse a federated protocol without a coordinator (``how``: how to give one)."""
+    if coordinator is None and federated:
+        raise ConfigurationError(f"protocol {protocol!r} is federated and needs a coordinator ({how}); "
+                                 f"use {alone} to run alone")
+
+
 def connect(coordinator: Any, site: str, federated: bool, protocol: str, token: str | None = None) -> Any:
     """The site's link to ``coordinator`` (None: a non-federated site without one)."""
     if isinstance(coordinator, str) and coordinator.startswith(("http://", "https://")):
         from labfbo.transport.http import HTTPCoordinator
 
         coordinator = HTTPCoordinator(coordinator, token or "")
+    require_coordinator(protocol, federated, coordinator)
     if coordinator is None:
-        if not federated:
-            return None
-        raise ConfigurationError(f"protocol {protocol!r} is federated and needs a coordinator "
-                                 "(coordinator=labfbo.Coordinator(...)); use protocol='independent' to run alone")
+        return None
     if not hasattr(coordinator, "connect"):
         raise ConfigurationError(f"coordinator {coordinator!r}: {_WHAT}")
     return coordinator.connect(site)
