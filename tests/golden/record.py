@@ -12,6 +12,7 @@ commit it was recorded at is written next to the numbers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -22,7 +23,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests/campaign.py
@@ -69,8 +70,29 @@ def options(name: str) -> dict[str, Any]:
     return opts
 
 
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch and the BLAS on one thread: a GP fit's sums are then added in one order, so the
+    proposals are the same whether pytest runs under ``make test`` (OMP_NUM_THREADS=1) or not."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def campaign(name: str, space: labfbo.SearchSpace, f: Callable[[int, dict], float]) -> list[list[dict]]:
     """The proposals of a lock-step campaign of three sites (``independent``: three lone labs)."""
+    with one_thread():
+        return _campaign(name, space, f)
+
+
+def _campaign(name: str, space: labfbo.SearchSpace, f: Callable[[int, dict], float]) -> list[list[dict]]:
     protocol, opts = name.split("-")[0], options(name)
     federated = protocol != "independent"
     rounds = ROUNDS_OF.get(name, ROUNDS)
@@ -149,8 +171,9 @@ def main() -> None:
     if jdir.exists():
         shutil.rmtree(jdir)
     jdir.mkdir()
-    nxt = _journal_campaign(jdir / "independent-mixed.jsonl")
-    report = _federated_journal(jdir / "gradient-dp-sa.jsonl")
+    with one_thread():
+        nxt = _journal_campaign(jdir / "independent-mixed.jsonl")
+        report = _federated_journal(jdir / "gradient-dp-sa.jsonl")
     meta = {"commit": out["commit"], "independent-mixed": {"next_proposals": nxt},
             "gradient-dp-sa": {"privacy_report": report}}
     (jdir / "expected.json").write_text(json.dumps(meta, indent=1, default=float) + "\n")
