@@ -57,7 +57,8 @@ class Optimizer:
             :class:`labfbo.transport.mpi.MPICoordinator`.
         site: this site's name in the federation.
         seed: the study seed.
-        storage: path of an append-only journal; an existing one is resumed.
+        storage: path of an append-only journal, or a journal backend object (``append``,
+            ``records``, ``close``); an existing one is resumed.
         n_init: initial-design size (historical observations count towards it);
             default ``max(5, 2 d)``.
         horizon: planned number of BO rounds (schedules use it).
@@ -72,7 +73,8 @@ class Optimizer:
 
     def __init__(self, space: SearchSpace, objective: Literal["minimize", "maximize"] = "minimize",
                  protocol: str | ConfiguredProtocol = "independent", coordinator: Any = None, site: str | None = None,
-                 seed: int = 0, storage: str | None = None, n_init: int | None = None,
+                 seed: int = 0, storage: str | os.PathLike[str] | JournalBackend | None = None,
+                 n_init: int | None = None,
                  horizon: int | None = None, secret: int | None = None, token: str | None = None,
                  approve: Callable[[Message], bool] | None = None, **protocol_options: Any) -> None:
         if not isinstance(space, SearchSpace):
