@@ -31,6 +31,7 @@ from labfbo.coordinator import Coordinator
 from labfbo.exceptions import ConfigurationError
 from labfbo.optimizer import Optimizer
 from labfbo.protocols import ConfiguredProtocol
+from labfbo.protocols.configured import as_keywords
 from labfbo.seeding import int_seed, rng
 from labfbo.space import Categorical
 
@@ -187,11 +188,7 @@ def simulate(problem: FederatedProblem | str, protocol: "str | ConfiguredProtoco
     """
     if transport not in ("local", "mpi", "http"):
         raise ConfigurationError(f"transport must be 'local', 'mpi' or 'http', got {transport!r}")
-    if isinstance(protocol, ConfiguredProtocol):  # every site and the coordinator get its options
-        if options:
-            raise ConfigurationError(f"the options of {protocol!r} are set on the object; do not repeat them as "
-                                     f"keywords ({', '.join(sorted(options))})")
-        protocol, options = protocol.name, {k: getattr(protocol.options, k) for k in protocol.options.model_fields_set}
+    protocol, options = as_keywords(protocol, options)  # every site and the coordinator get its options
     prob = _problem(problem, n_sites, seed, heterogeneity)
     _check(prob, budget, options)
     if transport == "mpi":

@@ -36,14 +36,22 @@ class ConfiguredProtocol:
         return hash((self.name, self.options.model_dump_json()))
 
 
+def as_keywords(protocol: "str | ConfiguredProtocol", options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Either form as the shorthand: the name and the options given (for code that forwards keywords)."""
+    if not isinstance(protocol, ConfiguredProtocol):
+        return protocol, options
+    if options:
+        raise ConfigurationError(f"the options of {protocol!r} are set on the object; do not repeat them as "
+                                 f"keywords ({', '.join(sorted(options))})")
+    return protocol.name, {k: getattr(protocol.options, k) for k in protocol.options.model_fields_set}
+
+
 def resolve(protocol: "str | ConfiguredProtocol", options: dict[str, Any]) -> tuple[str, BaseModel]:
     """The protocol's name and options from either form (an object, or a name plus keywords)."""
     from labfbo.protocols import get_protocol, parse_options
 
     if isinstance(protocol, ConfiguredProtocol):
-        if options:
-            raise ConfigurationError(f"the options of {protocol!r} are set on the object; do not repeat them as "
-                                     f"keywords ({', '.join(sorted(options))})")
+        as_keywords(protocol, options)  # refuses options given twice
         return protocol.name, protocol.options
     if not isinstance(protocol, str):
         raise ConfigurationError(f"protocol must be a name or a configured protocol such as "
