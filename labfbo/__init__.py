@@ -6,9 +6,10 @@ information between the sites' :class:`Optimizer` objects.
 
 import warnings as _warnings
 
-from labfbo.exceptions import (ConfigurationError, FederationError, JournalError, LabFBOError,
+from labfbo.exceptions import (ConfigurationError, ConstraintError, FederationError, JournalError, LabFBOError,
                                ProtocolError, RoundError, SearchSpaceError, TrialError,
                                ValidationError)
+from labfbo.constraints import Forbidden, LinearConstraint, NonlinearConstraint
 from labfbo.space import Categorical, Discrete, Integer, Real, SearchSpace
 from labfbo.trial import Observation, Trial
 from labfbo.optimizer import Optimizer
@@ -27,8 +28,9 @@ _warnings.filterwarnings("ignore", message=r"A not p\.d\., added jitter")
 __version__ = "0.1.0"
 
 __all__ = [
-    "Categorical", "ConfigurationError", "Coordinator", "DP", "Discrete", "FederatedProblem", "FederationError",
-    "Integer", "JournalError", "LabFBOError", "Observation", "Optimizer", "ProtocolError", "Real",
+    "Categorical", "ConfigurationError", "ConstraintError", "Coordinator", "DP", "Discrete", "FederatedProblem",
+    "FederationError", "Forbidden", "Integer", "JournalError", "LabFBOError", "LinearConstraint",
+    "NonlinearConstraint", "Observation", "Optimizer", "ProtocolError", "Real",
     "RoundError", "SearchSpace", "SearchSpaceError", "SimulationResult", "Trial", "TrialError",
     "ValidationError", "available_protocols", "priors", "simulate",
 ]

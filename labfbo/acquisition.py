@@ -157,6 +157,8 @@ def optimize_acquisition(acqf: AcquisitionFunction, space: SearchSpace, q: int, 
     d = space.dim
     bounds = torch.stack([torch.zeros(d, dtype=DTYPE), torch.ones(d, dtype=DTYPE)])
     discrete = {**space.discrete_dims(), **space.cat_dims()}
+    ineq, eq = space.linear.botorch() if space.linear is not None else (None, None)
+    linear = {"inequality_constraints": ineq, "equality_constraints": eq} if space.linear is not None else {}
     with seeded_torch(seed), warnings.catch_warnings():
         # L-BFGS-B line-search failures on some restarts: BoTorch retries and keeps the best
         warnings.filterwarnings("ignore", category=OptimizationWarning)
@@ -164,12 +166,14 @@ def optimize_acquisition(acqf: AcquisitionFunction, space: SearchSpace, q: int, 
         if space.is_continuous and extra_raw is not None and len(extra_raw):
             ic = _initial_conditions(acqf, space, q, seed, opts, extra_raw)
             X, _ = optimize_acqf(acqf, bounds=bounds, q=q, num_restarts=opts.num_restarts,
-                                 batch_initial_conditions=ic)
+                                 batch_initial_conditions=ic, **linear)
         elif space.is_continuous:
             X, _ = optimize_acqf(acqf, bounds=bounds, q=q, num_restarts=opts.num_restarts,
-                                 raw_samples=opts.raw_samples,
-                                 options={"seed": seed % (2**31), "sample_around_best": opts.sample_around_best})
+                                 raw_samples=opts.raw_samples, **linear,
+                                 options={"seed": seed % (2**31),
+                                          "sample_around_best": opts.sample_around_best and eq is None})
         elif len(discrete) == d and (grid := space.feasible_grid(MAX_ENUMERATE, seed)) is not None:
+            grid = grid[space.local_ok(grid)] if space.local_constraints else grid
             choices = _unseen(space, grid, observed)
             if len(choices) < q:  # everything was tried: re-score the whole grid
                 choices = grid
@@ -182,13 +186,30 @@ def optimize_acquisition(acqf: AcquisitionFunction, space: SearchSpace, q: int, 
             # each): a categorical costs about what a continuous column does, not k times more
             X, _ = optimize_acqf_mixed(acqf, bounds=bounds, q=q, fixed_features_list=fixed,
                                        num_restarts=max(2, math.ceil(opts.num_restarts / len(fixed))),
-                                       raw_samples=max(64, opts.raw_samples // len(fixed)))
+                                       raw_samples=max(64, opts.raw_samples // len(fixed)), **linear)
         else:
             X, _ = optimize_acqf_mixed_alternating(
                 acqf, bounds=bounds, discrete_dims=space.discrete_dims() or None,
                 cat_dims=space.cat_dims() or None, q=q, num_restarts=opts.num_restarts,
-                raw_samples=opts.raw_samples)
-    return space.snap(X.detach().numpy().reshape(q, d))
+                raw_samples=opts.raw_samples, **linear)
+    X = space.snap(X.detach().numpy().reshape(q, d))
+    return _meet_local(acqf, space, X, seed, opts) if space.local_constraints else X
+
+
+def _meet_local(acqf: AcquisitionFunction, space: SearchSpace, X: np.ndarray, seed: int,
+                opts: AcquisitionOptions) -> np.ndarray:
+    """Replace the points that break a site-local nonlinear constraint by the best-scoring
+    (one at a time) of ``raw_samples`` feasible candidates: the constraint is a black box,
+    so it is enforced by selection, not by the gradient optimizer."""
+    bad = np.flatnonzero(~space.local_ok(X))
+    if not len(bad):
+        return X
+    cands = space.sample(max(opts.raw_samples, 4 * len(X)), seed)
+    with torch.no_grad():
+        vals = torch.cat([acqf(as_tensor(c).unsqueeze(1)) for c in np.array_split(cands, max(1, len(cands) // 256))])
+    order = torch.argsort(vals, descending=True).numpy()
+    X[bad] = cands[order[: len(bad)]]
+    return X
 
 
 def _fixed_combos(acqf: AcquisitionFunction, space: SearchSpace, seed: int) -> list[dict[int, float]] | None:
@@ -215,7 +236,11 @@ def _unseen(space: SearchSpace, grid: np.ndarray, observed: np.ndarray | None) -
 
 
 def sobol_candidates(space: SearchSpace, n: int, seed: int) -> np.ndarray:
-    """``n`` scrambled Sobol points in the unit cube, snapped to feasible values."""
+    """``n`` scrambled Sobol points in the unit cube, snapped to feasible values (with linear or
+    nonlinear constraints: :meth:`SearchSpace.sample`, spread over the feasible set)."""
+    if space.linear is not None or space.local_constraints:
+        X = space.sample(n, seed)
+        return X if len(X) == n else X[np.arange(n) % len(X)]
     m = int(np.ceil(np.log2(max(n, 2))))
     pts = qmc.Sobol(space.dim, scramble=True, seed=np.random.default_rng(seed)).random_base2(m)[:n]
     return space.snap(pts)

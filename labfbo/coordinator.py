@@ -121,6 +121,7 @@ class Coordinator:
             raise ConfigurationError(f"protocol {self.protocol!r} needs the planned number of rounds: "
                                      "Coordinator(..., horizon=T) (simulate sets it to budget)")
         self.members: dict[str, int] = {}
+        self.local_constraints: dict[str, list[str]] = {}  # each site's nonlinear constraints, by name only
         self.rounds: dict[int, dict[str, Message]] = {}
         self.last_round = -1  # the round clock: the last completed round
         self.contributors: dict[int, list[list[str]]] = {}
@@ -159,6 +160,7 @@ class Coordinator:
                     raise FederationError(f"the study is full ({self.n_sites} sites)")
                 self.members[request.site] = len(self.members)
         index = self.members[request.site]
+        self.local_constraints[request.site] = list(request.local_constraints)
         design = collaborative_design(self.space, self.n_sites, request.n_init, self.seed)[index]
         return JoinReply(site_index=index, n_sites=self.n_sites, design=Array.of(design),
                          horizon=self.horizon, study=self.study, clock=self.last_round)

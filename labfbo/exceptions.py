@@ -19,6 +19,10 @@ class SearchSpaceError(ValidationError):
     """A search-space definition is invalid, or params do not fit the space."""
 
 
+class ConstraintError(ValidationError):
+    """Params break a constraint of the space (a linear, forbidden or nonlinear constraint)."""
+
+
 class TrialError(LabFBOError, KeyError):
     """A trial id is unknown, or the trial is in the wrong state for the call."""
 

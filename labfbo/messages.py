@@ -10,7 +10,7 @@ with :func:`register`), so ``opt.sent_messages()`` lists exactly what left the s
 from __future__ import annotations
 
 import base64
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -137,6 +137,9 @@ class JoinRequest(Message):
     space: dict[str, Any]
     n_init: int = Field(ge=0, le=100_000, default=0)
     shared_options: dict[str, Any] = Field(default_factory=dict)
+    local_constraints: list[Annotated[str, Field(max_length=200)]] = Field(
+        default_factory=list, max_length=1000,
+        description="names of the site's own nonlinear constraints (their code never leaves the site)")
 
 
 @register

@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
-from labfbo.exceptions import (ConfigurationError, JournalError, LabFBOError, TrialError, ValidationError)
+from labfbo.exceptions import (ConfigurationError, ConstraintError, JournalError, LabFBOError, TrialError, ValidationError)
 from labfbo.journal import JournalBackend, check_header, open_journal, write_snapshot
 from labfbo.messages import Abstain, JoinRequest, Message, parse
 from labfbo.progress import slow_notice
@@ -155,7 +155,7 @@ class Optimizer:
         if self._link is not None:
             req = JoinRequest(site=self.site, protocol=self.protocol, study="",
                               space_hash=self.space.fingerprint(), space=self.space.model_dump(mode="json"),
-                              n_init=self.n_init,
+                              n_init=self.n_init, local_constraints=[g.name for g in self.space.local_constraints],
                               shared_options={k: v for k, v in self.options.model_dump(mode="json").items()
                                               if k in self.protocol_cls.shared_options})
             self.ledger.record_sent(req)
@@ -240,9 +240,10 @@ class Optimizer:
     def enqueue(self, params: dict[str, Any]) -> Trial:
         """Register an experiment the scientist chose; returns it as a pending Trial."""
         clean = self._clean(params, strict=True)
-        if not self.space.is_allowed(clean):
-            warnings.warn(f"enqueued {clean} is not one of the space's allowed combinations; it is run as asked",
-                          stacklevel=2)
+        broken = self.space.violations(clean)
+        if broken:
+            raise ConstraintError(f"enqueued {clean} breaks {'; '.join(broken)} (an experiment already run goes in "
+                                  "with add_observations)")
         x = self.space.encode([clean])[0]
         entry = {"id": self._state.next_id, "params": clean, "x": x.tolist(), "source": "enqueued",
                  "round": self._state.round}
@@ -415,7 +416,10 @@ class Optimizer:
 
     def _design_rows(self) -> np.ndarray:
         if self._state.join_reply is not None:
-            return self._state.join_reply.design.numpy().reshape(-1, self.space.dim)
+            rows = self._state.join_reply.design.numpy().reshape(-1, self.space.dim)
+            # the coordinator's design meets the shared constraints; this site's own ones, here
+            return self.space.repair(rows, self.context.seed_for(0, "design-repair")) if self.space.local_constraints \
+                else rows
         if self._own_design is None:  # drawn once: a function of (seed, n_init)
             from scipy.stats import qmc
 
@@ -438,7 +442,7 @@ class Optimizer:
         data = self.site_data(extra_pending=extra)
         if data.n == 0:
             gen = rng(self.seed, self.context.site_index, self._state.round, "random")
-            return self.space.snap(gen.random((m, self.space.dim))), "random", {}
+            return self.space.repair(gen.random((m, self.space.dim)), int(gen.integers(2**31))), "random", {}
         guidance, source, clock, t, uses = None, "model", {}, self._state.round, 0
         self._logic.expect(m)
         if self.protocol_cls.federated:
@@ -452,7 +456,10 @@ class Optimizer:
         if X.shape != (m, self.space.dim):
             raise LabFBOError(f"protocol {self.protocol!r} proposed shape {X.shape}, expected {(m, self.space.dim)}")
         gen = rng(self.seed, self.context.site_index, t, "dedupe" if not uses else f"dedupe/{uses}")
-        return dedupe(self.space, self.space.snap(X), data.pending, gen), source, clock
+        X = dedupe(self.space, self.space.snap(X), data.pending, gen)
+        if self.space.local_constraints:  # the protocol's own points (e.g. a consensus average) meet them too
+            X = self.space.repair(X, self.context.seed_for(t, "repair"))
+        return X, source, clock
 
     def _guidance(self, timeout: float | None) -> tuple[Message | None, str, dict[str, Any]]:
         if self._link is None:

@@ -7,8 +7,13 @@ parameter**, in the order the parameters were declared (each parameter's coding 
 the grid, and :meth:`SearchSpace.snap` rounds any point onto it.
 
 ``allowed`` (optional) lists the combinations of discrete parameters a lab can run (the
-reagents in stock, the plate layouts that exist): every proposal is one of them. It is
-part of the study's identity (:meth:`SearchSpace.fingerprint`): partners must agree on it.
+reagents in stock, the plate layouts that exist): every proposal is one of them.
+``constraints`` (optional, :mod:`labfbo.constraints`): linear constraints over real
+parameters, forbidden combinations, and site-local nonlinear constraints. Forbidden
+combinations and ``allowed`` compile into one table of feasible combinations (the
+*table*); every grid method below reads it. ``allowed``, linear constraints and forbidden
+combinations are part of the study's identity (:meth:`SearchSpace.fingerprint`): partners
+must agree on them; nonlinear constraints are not (they stay with their site).
 
 Decoding clamps to the box, so ``decode`` always returns valid params in user units.
 """
@@ -20,11 +25,14 @@ import itertools
 import json
 import math
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from typing import Annotated, Any, Iterable, Sequence
 
 import numpy as np
-from pydantic import ConfigDict, field_validator, model_validator
+from scipy.stats import qmc
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from labfbo.constraints import (REL_TOL, Forbidden, LinearConstraint, NonlinearConstraint, UnitPolytope, compile_table,
+                                nearest_unused)
 from labfbo.exceptions import SearchSpaceError
 from labfbo.params import (Categorical, Choice, Discrete, Integer, Param, Real, _Checked,  # noqa: F401 (re-exported)
                            choice_index)
@@ -44,17 +52,37 @@ class SearchSpace(_Checked):
     [{'t': 200.0, 's': 'dmso'}]
 
     ``allowed``: a list of dicts (or a pandas DataFrame) over some of the discrete
-    parameters; only those combinations are ever proposed.
+    parameters; only those combinations are ever proposed. ``constraints``: a list of
+    :class:`~labfbo.LinearConstraint`, :class:`~labfbo.Forbidden` and (site-local)
+    :class:`~labfbo.NonlinearConstraint`.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     params: tuple[Param, ...]
     allowed_names: tuple[str, ...] | None = None
     allowed: tuple[tuple[Choice, ...], ...] | None = None
+    constraints: tuple[Annotated[LinearConstraint | Forbidden, Field(discriminator="type")], ...] | None = None
+    _table_names: tuple[str, ...] | None = PrivateAttr(None)
+    _table: tuple[tuple[Choice, ...], ...] | None = PrivateAttr(None)
+    _polytope: UnitPolytope | None = PrivateAttr(None)
+    _local: tuple[NonlinearConstraint, ...] = PrivateAttr(())
 
-    def __init__(self, params: Iterable[Any] | None = None, allowed: Any = None, **kw: Any) -> None:
+    def __init__(self, params: Iterable[Any] | None = None, allowed: Any = None,
+                 constraints: Iterable[Any] | None = None, **kw: Any) -> None:
         if params is not None:
             kw["params"] = tuple(params)
+        local: list[NonlinearConstraint] = []
+        if constraints is not None:
+            shared = []
+            for c in constraints:
+                if isinstance(c, NonlinearConstraint):
+                    local.append(c)
+                elif isinstance(c, (LinearConstraint, Forbidden, dict)):
+                    shared.append(c)
+                else:
+                    raise SearchSpaceError(f"constraints: expected LinearConstraint, Forbidden or "
+                                           f"NonlinearConstraint, got {type(c).__name__}")
+            kw["constraints"] = tuple(shared) or None
         if allowed is not None and "allowed_names" in kw:  # the stored form (names + value rows), e.g. from JSON
             kw["allowed"] = tuple(tuple(r) for r in allowed)
         elif allowed is not None:
@@ -69,6 +97,26 @@ class SearchSpace(_Checked):
             kw["allowed_names"] = tuple(names)
             kw["allowed"] = tuple(tuple(r[n] for n in names) for r in rows)
         super().__init__(**kw)
+        names = [c.name for c in local]
+        if len(set(names)) != len(names):
+            raise SearchSpaceError(f"constraints: nonlinear constraint names must be unique, got {names}")
+        self._local = tuple(local)
+
+    @model_validator(mode="after")
+    def _compile_constraints(self) -> "SearchSpace":
+        """Compile the table of feasible combinations and the linear constraints' polytope
+        (after ``allowed`` is canonical)."""
+        by_name = {p.name: p for p in self.params}
+        linear = [c for c in self.constraints or () if isinstance(c, LinearConstraint)]
+        for c in linear:
+            c.check_space(by_name)
+        self._polytope = UnitPolytope(self.params, linear) if linear else None
+        forbidden = [c.check_space(by_name) for c in self.constraints or () if isinstance(c, Forbidden)]
+        self._table_names, self._table = self.allowed_names, self.allowed
+        if forbidden:
+            self._table_names, self._table = compile_table(self.params, self.allowed_names, self.allowed, forbidden,
+                                                           MAX_TABLE_CANDIDATES)
+        return self
 
     @field_validator("params")
     @classmethod
@@ -156,15 +204,35 @@ class SearchSpace(_Checked):
         """True if no column is restricted to a grid."""
         return not any(p.is_discrete for p in self.params)
 
+    @property
+    def restricted(self) -> bool:
+        """True if a table (``allowed`` or forbidden combinations) restricts the grid columns."""
+        return self._table is not None
+
+    @property
+    def linear(self) -> UnitPolytope | None:
+        """The linear constraints in unit-cube coordinates (None without any)."""
+        return self._polytope
+
+    @property
+    def local_constraints(self) -> tuple[NonlinearConstraint, ...]:
+        """This site's nonlinear constraints (never part of the study's identity)."""
+        return self._local
+
+    @property
+    def constrained(self) -> bool:
+        """True if anything besides the box and the grids restricts the proposals."""
+        return self._table is not None or self._polytope is not None or bool(self._local)
+
     def allowed_dims(self) -> list[int]:
-        """Columns the allowed combinations restrict (empty without ``allowed``)."""
-        names = set(self.allowed_names or ())
+        """Columns the table of feasible combinations restricts (empty without one)."""
+        names = set(self._table_names or ())
         return [i for i, p in enumerate(self.params) if p.name in names]
 
     def allowed_codes(self) -> np.ndarray:
-        """``(m, len(allowed_dims))`` unit-cube codes of the allowed combinations."""
+        """``(m, len(allowed_dims))`` unit-cube codes of the table's combinations."""
         dims = self.allowed_dims()
-        return np.array([[self.params[j].to_unit(v) for j, v in zip(dims, row)] for row in self.allowed or ()],
+        return np.array([[self.params[j].to_unit(v) for j, v in zip(dims, row)] for row in self._table or ()],
                         dtype=np.float64).reshape(-1, len(dims))
 
     def feasible_grid(self, limit: int, seed: int = 0) -> np.ndarray | None:
@@ -175,9 +243,9 @@ class SearchSpace(_Checked):
         cols = sorted(grids)
         restricted = self.allowed_dims()
         free = [j for j in cols if j not in restricted]
-        if self._n_feasible() > limit and self.allowed is None:
+        if self._n_feasible() > limit and self._table is None:
             return None
-        A = self.allowed_codes() if self.allowed is not None else np.zeros((1, 0))
+        A = self.allowed_codes() if self._table is not None else np.zeros((1, 0))
         rows = [np.concatenate([a, f]) for a in A for f in itertools.product(*(grids[j] for j in free))]
         out = np.empty((len(rows), len(cols)))
         out[:, [cols.index(j) for j in restricted + free]] = np.asarray(rows, dtype=np.float64).reshape(len(rows), -1)
@@ -189,7 +257,7 @@ class SearchSpace(_Checked):
         """The number of feasible combinations of the grid columns."""
         grids = {**self.discrete_dims(), **self.cat_dims()}
         free = [j for j in grids if j not in self.allowed_dims()]
-        return (len(self.allowed or ()) or 1) * math.prod(len(grids[j]) for j in free)
+        return (len(self._table or ()) or 1) * math.prod(len(grids[j]) for j in free)
 
     def fingerprint(self) -> str:
         """A stable hash of the space's canonical JSON (used when a site joins)."""
@@ -207,6 +275,10 @@ class SearchSpace(_Checked):
                 return f"parameter {a.name!r}: {a.model_dump(exclude={'name'})} != {b.model_dump(exclude={'name'})}"
         if self.allowed_names != other.allowed_names:
             return f"allowed combinations over {self.allowed_names} != over {other.allowed_names}"
+        if self.constraints != other.constraints:
+            mine_c, theirs_c = set(map(str, self.constraints or ())), set(map(str, other.constraints or ()))
+            return (f"constraints differ: only here {sorted(mine_c - theirs_c)}, only there "
+                    f"{sorted(theirs_c - mine_c)}")
         mine, theirs = set(self.allowed or ()), set(other.allowed or ())
         return (f"allowed combinations differ: {len(mine - theirs)} only here (e.g. {sorted(mine - theirs, key=str)[:2]}), "
                 f"{len(theirs - mine)} only there (e.g. {sorted(theirs - mine, key=str)[:2]})")
@@ -249,10 +321,10 @@ class SearchSpace(_Checked):
         return clean, oob
 
     def is_allowed(self, params: dict[str, Any]) -> bool:
-        """True if ``params`` is one of the allowed combinations (always, without ``allowed``)."""
-        if self.allowed is None:
+        """True if ``params`` is one of the table's combinations (always, without a table)."""
+        if self._table is None:
             return True
-        names = self.allowed_names or ()
+        names = self._table_names or ()
         code = np.array([[self.params[j].to_unit(params[n]) for j, n in zip(self.allowed_dims(), names)]])
         return bool((np.abs(self.allowed_codes() - code).max(1) < 1e-9).any())
 
@@ -277,8 +349,10 @@ class SearchSpace(_Checked):
 
     def snap(self, X: np.ndarray, restrict: bool = True) -> np.ndarray:
         """Round unit-cube points to feasible values: every grid column onto its grid, then
-        (with ``allowed`` and ``restrict``) the restricted columns onto the nearest allowed
-        combination (L1 distance of the codes; the first one on ties)."""
+        (with a table and ``restrict``) the restricted columns onto the nearest feasible
+        combination (L1 distance of the codes; the first one on ties), and (``restrict``) the
+        real columns onto the linear constraints (the nearest feasible point). Site-local
+        nonlinear constraints are :meth:`repair`'s."""
         X = np.clip(np.array(X, dtype=np.float64), 0.0, 1.0)
         for c, p in enumerate(self.params):
             if isinstance(p, Categorical):
@@ -290,7 +364,9 @@ class SearchSpace(_Checked):
             elif isinstance(p, Integer) or p.step is not None:  # an evenly spaced grid of n + 1 values
                 n = p.high - p.low if isinstance(p, Integer) else p.n_steps
                 X[..., c] = np.round(X[..., c] * n) / n
-        if restrict and self.allowed is not None and X.size:
+        if restrict and self._polytope is not None and X.size:
+            X = self._polytope.project(X)
+        if restrict and self._table is not None and X.size:
             dims = self.allowed_dims()
             A = self.allowed_codes()
             flat = X.reshape(-1, self.dim)
@@ -299,10 +375,72 @@ class SearchSpace(_Checked):
             X = flat.reshape(X.shape)
         return X
 
+    # -- constraints -----------------------------------------------------------------------
+    def local_ok(self, X: np.ndarray) -> np.ndarray:
+        """Which unit-cube points meet every site-local nonlinear constraint (``g >= 0``)."""
+        X = np.atleast_2d(X)
+        if not self._local:
+            return np.ones(len(X), dtype=bool)
+        return np.array([all(g(p) >= 0.0 for g in self._local) for p in self.decode(X)], dtype=bool)
+
+    def feasible(self, X: np.ndarray) -> np.ndarray:
+        """Which unit-cube points are proposals this site may make: on the grids, in the table,
+        on the linear constraints' polytope and meeting its nonlinear constraints."""
+        X = np.atleast_2d(np.asarray(X, dtype=np.float64))
+        return (np.abs(self.snap(X) - X).max(1) < 1e-9) & self.local_ok(X)
+
+    def violations(self, params: dict[str, Any]) -> list[str]:
+        """The constraints validated ``params`` (user units) break, described (empty if none)."""
+        out = []
+        if not self.is_allowed(params):
+            out.append(f"{dict((n, params[n]) for n in self._table_names or ())} is not a feasible combination "
+                       "(allowed= / Forbidden)")
+        for c in self.constraints or ():
+            if isinstance(c, LinearConstraint) and c.violation(params) > REL_TOL:
+                out.append(f"linear constraint {c} (off by {c.violation(params):.2g}, relative)")
+        out += [f"nonlinear constraint {g.name!r} ({g(params):.4g} < 0)" for g in self._local if g(params) < 0.0]
+        return out
+
+    def sample(self, n: int, seed: int) -> np.ndarray:
+        """Up to ``n`` feasible unit-cube points spread over the space: scrambled Sobol points (with
+        linear constraints, hit-and-run over their polytope), snapped; with nonlinear constraints
+        only those that meet them (drawing up to 16x more). Raises if none does."""
+        parts, m = [], n
+        for attempt in range(4 if self._local else 1):
+            if self._polytope is not None:
+                U = self._polytope.sample(m, seed + attempt)
+            else:
+                k = int(np.ceil(np.log2(max(m, 2))))
+                U = qmc.Sobol(self.dim, scramble=True, seed=np.random.default_rng(seed + attempt)).random_base2(k)[:m]
+            U = self.snap(U)
+            parts.append(U[self.local_ok(U)])
+            if sum(map(len, parts)) >= n:
+                break
+            m *= 2
+        X = np.concatenate(parts)[:n]
+        if not len(X):
+            raise SearchSpaceError(f"no point meets the nonlinear constraint(s) {[g.name for g in self._local]} "
+                                   f"among {2 * m - n} samples of the space; check that they can be met")
+        return X
+
+    def repair(self, X: np.ndarray, seed: int) -> np.ndarray:
+        """Snap ``X`` (:meth:`snap`), then replace each point that breaks a nonlinear constraint by
+        the nearest unused feasible point of a seeded sample (:meth:`sample`)."""
+        X = self.snap(X)
+        bad = np.flatnonzero(~self.local_ok(X))
+        if not len(bad):
+            return X
+        X[bad] = nearest_unused(self.sample(max(1024, 4 * len(X)), seed), X[bad])
+        return X
+
     def design(self, U: np.ndarray, seed: int) -> np.ndarray:
         """Snap a space-filling design ``U (n, d)``; on a fully discrete space (where snapping
         can merge points, e.g. onto few allowed combinations) repeated rows are replaced by
-        seeded random unused combinations while there are any."""
+        seeded random unused combinations while there are any. With linear or nonlinear
+        constraints each row of ``U`` takes the nearest unused point of a feasible sample of
+        ``max(512, 32 n)`` points instead, so the design stays spread and feasible."""
+        if self._polytope is not None or self._local:
+            return nearest_unused(self.sample(max(512, 32 * len(U)), seed), np.atleast_2d(U))
         X = self.snap(U)
         if len(self.discrete_dims()) + len(self.cat_dims()) < self.dim or len(X) < 2:
             return X

@@ -190,8 +190,9 @@ def test_more_points_than_allowed_combinations_is_a_clear_error() -> None:
         opt.ask(n=3)
     with pytest.raises(labfbo.SearchSpaceError, match="lists no combination"):
         SearchSpace([Categorical("a", list("pq"))], allowed_names=("a",), allowed=[])
-    with pytest.warns(UserWarning, match="not one of the space's allowed"):
+    with pytest.raises(labfbo.ConstraintError, match="is not a feasible combination"):
         opt.enqueue({"a": "p", "b": "y"})
+    assert not opt.pending  # refused: nothing journaled
 
 
 def test_a_fine_step_is_optimized_continuously_and_still_snapped() -> None:

@@ -50,6 +50,7 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "labfbo-nei-sab": ("labfbo", {"acquisition": "nei", "sample_around_best": True}),
     "labfbo-ei-gamma": ("labfbo", {"acquisition": "ei", "noise_prior": "gamma"}),
     "labfbo-nei-gamma": ("labfbo", {"acquisition": "nei", "noise_prior": "gamma"}),
+    "labfbo-nei-auto": ("labfbo", {"acquisition": "nei", "noise_prior": "auto"}),
     "labfbo-nei-gamma-matern": ("labfbo", {"acquisition": "nei", "noise_prior": "gamma", "kernel": "matern52"}),
     "labfbo-nei-gamma-sab": ("labfbo", {"acquisition": "nei", "noise_prior": "gamma", "sample_around_best": True}),
     "labfbo-nei-matern-sab": ("labfbo", {"acquisition": "nei", "kernel": "matern52", "sample_around_best": True}),

@@ -16,6 +16,7 @@ scale). The defaults were chosen on ``labfbo bench engine`` (``docs/benchmarks.m
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 import warnings
@@ -72,10 +73,11 @@ class SurrogateOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     kernel: Literal["rbf", "matern52"] = "rbf"
     input_warping: bool = False
-    noise_prior: Literal["lognormal", "gamma"] = Field(
+    noise_prior: Literal["lognormal", "gamma", "auto"] = Field(
         "lognormal", description="prior on the standardized noise variance when it is learned: BoTorch's "
-        "LogNormal(-4, 1), floor 1e-4 (suits noisy data), or Gamma(1.1, 30), floor 1e-6 (Optuna's; lets a "
-        "noiseless response be interpolated)")
+        "LogNormal(-4, 1), floor 1e-4 (suits noisy data), Gamma(1.1, 30), floor 1e-6 (Optuna's; lets a "
+        "noiseless response be interpolated), or 'auto': fit both, keep the one with the higher "
+        "leave-one-out predictive density")
 
 
 def _input_transform(d: int, cat_dims: list[int], warp: bool, features: "FeatureMap | None" = None,
@@ -142,19 +144,29 @@ def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
             features = FeatureMap(space)
             warp_dims = [features.slices[j][0] for j, p in enumerate(space.params) if not p.is_discrete]
             d, cat_dims = features.n_out, features.cat_out
-    likelihood = None
-    if train_Yvar is None and opts.noise_prior == "gamma":
-        likelihood = GaussianLikelihood(noise_prior=GammaPrior(1.1, 30.0),
-                                        noise_constraint=GreaterThan(1e-6, transform=None, initial_value=1e-3))
-    model = SingleTaskGP(train_X, train_Y, train_Yvar, likelihood=likelihood,
-                         covar_module=_kernel(d, cat_dims, opts.kernel == "rbf"), mean_module=mean_module,
-                         input_transform=_input_transform(d, cat_dims, opts.input_warping, features, warp_dims),
-                         outcome_transform=Standardize(m=1))
-    mll = ExactMarginalLogLikelihood(model.likelihood, model)
-    with seeded_torch(seed), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # optimizer chatter; failures raise below
-        fit_gpytorch_mll(mll)
-    model.eval()
+    def fit(noise_prior: str, mean: Mean | None = mean_module) -> Model:
+        likelihood = None
+        if train_Yvar is None and noise_prior == "gamma":
+            likelihood = GaussianLikelihood(noise_prior=GammaPrior(1.1, 30.0),
+                                            noise_constraint=GreaterThan(1e-6, transform=None, initial_value=1e-3))
+        model = SingleTaskGP(train_X, train_Y, train_Yvar, likelihood=likelihood,
+                             covar_module=_kernel(d, cat_dims, opts.kernel == "rbf"), mean_module=mean,
+                             input_transform=_input_transform(d, cat_dims, opts.input_warping, features, warp_dims),
+                             outcome_transform=Standardize(m=1))
+        mll = ExactMarginalLogLikelihood(model.likelihood, model)
+        with seeded_torch(seed), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # optimizer chatter; failures raise below
+            fit_gpytorch_mll(mll)
+        model.eval()
+        return model
+
+    if train_Yvar is not None or opts.noise_prior != "auto" or train_X.shape[0] < 3:
+        return fit("lognormal" if opts.noise_prior == "auto" else opts.noise_prior)
+    # Model selection by leave-one-out predictive density (Rasmussen & Williams, Sec. 5.4.2):
+    # both fits see the same standardized targets, so their LOO densities compare directly.
+    candidates = [fit("lognormal", copy.deepcopy(mean_module)), fit("gamma")]
+    scores = [loo_log_density(m) for m in candidates]
+    return candidates[1] if scores[1] > scores[0] else candidates[0]
     return model
 
 
