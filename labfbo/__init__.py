@@ -11,6 +11,7 @@ from labfbo.exceptions import (ConfigurationError, ConstraintError, FederationEr
                                ValidationError)
 from labfbo.constraints import Forbidden, LinearConstraint, NonlinearConstraint
 from labfbo.space import Categorical, Discrete, Integer, Real, SearchSpace
+from labfbo.objectives import Objective, Outcome
 from labfbo.trial import Observation, Trial
 from labfbo.optimizer import Optimizer
 from labfbo.coordinator import Coordinator
@@ -30,7 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Categorical", "ConfigurationError", "ConstraintError", "Coordinator", "DP", "Discrete", "FederatedProblem",
     "FederationError", "Forbidden", "Integer", "JournalError", "LabFBOError", "LinearConstraint",
-    "NonlinearConstraint", "Observation", "Optimizer", "ProtocolError", "Real",
+    "NonlinearConstraint", "Objective", "Observation", "Outcome", "Optimizer", "ProtocolError", "Real",
     "RoundError", "SearchSpace", "SearchSpaceError", "SimulationResult", "Trial", "TrialError",
     "ValidationError", "available_protocols", "priors", "simulate",
 ]

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
 import numpy as np
 import torch
@@ -308,17 +308,21 @@ class PriorWeighted(WrappedAcquisition):
 def propose_with_model(model: Model, space: SearchSpace, data: AcquisitionData, q: int,
                        seed: int, opts: AcquisitionOptions,
                        prior: "tuple[LocationPrior, float] | None" = None,
-                       round: int | None = None) -> np.ndarray:
+                       round: int | None = None,
+                       weigh: "Callable[[AcquisitionFunction], AcquisitionFunction] | None" = None) -> np.ndarray:
     """Propose ``q`` points from ``model`` with the configured acquisition.
 
     ``prior=(location_prior, gamma)`` multiplies the acquisition by the prior to the
     power ``gamma`` (skipped when ``gamma == 0``). ``round``: the site's model-based round,
-    for ``stall_rounds`` (None: never escape).
+    for ``stall_rounds`` (None: never escape). ``weigh``: wraps the acquisition (e.g. in the
+    site's probability of meeting its outcome constraints).
     """
     if opts.acquisition == "ts":
         return thompson_sample(model, space, q, seed, opts, exclude=data.pending)
     with seeded_torch(seed):  # qLogNEI prunes its baseline with posterior draws from torch's RNG
         acqf = build_acquisition(model, data, opts, q, seed)
+    if weigh is not None:
+        acqf = weigh(acqf)
     if escaping(data.y, round, opts):
         acqf = ExcludeIncumbent.around_best(acqf, data, space.dim, opts)
     if prior is not None and prior[1] > 0:

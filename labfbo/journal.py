@@ -162,7 +162,7 @@ def write_snapshot(path: str | os.PathLike[str], records: list[dict[str, Any]]) 
     os.replace(tmp, path)
 
 
-HEADER_KEYS = ("space_hash", "objective", "protocol", "seed", "site", "n_init")
+HEADER_KEYS = ("space_hash", "objective", "protocol", "seed", "site", "n_init", "outcomes")
 
 
 def check_header(header: Header, ours: Header) -> None:

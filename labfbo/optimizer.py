@@ -14,11 +14,13 @@ import secrets
 import threading
 import warnings
 from contextlib import nullcontext
-from typing import Any, Callable, Literal, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from labfbo.exceptions import (ConfigurationError, ConstraintError, JournalError, LabFBOError, TrialError, ValidationError)
+from labfbo.objectives import Outcome, OutcomeSpec
 from labfbo.journal import JournalBackend, check_header, open_journal, write_snapshot
 from labfbo.messages import Abstain, JoinRequest, Message, parse
 from labfbo.progress import slow_notice
@@ -49,7 +51,12 @@ class Optimizer:
 
     Args:
         space: the search space.
-        objective: ``"minimize"`` or ``"maximize"``.
+        objective: ``"minimize"`` or ``"maximize"`` (one unnamed value), a
+            :class:`labfbo.Objective`, or a list of them (several objectives: ``best`` refers to
+            the first; :meth:`pareto_front` gives the trade-off).
+        outcome_constraints: :class:`labfbo.Outcome` constraints on measured outcomes; ``best`` is
+            the best feasible observation. With named objectives or outcome constraints ``tell``
+            takes a dict with every outcome.
         protocol: ``"independent"`` (default, no coordinator), a federated protocol's name, or a
             configured protocol such as ``labfbo.protocols.Distribution(privacy=labfbo.DP())``.
         coordinator: a :class:`labfbo.Coordinator` (in-process), an ``"https://..."`` URL of a
@@ -71,16 +78,19 @@ class Optimizer:
         **protocol_options: the protocol's options, e.g. ``acquisition="ei"`` (with a protocol name).
     """
 
-    def __init__(self, space: SearchSpace, objective: Literal["minimize", "maximize"] = "minimize",
+    def __init__(self, space: SearchSpace, objective: Any = "minimize",
                  protocol: str | ConfiguredProtocol = "independent", coordinator: Any = None, site: str | None = None,
                  seed: int = 0, storage: str | os.PathLike[str] | JournalBackend | None = None,
                  n_init: int | None = None,
                  horizon: int | None = None, secret: int | None = None, token: str | None = None,
-                 approve: Callable[[Message], bool] | None = None, **protocol_options: Any) -> None:
+                 approve: Callable[[Message], bool] | None = None,
+                 outcome_constraints: Sequence[Outcome] | None = None, **protocol_options: Any) -> None:
         if not isinstance(space, SearchSpace):
             raise ConfigurationError("space must be a labfbo.SearchSpace")
-        if objective not in ("minimize", "maximize"):
+        if isinstance(objective, str) and objective not in ("minimize", "maximize"):
             raise ConfigurationError(f"objective must be 'minimize' or 'maximize', got {objective!r}")
+        self.outcomes = OutcomeSpec.build(objective, outcome_constraints)
+        objective = self.outcomes.direction if self.outcomes is not None else objective
         if not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ConfigurationError(f"seed must be a non-negative integer, got {seed!r}")
         if n_init is not None and n_init < 0:
@@ -90,6 +100,9 @@ class Optimizer:
         self.protocol, self.options = resolve(protocol, protocol_options)  # the name, as Coordinator.protocol
         self.protocol_cls = get_protocol(self.protocol)
         self.protocol_cls.check_space(space)
+        if self.outcomes is not None and getattr(self.options, "acquisition", "nei") not in ("nei", "ei"):
+            raise ConfigurationError(f"named outcomes (outcome constraints, several objectives) need a log-"
+                                     f"acquisition, 'nei' (the default) or 'ei'; got {self.options.acquisition!r}")
         self.seed = int(seed)
         self.site = site or "site-0"
         self.n_init = max(5, 2 * space.dim) if n_init is None else int(n_init)
@@ -110,7 +123,8 @@ class Optimizer:
         self._header = Header(secret=self._secret, key_seed=self._key_seed.hex(), space_hash=space.fingerprint(),
                               space=space.model_dump(mode="json"), objective=objective, protocol=self.protocol,
                               seed=self.seed, site=self.site, n_init=self.n_init,
-                              options=self.options.model_dump(mode="json"))
+                              options=self.options.model_dump(mode="json"),
+                              outcomes=None if self.outcomes is None else self.outcomes.model_dump(mode="json"))
         self._unwritten: Header | None = None  # a new journal's header: written with its first record
         try:
             if raw:
@@ -177,7 +191,7 @@ class Optimizer:
             self.horizon = self.horizon if self.horizon is not None else self._state.join_reply.horizon
         self.context = SiteContext(site=self.site, site_index=ctx_index, n_sites=n_sites, seed=self.seed,
                                    horizon=self.horizon, objective=self.objective, secret=self._secret,
-                                   key_seed=self._key_seed)
+                                   key_seed=self._key_seed, outcomes=self.outcomes)
         self._logic = self.protocol_cls.site_logic(self.space, self.options, self.context)
 
     # -- journal ---------------------------------------------------------------------------
@@ -230,7 +244,7 @@ class Optimizer:
         Numeric values outside the bounds are kept as given (warning) and clipped for the
         model; any other problem raises and nothing is added.
         """
-        record, oob_rows = history_record(self.space, params_list, values)
+        record, oob_rows = history_record(self.space, params_list, values, self.outcomes)
         if oob_rows:
             warnings.warn(f"{len(oob_rows)} historical observation(s) outside the bounds: rows "
                           f"{'; '.join(oob_rows)} — kept as given, clipped for the model", stacklevel=2)
@@ -281,8 +295,17 @@ class Optimizer:
         return out[0] if n is None else out
 
     def tell(self, trial_or_id: Trial | int, value: Any, metadata: dict[str, Any] | None = None) -> None:
-        """Report a measurement: a float, or ``(mean, sem)``; ``metadata`` is kept with the trial."""
+        """Report a measurement: a float, or ``(mean, sem)`` — with named outcomes a dict of them,
+        e.g. ``{"yield": 81.2, "impurity": (0.3, 0.02)}``; ``metadata`` is kept with the trial."""
         rec = self._record(trial_or_id)
+        if self.outcomes is not None:
+            outcomes = self.outcomes.parse(value)
+            mean, sem = outcomes[self.outcomes.objectives[0].name]
+            self._commit(Tell(id=rec.id, value=mean, sem=sem, outcomes=outcomes, **metadata_record(metadata)))
+            return
+        if isinstance(value, dict):
+            raise ValidationError("tell got a dict, but this campaign measures one unnamed value; name the "
+                                  "outcomes with objective=labfbo.Objective(...) to report several")
         mean, sem = parse_value(value)
         self._commit(Tell(id=rec.id, value=mean, sem=sem, **metadata_record(metadata)))
 
@@ -306,11 +329,27 @@ class Optimizer:
 
     @property
     def best(self) -> Observation | None:
-        """The best completed observation (``None`` before any)."""
+        """The best completed observation (``None`` before any): with outcome constraints the best
+        *feasible* one (``None`` while there is none); with several objectives, by the first."""
         obs = self.observations
+        if self.outcomes is not None:
+            obs = tuple(o for o in obs if o.outcomes is not None and self.outcomes.feasible(o.outcomes))
         if not obs:
             return None
         return max(obs, key=lambda o: self._to_max * o.value)
+
+    def pareto_front(self) -> list[Observation]:
+        """The feasible observations no other feasible one dominates on every objective
+        (all of them at once), in observation order."""
+        if self.outcomes is None:
+            return [self.best] if self.best is not None else []
+        obs = [o for o in self.observations if o.outcomes is not None and self.outcomes.feasible(o.outcomes)]
+        if not obs:
+            return []
+        from labfbo.models.outcomes import non_dominated
+
+        keep = non_dominated(self.outcomes.objective_matrix([o.outcomes for o in obs]))  # type: ignore[misc]
+        return [o for o, k in zip(obs, keep) if k]
 
     @property
     def pending(self) -> list[Trial]:
@@ -320,12 +359,16 @@ class Optimizer:
     def trials(self) -> list[Trial]:
         return [t.trial() for t in self._state.trials.values()]
 
-    def predict(self, params_list: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior mean and standard deviation of the objective (user units)."""
+    def predict(self, params_list: Sequence[dict[str, Any]]) -> Any:
+        """Posterior mean and standard deviation of the objective (user units); with named outcomes
+        a dict ``outcome -> (mean, std)`` from the site's own model of each."""
         X = self.space.encode([self._clean(p, strict=False) for p in params_list])
         data = self.site_data()
         if data.n == 0:
             raise LabFBOError("predict needs at least one completed observation")
+        if self.outcomes is not None:
+            with self._lock, _COMPUTE:
+                return self._logic.predict_outcomes(data, X)
         mean, std = self._logic.predict(data, X)
         return self._to_max * mean, std
 
@@ -402,7 +445,7 @@ class Optimizer:
         """
         if upto is not None and upto < self._state.position:
             return build_site_data(self.space, self._to_max, self._state.hist_x, self._state.historical,
-                                   list(self._state.trials.values()), self._state.hist_at, upto)
+                                   list(self._state.trials.values()), self._state.hist_at, upto, spec=self.outcomes)
         cached = self._data_cache
         if cached is None:
             cached = self._data_cache = self._build_site_data()
@@ -412,7 +455,16 @@ class Optimizer:
                         pending=np.vstack([cached.pending, extra_pending]), failed=cached.failed)
 
     def _build_site_data(self) -> SiteData:
-        return build_site_data(self.space, self._to_max, self._state.hist_x, self._state.historical, list(self._state.trials.values()))
+        return build_site_data(self.space, self._to_max, self._state.hist_x, self._state.historical,
+                               list(self._state.trials.values()), spec=self.outcomes)
+
+    def _for_round(self, data: SiteData, round: int) -> SiteData:
+        """Several objectives: the data with ``y`` the ParEGO target of BO round ``round``
+        (:meth:`labfbo.objectives.OutcomeSpec.chebyshev`); otherwise ``data`` itself."""
+        if self.outcomes is None or not self.outcomes.multi or data.Y is None or not data.n:
+            return data
+        m = len(self.outcomes.objectives)
+        return replace(data, y=self.outcomes.chebyshev(data.Y[:, :m], self.seed, round), yvar=None)
 
     def _design_rows(self) -> np.ndarray:
         if self._state.join_reply is not None:
@@ -450,6 +502,7 @@ class Optimizer:
             if clock.get("guidance_round") is not None:
                 t = clock["guidance_round"]
                 uses = self._state.clock.uses if t == self._state.clock.guided else 0
+        data = self._for_round(data, t)
         notice = slow_notice(f"{self.site}: proposing a batch of {m} from the model") if m > 1 else nullcontext()
         with self._lock, _COMPUTE, notice:
             X = np.asarray(self._logic.propose(data, guidance, m, t), dtype=np.float64)
@@ -473,7 +526,7 @@ class Optimizer:
             with _COMPUTE:
                 self.ledger.record_received(request)
                 # the data the site had when it asked for this round (all of it if it has not asked)
-                data = self.site_data(upto=self._state.clock.cuts.get(request.round))
+                data = self._for_round(self.site_data(upto=self._state.clock.cuts.get(request.round)), request.round)
                 answer = self._logic.answer(request, data, request.round)
             answer = answer.model_copy(update={"round": request.round, "study": request.study})
             # the operator's review runs outside the process-wide compute lock

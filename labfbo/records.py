@@ -54,6 +54,7 @@ class Header(_Record):
     site: str
     n_init: int
     options: dict[str, Any] = {}
+    outcomes: dict[str, Any] | None = None  # the OutcomeSpec (named objectives, outcome constraints)
 
 
 class TrialEntry(BaseModel):
@@ -90,6 +91,7 @@ class Historical(_Record):
     params: list[dict[str, Any]]
     values: list[FiniteFloat]
     sems: list[FiniteFloat | None]
+    outcomes: list[dict[str, tuple[FiniteFloat, FiniteFloat | None]]] | None = None  # with named outcomes
 
 
 class Tell(_Record):
@@ -97,6 +99,7 @@ class Tell(_Record):
     id: StrictInt
     value: FiniteFloat
     sem: FiniteFloat | None = None
+    outcomes: dict[str, tuple[FiniteFloat, FiniteFloat | None]] | None = None  # with named outcomes: all of them
     metadata: Metadata = {}
 
 

@@ -16,6 +16,7 @@ from labfbo.trial import parse_value
 
 if TYPE_CHECKING:
     from labfbo.optimizer import Optimizer
+    from labfbo.objectives import OutcomeSpec
     from labfbo.space import SearchSpace
     from labfbo.trial import Observation, TrialRecord
 
@@ -59,12 +60,20 @@ def _param_columns(params: dict[str, Any]) -> dict[str, Any]:
 def history_rows(opt: "Optimizer") -> list[dict[str, Any]]:
     """One row per historical observation and per trial (any state), params flattened."""
     rows: list[dict[str, Any]] = []
+    names = opt.outcomes.names if opt.outcomes is not None else []
+
+    taken = set(opt.space.names) | set(_BOOK_KEEPING)
+
+    def columns(means: dict[str, float] | None) -> dict[str, Any]:  # a column per named outcome
+        return {(f"outcome_{n}" if n in taken else n): None if means is None else means.get(n) for n in names}
+
     for o in opt.state.historical:
         rows.append({"trial_id": None, "source": "historical", "state": "complete", **_param_columns(o.params),
-                     "value": o.value, "sem": o.sem, "reason": None})
+                     "value": o.value, "sem": o.sem, **columns(o.outcomes), "reason": None})
     for t in opt.state.trials.values():
+        means = None if t.outcomes is None else {k: v[0] for k, v in t.outcomes.items()}
         rows.append({"trial_id": t.id, "source": t.source, "state": t.state, **_param_columns(t.params),
-                     "value": t.value, "sem": t.sem, "reason": t.reason})
+                     "value": t.value, "sem": t.sem, **columns(means), "reason": t.reason})
     return rows
 
 
@@ -81,7 +90,7 @@ def write_csv(path: str, rows: list[dict[str, Any]]) -> None:
 
 def build_site_data(space: "SearchSpace", sign: float, hist_x: list[np.ndarray], historical: list["Observation"],
                     trials: list["TrialRecord"], hist_at: list[int] | None = None,
-                    upto: int | None = None) -> SiteData:
+                    upto: int | None = None, spec: "OutcomeSpec | None" = None) -> SiteData:
     """A site's data in model coordinates: historical then completed trials (``sign`` makes every
     objective a maximization), their variances when every one has a standard error, and the
     pending points — as of journal position ``upto`` (None: now; ``hist_at`` gives the
@@ -100,7 +109,11 @@ def build_site_data(space: "SearchSpace", sign: float, hist_x: list[np.ndarray],
     yvar = None if not sems or any(s is None for s in sems) else np.square(np.asarray(sems, dtype=np.float64))
     pending = np.array([t.x for t, s in zip(trials, states) if s == "pending"]).reshape(-1, space.dim)
     failed = np.array([t.x for t, s in zip(trials, states) if s == "failed"]).reshape(-1, space.dim)
-    return SiteData(space=space, X=X, y=y, yvar=yvar, pending=pending, failed=failed)
+    Y = None
+    if spec is not None:
+        rows = [o.outcomes for o in historical] + [{k: v[0] for k, v in (t.outcomes or {}).items()} for t in done]
+        Y = spec.outcome_matrix(rows)  # type: ignore[arg-type]
+    return SiteData(space=space, X=X, y=y, yvar=yvar, pending=pending, failed=failed, Y=Y)
 
 
 def dedupe(space: "SearchSpace", X: np.ndarray, pending: np.ndarray, gen: np.random.Generator) -> np.ndarray:
@@ -115,16 +128,22 @@ def dedupe(space: "SearchSpace", X: np.ndarray, pending: np.ndarray, gen: np.ran
     return X
 
 
-def history_record(space: "SearchSpace", params_list: Any, values: Any) -> tuple[dict[str, Any] | None, list[str]]:
+def history_record(space: "SearchSpace", params_list: Any, values: Any,
+                   spec: "OutcomeSpec | None" = None) -> tuple[dict[str, Any] | None, list[str]]:
     """The journal record of historical observations (None if there are none) and the rows
-    outside the bounds (kept as given; the model clips them). Anything else invalid raises."""
+    outside the bounds (kept as given; the model clips them). Anything else invalid raises.
+    With ``spec`` each value is a dict of every outcome (the record's value: the first objective)."""
     if isinstance(params_list, dict) or len(params_list) != len(values):
         raise ValidationError("add_observations needs a list of params dicts and a list of values of the same length")
-    clean, sems, vals, oob_rows = [], [], [], []
+    clean, sems, vals, oob_rows, outcomes = [], [], [], [], []
     for i, (params, value) in enumerate(zip(params_list, values)):
         try:
             c, oob = space.validate_params(params, strict=False)
-            v, s = parse_value(value)
+            if spec is not None:
+                outcomes.append(spec.parse(value))
+                v, s = outcomes[-1][spec.objectives[0].name]
+            else:
+                v, s = parse_value(value)
         except LabFBOError as exc:
             raise type(exc)(f"observation {i}: {exc}") from None
         if oob:
@@ -133,4 +152,7 @@ def history_record(space: "SearchSpace", params_list: Any, values: Any) -> tuple
         clean.append({k: plain[k] if k in oob else c[k] for k in space.names})
         vals.append(v)
         sems.append(s)
-    return ({"op": "hist", "params": clean, "values": vals, "sems": sems} if clean else None), oob_rows
+    record = {"op": "hist", "params": clean, "values": vals, "sems": sems}
+    if spec is not None:
+        record["outcomes"] = outcomes
+    return (record if clean else None), oob_rows

@@ -66,11 +66,14 @@ class SiteState:
     def _historical(self, rec: Historical, replay: bool) -> None:
         if not len(rec.params) == len(rec.values) == len(rec.sems):
             raise JournalError("a 'hist' record whose params, values and sems differ in length")
-        for params, value, sem in zip(rec.params, rec.values, rec.sems):
+        if rec.outcomes is not None and len(rec.outcomes) != len(rec.params):
+            raise JournalError("a 'hist' record whose outcomes and params differ in length")
+        for i, (params, value, sem) in enumerate(zip(rec.params, rec.values, rec.sems)):
             if replay:
                 value, sem = parse_value(value if sem is None else (value, sem))
             clean = self.space.validate_params(params, strict=False)[0]
-            self.historical.append(Observation(params=params, value=value, sem=sem))
+            means = None if rec.outcomes is None else {k: v[0] for k, v in rec.outcomes[i].items()}
+            self.historical.append(Observation(params=params, value=value, sem=sem, outcomes=means))
             self.hist_x.append(self.space.encode([clean])[0])
             self.hist_at.append(self.position)
 
@@ -101,6 +104,7 @@ class SiteState:
         tr.metadata.update(rec.metadata)
         if isinstance(rec, Tell):
             tr.state, tr.value, tr.sem, tr.finished_at = "complete", rec.value, rec.sem, self.position
+            tr.outcomes = None if rec.outcomes is None else {k: (v[0], v[1]) for k, v in rec.outcomes.items()}
         elif isinstance(rec, Fail):
             tr.state, tr.reason, tr.finished_at = "failed", rec.reason, self.position
 
@@ -111,7 +115,8 @@ class SiteState:
 
     def observations(self) -> tuple[Observation, ...]:
         """Completed records (historical and told), in order; failed and pending excluded."""
-        told = [Observation(params=dict(t.params), value=t.value, sem=t.sem, trial_id=t.id, source=t.source)
+        told = [Observation(params=dict(t.params), value=t.value, sem=t.sem, trial_id=t.id, source=t.source,
+                            outcomes=None if t.outcomes is None else {k: v[0] for k, v in t.outcomes.items()})
                 for t in self.trials.values() if t.state == "complete"]
         hist = [o.model_copy(update={"params": dict(o.params)}) for o in self.historical]  # no aliasing
         return tuple(hist) + tuple(told)

@@ -40,6 +40,7 @@ class Observation(BaseModel):
     sem: float | None = None
     trial_id: int | None = None
     source: str = "historical"
+    outcomes: dict[str, float] | None = None  # with named outcomes: every outcome's mean (value: the first objective's)
 
 
 @dataclass
@@ -54,6 +55,7 @@ class TrialRecord:
     state: TrialState = "pending"
     value: float | None = None
     sem: float | None = None
+    outcomes: dict[str, tuple[float, float | None]] | None = None
     reason: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     asked_at: int = 0                 # journal position of its ask

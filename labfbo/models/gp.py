@@ -167,7 +167,6 @@ def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
     candidates = [fit("lognormal", copy.deepcopy(mean_module)), fit("gamma")]
     scores = [loo_log_density(m) for m in candidates]
     return candidates[1] if scores[1] > scores[0] else candidates[0]
-    return model
 
 
 def predict(model: Model, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

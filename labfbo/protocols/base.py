@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import BaseModel
@@ -29,6 +29,9 @@ from labfbo.messages import Abstain, Message
 from labfbo.privacy.release import Release
 from labfbo.seeding import int_seed, stable_hash
 from labfbo.space import SearchSpace
+
+if TYPE_CHECKING:
+    from labfbo.objectives import OutcomeSpec
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class SiteData:
     yvar: np.ndarray | None
     pending: np.ndarray
     failed: np.ndarray | None = None  # unit-cube points of failed trials (not proposed again where avoidable)
+    Y: np.ndarray | None = None  # (n, k) with named outcomes: OutcomeSpec.outcome_matrix of the same rows
 
     @property
     def n(self) -> int:
@@ -69,6 +73,7 @@ class SiteContext:
     objective: Literal["minimize", "maximize"] = "minimize"
     secret: int = 0  # site-private: seeds draws the coordinator must not predict (DP noise)
     key_seed: bytes = b""  # site-private, 32 random bytes: secure-aggregation keys and self masks
+    outcomes: "OutcomeSpec | None" = None  # named objectives and outcome constraints (site-local)
 
     def seed_for(self, round: int, purpose: str) -> int:
         return int_seed(self.seed, self.site_index, round, purpose)
@@ -139,6 +144,10 @@ class SiteLogic(ABC):
     def predict(self, data: SiteData, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and std (maximization orientation) at unit-cube ``X``."""
         raise ProtocolError(f"{type(self).__name__} has no predictive model")
+
+    def predict_outcomes(self, data: SiteData, X: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """With named outcomes: ``outcome -> (mean, std)`` in the lab's units at unit-cube ``X``."""
+        raise ProtocolError(f"{type(self).__name__} has no model of named outcomes")
 
 
 class Aggregator(ABC):

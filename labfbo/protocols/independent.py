@@ -11,9 +11,11 @@ import numpy as np
 from botorch.models.model import Model
 from pydantic import model_validator
 
-from labfbo.acquisition import AcquisitionData, AcquisitionOptions, propose_with_model
+from labfbo.acquisition import (AcquisitionData, AcquisitionOptions, optimize_acquisition, propose_with_model,
+                                tried_points)
 from labfbo.messages import Message
-from labfbo.models.gp import SurrogateOptions, fit_local_gp, predict
+from labfbo.models.gp import SurrogateOptions, fit_local_gp, predict, seeded_torch
+from labfbo.models.outcomes import FeasibilityWeighted, outcome_acquisition
 from labfbo.priors import LocationPrior, PriorOptions, prior_exponent, site_prior
 from labfbo.protocols.base import Protocol, SiteData, SiteLogic
 
@@ -42,6 +44,8 @@ class LocalGPSite(SiteLogic):
 
     _cache_key: bytes | None = None
     _cache_model: Model | None = None
+    _outcome_key: bytes | None = None
+    _outcome_models: list[Model] = []
 
     def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
         super().__init__(space, options, context)
@@ -71,14 +75,54 @@ class LocalGPSite(SiteLogic):
         return prior, prior_exponent(self.options, prior, round, data.X, data.y)
 
     def propose_with(self, model: Model, data: SiteData, n: int, round: int) -> np.ndarray:
-        """Maximize the (prior-weighted) acquisition of ``model`` (pending-aware)."""
+        """Maximize the (prior-weighted) acquisition of ``model`` (pending-aware); with outcome
+        constraints weighted by the site's local probability of meeting them."""
         acq_data = AcquisitionData(X=data.X, y=data.y, pending=data.pending, failed=data.failed)
+        spec = self.context.outcomes
+        weigh = None
+        if spec is not None and spec.constraints:
+            cons = self.outcome_models(data)[len(spec.objectives):]
+            weigh = lambda acqf: FeasibilityWeighted(acqf, cons, spec)  # noqa: E731
         return propose_with_model(model, self.space, acq_data, n, self.context.seed_for(round, "acquisition"),
-                                  self.options, prior=self.prior_weight(data, round), round=round)
+                                  self.options, prior=self.prior_weight(data, round), round=round, weigh=weigh)
 
     def propose_local(self, data: SiteData, n: int, round: int) -> np.ndarray:
-        """Maximize the acquisition of the local GP (pending-aware)."""
-        return self.propose_with(self.local_model(data), data, n, round)
+        """Maximize the acquisition of the local GP (pending-aware); with named outcomes, the
+        feasibility-weighted qLogNEI or qLogNEHVI of the site's outcome models."""
+        spec = self.context.outcomes
+        if spec is None or data.Y is None or not (spec.constraints or spec.multi):
+            return self.propose_with(self.local_model(data), data, n, round)
+        seed = self.context.seed_for(round, "acquisition")
+        with seeded_torch(seed):  # qLogNEI prunes its baseline with posterior draws from torch's RNG
+            acqf = outcome_acquisition(self.outcome_models(data), spec, data.X, data.Y, data.pending,
+                                       self.options.mc_samples, seed)
+        return optimize_acquisition(acqf, self.space, n, seed, self.options, observed=tried_points(data))
+
+    def outcome_models(self, data: SiteData) -> list[Model]:
+        """One local GP per column of ``data.Y`` (objectives, then constrained outcomes)."""
+        assert data.Y is not None
+        key = data.key() + data.Y.tobytes()
+        if self._outcome_key != key:
+            opts = self.options if isinstance(self.options, SurrogateOptions) else None
+            self._outcome_models = [fit_local_gp(data.X, data.Y[:, j], None, space=self.space, options=opts,
+                                                 seed=self.context.seed_for(data.n, f"gp-fit/{j}"))
+                                    for j in range(data.Y.shape[1])]
+            self._outcome_key = key
+        return self._outcome_models
+
+    def predict_outcomes(self, data: SiteData, X: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """``outcome -> (mean, std)`` in the lab's units, from the site's own model of each."""
+        spec = self.context.outcomes
+        assert spec is not None and data.Y is not None
+        models = self.outcome_models(data)
+        out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for j, o in enumerate(spec.objectives):
+            mean, std = predict(models[j], X)
+            out[o.name] = (o.sign * mean, std)
+        for j, c in enumerate(spec.constraints):
+            if c.name not in out:
+                out[c.name] = predict(models[len(spec.objectives) + j], X)
+        return out
 
 
 class IndependentSite(LocalGPSite):

@@ -1,0 +1,131 @@
+"""Named objectives, outcome constraints and several objectives, alone and federated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import labfbo
+from labfbo import Objective, Outcome, Real, SearchSpace
+
+FAST = {"num_restarts": 2, "raw_samples": 32, "mc_samples": 64}
+SPACE = SearchSpace([Real("x", 0, 1), Real("y", 0, 1)])
+TWO = [Objective("yield", "maximize"), Objective("cost", "minimize", threshold=12.0)]
+PURE = [Outcome("impurity", "<=", 0.5)]
+
+
+def lab(p: dict, shift: float = 0.0) -> dict:
+    x, y = p["x"], p["y"]
+    return {"yield": 80 * np.sin(3 * (x + shift)) * y + 10, "cost": 10 * x + 2 * y,
+            "impurity": (0.8 * x + 0.5 * (1 - y), 0.01)}
+
+
+def test_tell_takes_every_named_outcome_and_refuses_anything_else() -> None:
+    opt = labfbo.Optimizer(SPACE, objective=TWO, outcome_constraints=PURE, seed=0, n_init=2)
+    tr = opt.ask()
+    with pytest.raises(labfbo.ValidationError, match=r"missing \['impurity'\], unknown \['purity'\]"):
+        opt.tell(tr, {"yield": 1.0, "cost": 2.0, "purity": 0.1})
+    with pytest.raises(labfbo.ValidationError, match="tell takes a dict"):
+        opt.tell(tr, 1.0)
+    with pytest.raises(labfbo.ValidationError, match="outcome 'cost'"):
+        opt.tell(tr, {"yield": 1.0, "cost": float("nan"), "impurity": 0.1})
+    assert [t.id for t in opt.pending] == [tr.id]  # refused: nothing changed
+    opt.tell(tr, {"yield": 1.0, "cost": 2.0, "impurity": (0.1, 0.01)})
+    assert opt.observations[0].outcomes == {"yield": 1.0, "cost": 2.0, "impurity": 0.1}
+    plain = labfbo.Optimizer(SPACE, seed=0, n_init=1)
+    with pytest.raises(labfbo.ValidationError, match="one unnamed value"):
+        plain.tell(plain.ask(), {"yield": 1.0})
+
+
+def test_bad_declarations_are_refused() -> None:
+    with pytest.raises(labfbo.ConfigurationError, match="need a named objective"):
+        labfbo.Optimizer(SPACE, objective="maximize", outcome_constraints=PURE)
+    with pytest.raises(labfbo.ConfigurationError, match="distinct"):
+        labfbo.Optimizer(SPACE, objective=[Objective("a"), Objective("a", "minimize")])
+    with pytest.raises(labfbo.ConfigurationError, match="log-acquisition"):
+        labfbo.Optimizer(SPACE, objective=TWO, acquisition="ucb")
+    with pytest.raises(labfbo.ConfigurationError, match="Outcome 'p'"):
+        Outcome("p", "<", 1.0)
+
+
+def test_best_is_feasible_and_the_front_is_not_dominated() -> None:
+    opt = labfbo.Optimizer(SPACE, objective=TWO, outcome_constraints=PURE, seed=0, n_init=0)
+    opt.add_observations([{"x": 0.9, "y": 0.1}], [{"yield": 99.0, "cost": 1.0, "impurity": 0.9}])
+    assert opt.best is None and opt.pareto_front() == []  # nothing feasible yet
+    rows = [({"x": 0.1, "y": 0.9}, 50.0, 3.0), ({"x": 0.2, "y": 0.8}, 60.0, 5.0), ({"x": 0.3, "y": 0.7}, 55.0, 6.0)]
+    opt.add_observations([p for p, *_ in rows], [{"yield": a, "cost": c, "impurity": 0.2} for _, a, c in rows])
+    assert opt.best.outcomes["yield"] == 60.0  # the best feasible by the first objective
+    assert [o.outcomes["yield"] for o in opt.pareto_front()] == [50.0, 60.0]  # (55, 6) is dominated by (60, 5)
+    df = opt.to_dataframe()
+    assert {"yield", "cost", "impurity"} <= set(df.columns) and df["impurity"].tolist()[0] == 0.9
+
+
+@pytest.mark.integration  # a model-based campaign
+def test_outcome_constraints_steer_away_from_infeasible_experiments(tmp_path: Path) -> None:
+    path = tmp_path / "site.jsonl"
+    opt = labfbo.Optimizer(SPACE, objective=Objective("yield"), outcome_constraints=PURE, seed=1, n_init=4,
+                           storage=str(path), **FAST)
+    for _ in range(10):
+        tr = opt.ask()
+        opt.tell(tr, {k: v for k, v in lab(tr.params).items() if k != "cost"})
+    model_obs = opt.observations[4:]
+    assert opt.best is not None and opt.best.outcomes["impurity"] <= 0.5
+    assert sum(o.outcomes["impurity"] > 0.5 for o in model_obs) <= 3
+    pred = opt.predict([{"x": 0.5, "y": 0.5}])
+    assert set(pred) == {"yield", "impurity"} and pred["impurity"][1][0] > 0
+    nxt = opt.ask().params
+    opt.close()
+    again = labfbo.Optimizer(SPACE, objective=Objective("yield"), outcome_constraints=PURE, seed=1, n_init=4,
+                             storage=str(path), **FAST)  # resumes: the outcomes replay
+    assert again.best == opt.best and again.pending[0].params == nxt
+    again.close()
+    with pytest.raises(labfbo.JournalError, match="outcomes"):
+        labfbo.Optimizer(SPACE, objective=Objective("yield"), outcome_constraints=[Outcome("impurity", "<=", 0.4)],
+                         seed=1, n_init=4, storage=str(path), **FAST)
+
+
+@pytest.mark.integration  # qLogNEHVI
+def test_independent_finds_a_front_with_several_objectives() -> None:
+    opt = labfbo.Optimizer(SPACE, objective=TWO, seed=2, n_init=4, **FAST)
+    for _ in range(8):
+        tr = opt.ask()
+        opt.tell(tr, {k: v for k, v in lab(tr.params).items() if k != "impurity"})
+    front = opt.pareto_front()
+    assert len(front) >= 2 and opt.best.outcomes["yield"] == max(o.outcomes["yield"] for o in opt.observations)
+
+
+def test_parego_weights_are_shared_by_the_round_and_change_with_it() -> None:
+    spec = labfbo.objectives.OutcomeSpec(objectives=tuple(TWO))
+    Y = np.random.default_rng(0).random((6, 2))
+    a, b = spec.chebyshev(Y, seed=5, round=3), spec.chebyshev(Y, seed=5, round=3)
+    assert np.array_equal(a, b) and not np.allclose(a, spec.chebyshev(Y, seed=5, round=4))
+
+
+@pytest.mark.integration  # a multi-site campaign per protocol
+@pytest.mark.parametrize("protocol,options", [("distribution", {"M": 32, "candidates": 64}), ("consensus", {}),
+                                              ("gradient", {"n_particles": 4, "hidden": [8, 8], "warmup_steps": 3,
+                                                            "svgd_steps": 2}), ("surface", {})])
+def test_federated_sites_never_send_their_constraint_outcomes(protocol: str, options: dict) -> None:
+    coord = labfbo.Coordinator(protocol, sites=["a", "b"], seed=4, horizon=3, **{**FAST, **options})
+    sites = [labfbo.Optimizer(SPACE, objective=TWO, outcome_constraints=PURE, protocol=protocol, coordinator=coord,
+                              site=s, seed=4, n_init=3, secret=7 + i, **{**FAST, **options})
+             for i, s in enumerate(["a", "b"])]
+    secret_values = set()
+    for i, o in enumerate(sites):
+        for t in o.ask(n=3):
+            m = lab(t.params, 0.1 * i)
+            secret_values.add(round(m["impurity"][0], 9))
+            o.tell(t, m)
+    for _ in range(2):
+        trials = [o.ask() for o in sites]
+        for i, (o, t) in enumerate(zip(sites, trials)):
+            m = lab(t.params, 0.1 * i)
+            secret_values.add(round(m["impurity"][0], 9))
+            o.tell(t, m)
+    for o in sites:
+        sent = " ".join(m.model_dump_json() for m in o.sent_messages())
+        assert "impurity" not in sent
+        assert not any(f"{v:.9g}"[:8] in sent for v in secret_values)
+        assert len(o.observations) == 5
