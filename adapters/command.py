@@ -8,7 +8,8 @@
   ``LABFBO_PARAM_<NAME>`` and ``LABFBO_TRIAL_ID``. Only ``{identifier}`` is a placeholder
   (other braces, as in JSON, are left alone); an unknown identifier is an error.
 * ``parse``: ``"last_number"`` (default: the last number printed on stdout), ``"json"``
-  (the last stdout line is ``{"value": ..., "sem": ..., "failed": ..., "reason": ...}``),
+  (the last stdout line is ``{"value": ..., "sem": ..., "failed": ..., "reason": ...}``, or
+  with named outcomes ``{"outcomes": {"yield": 81.2, "impurity": [0.3, 0.02]}}``),
   or a regular expression with a named group ``value`` (and optionally ``sem``).
 * A non-zero exit status, a time-out or unparsable output is a failed trial whose reason
   carries the end of stderr.
@@ -97,6 +98,13 @@ class CommandAdapter(Adapter):
                 return Measurement.failure(f"last output line is not a JSON object ({exc}): {stdout[-200:]!r}")
             if body.get("failed"):
                 return Measurement.failure(str(body.get("reason") or "the command reported a failure"))
+            if isinstance(body.get("outcomes"), dict):  # named outcomes: {"outcomes": {"yield": 81, ...}}
+                meta = {k: v for k, v in body.items() if k not in ("outcomes", "failed", "reason")}
+                try:
+                    return Measurement.of({k: tuple(v) if isinstance(v, list) else v
+                                           for k, v in body["outcomes"].items()}, **meta)
+                except ValueError as exc:
+                    return Measurement.failure(f"unusable outcomes {body['outcomes']}: {exc}")
             if body.get("value") is None:
                 return Measurement.failure(f"JSON output has no value: {body}")
             meta = {k: v for k, v in body.items() if k not in ("value", "sem", "failed", "reason")}

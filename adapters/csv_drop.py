@@ -10,6 +10,9 @@ appends each result to a **results** file, and labfbo picks it up::
 
 * ``trial_id`` and ``value`` are required columns of the results file; ``sem``,
   ``failed`` (1/true/yes) and ``reason`` are optional. Other columns become metadata.
+  With named outcomes (``objective:`` / ``outcome_constraints:`` in ``site.yaml``) the
+  results file has a column per outcome instead of ``value`` (e.g. ``yield,impurity``),
+  and optionally ``<outcome>_sem``.
 * Tolerant of partial writes: a last line without its newline is not read yet (the
   writer is still at it), and a row that does not parse is reported once and skipped
   until a corrected row is appended — the trial stays in flight. A file that cannot be
@@ -78,11 +81,15 @@ class CsvDropAdapter(Adapter):
             raise ConfigurationError("csv adapter: queue and results must be different files")
         self.poll_interval = float(poll_interval)
         self._names: list[str] = []
+        self._outcomes: list[str] = []  # named outcomes: a results column each (lower case, as read)
+        self._declared: list[str] = []
         self._campaign = ""
         self._warned: set[tuple[str, str]] = set()
 
     def prepare(self, context: AdapterContext) -> None:
         self._names, self._campaign = list(context.space.names), context.campaign
+        self._declared = list(context.outcomes)  # the names tell expects
+        self._outcomes = [n.strip().lower() for n in context.outcomes]
         if {n.lower() for n in self._names} & set(_RESERVED):
             raise ConfigurationError(f"csv adapter: a parameter may not be called {' or '.join(_RESERVED)}")
         if not (self.queue.exists() and self.queue.stat().st_size):
@@ -148,12 +155,19 @@ class CsvDropAdapter(Adapter):
                                                            f"{exc}; waiting for a corrected row")
         return None
 
-    @staticmethod
-    def _measurement(row: dict[str, str]) -> Measurement:
-        extra: dict[str, Any] = {k: v for k, v in row.items()
-                                 if k not in ("trial_id", "value", "sem", "failed", "reason") and v != ""}
+    def _measurement(self, row: dict[str, str]) -> Measurement:
+        names = self._outcomes
+        own = {"trial_id", "value", "sem", "failed", "reason", *names, *(f"{n}_sem" for n in names)}
+        extra: dict[str, Any] = {k: v for k, v in row.items() if k not in own and v != ""}
         if row.get("failed", "").lower() in _TRUE:
             return Measurement.failure(row.get("reason") or "marked failed in the results file", **extra)
+        if names:  # named outcomes: a column each, and optionally <name>_sem
+            missing = [n for n in names if not row.get(n)]
+            if missing:
+                raise ValueError(f"no value for outcome(s) {missing} and not marked failed")
+            by_name = dict(zip(names, self._declared))
+            return Measurement.of({by_name[n]: (float(row[n]), float(row[f"{n}_sem"])) if row.get(f"{n}_sem")
+                                   else float(row[n]) for n in names}, **extra)
         if not row.get("value"):
             raise ValueError("no value and not marked failed")
         sem = float(row["sem"]) if row.get("sem") else None

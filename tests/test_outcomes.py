@@ -129,3 +129,75 @@ def test_federated_sites_never_send_their_constraint_outcomes(protocol: str, opt
         assert "impurity" not in sent
         assert not any(f"{v:.9g}"[:8] in sent for v in secret_values)
         assert len(o.observations) == 5
+
+
+# -- adapters, site configs, the closed loop -------------------------------------------------------------
+def test_measurements_carry_named_outcomes() -> None:
+    from labfbo.adapters import Measurement
+
+    m = Measurement.coerce({"yield": 81.2, "impurity": (0.3, 0.02)})
+    assert m.outcomes == {"yield": 81.2, "impurity": (0.3, 0.02)} and m.told() == m.outcomes
+    with pytest.raises(ValueError, match="standard error must be >= 0"):
+        Measurement.of({"yield": (1.0, -1.0)})
+    with pytest.raises(ValueError, match="not both"):
+        Measurement(value=1.0, outcomes={"yield": 1.0})
+
+
+def test_the_csv_and_command_adapters_read_a_column_or_a_key_per_outcome(tmp_path: Path) -> None:
+    import sys
+
+    from labfbo.adapters import AdapterContext, Measurement, load_adapter
+    from labfbo.trial import Trial
+
+    ctx = AdapterContext(site="a", space=SPACE, campaign="c0ffee", outcomes=["yield", "Impurity"])
+    q, r = tmp_path / "queue.csv", tmp_path / "results.csv"
+    a = load_adapter("csv", queue=str(q), results=str(r))
+    a.prepare(ctx)
+    h = a.submit(Trial(id=0, params={"x": 0.5, "y": 0.5}))
+    r.write_text("trial_id,yield,impurity,impurity_sem,operator\n0,81.5,,,\n")
+    with pytest.warns(UserWarning, match=r"no value for outcome\(s\) \['impurity'\]"):
+        assert a.poll(h) is None  # waits for a corrected row
+    with open(r, "a") as fh:
+        fh.write("0,81.5,0.4,0.01,jd\n")
+    with pytest.warns(UserWarning, match="2 result rows for trial 0; using the first that parses"):
+        assert a.poll(h) == Measurement.of({"yield": 81.5, "Impurity": (0.4, 0.01)}, operator="jd")
+    code = "import json; print(json.dumps({'outcomes': {'yield': 70.0, 'impurity': [0.2, 0.01]}, 'batch': 'B7'}))"
+    cmd = load_adapter("command", command=[sys.executable, "-c", code], parse="json")
+    assert cmd.run(Trial(id=1, params={"x": 0.1, "y": 0.1})) == Measurement.of(
+        {"yield": 70.0, "impurity": (0.2, 0.01)}, batch="B7")
+
+
+def test_a_site_config_declares_objectives_constraints_and_space_constraints(tmp_path: Path) -> None:
+    import yaml
+
+    from labfbo.adapters import Adapter
+    from labfbo.lab import SiteConfig
+
+    cfg = {"site": "lab-a", "seed": 0, "n_init": 3, "budget": 3, "storage": "lab-a.journal",
+           "space": {"params": [{"name": "x", "type": "real", "low": 0, "high": 1},
+                                {"name": "y", "type": "real", "low": 0, "high": 1}],
+                     "constraints": [{"type": "linear", "coefficients": {"x": 1, "y": 1}, "op": "<=", "rhs": 1.2}]},
+           "objective": [{"name": "yield", "direction": "maximize"}, {"name": "cost", "direction": "minimize"}],
+           "outcome_constraints": [{"name": "impurity", "op": "<=", "bound": 0.5}],
+           "options": FAST}
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    config = SiteConfig.load(path)
+
+    class Lab(Adapter):
+        name = "lab"
+
+        def run(self, trial):  # noqa: ANN001, ANN201
+            return lab(trial.params) if trial.id != 2 else {"yield": 1.0}  # trial 2 forgets two outcomes
+
+    from labfbo.lab.loop import CampaignLoop
+    from labfbo.lab.run import open_optimizer
+
+    opt = open_optimizer(config, Lab(), secret=1)
+    CampaignLoop(opt, Lab(), budget=config.budget).run()
+    df = opt.to_dataframe()
+    assert {"yield", "cost", "impurity"} <= set(df.columns) and len(df) == 6
+    assert (df["state"] == "failed").sum() == 1 and "outcomes: missing" in df["reason"].dropna().iloc[0]
+    assert all(p["x"] + p["y"] <= 1.2 + 1e-9 for p in df[["x", "y"]].to_dict("records"))
+    assert opt.space.constraints and opt.outcomes.names == ["yield", "cost", "impurity"]
+    opt.close()

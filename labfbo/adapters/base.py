@@ -40,16 +40,20 @@ class AdapterContext(BaseModel):
     site: str
     space: SearchSpace
     objective: str = "minimize"
+    outcomes: list[str] = Field(default_factory=list, description="with named outcomes: every outcome a "
+                                "measurement must report (Measurement(outcomes={...}))")
     campaign: str = Field("", description="a stable id of this site's campaign (its journal): tag the runs "
                                           "with it, so files or jobs of an earlier campaign are never taken for ours")
 
 
 class Measurement(BaseModel):
-    """The outcome of one instrument run: a value (and optional standard error), or a failure."""
+    """The outcome of one instrument run: a value (and optional standard error), a dict of named
+    ``outcomes`` (each a number or ``(mean, sem)``), or a failure."""
 
     model_config = ConfigDict(frozen=True)
     value: float | None = None
     sem: float | None = None
+    outcomes: dict[str, float | tuple[float, float]] | None = None
     failed: bool = False
     reason: str = ""
     metadata: dict[str, Any] = {}
@@ -57,8 +61,13 @@ class Measurement(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> "Measurement":
         if self.failed:
-            if self.value is not None:
+            if self.value is not None or self.outcomes is not None:
                 raise ValueError("a failed measurement has no value")
+        elif self.outcomes is not None:
+            if self.value is not None:
+                raise ValueError("a measurement has a value or named outcomes, not both")
+            for name, v in self.outcomes.items():
+                parse_value(v)  # finite numbers, sem >= 0: raises naming the problem
         else:
             if self.value is None or not math.isfinite(self.value):
                 raise ValueError(f"a measurement needs a finite value (got {self.value!r}); "
@@ -72,6 +81,17 @@ class Measurement(BaseModel):
         return cls(value=value, sem=sem, metadata=metadata)
 
     @classmethod
+    def of(cls, outcomes: dict[str, Any], **metadata: Any) -> "Measurement":
+        """Several named outcomes, e.g. ``Measurement.of({"yield": 81.2, "impurity": (0.3, 0.02)})``."""
+        return cls(outcomes=outcomes, metadata=metadata)
+
+    def told(self) -> Any:
+        """What ``Optimizer.tell`` takes for it: the outcomes dict, ``(value, sem)`` or the value."""
+        if self.outcomes is not None:
+            return dict(self.outcomes)
+        return self.value if self.sem is None else (self.value, self.sem)
+
+    @classmethod
     def failure(cls, reason: str, **metadata: Any) -> "Measurement":
         return cls(failed=True, reason=reason or "failed", metadata=metadata)
 
@@ -80,6 +100,8 @@ class Measurement(BaseModel):
         """A Measurement from what an adapter returned: a Measurement, a float or ``(mean, sem)``."""
         if isinstance(result, Measurement):
             return result
+        if isinstance(result, dict):
+            return cls(outcomes=result)
         value, sem = parse_value(result)
         return cls(value=value, sem=sem)
 

@@ -6,7 +6,9 @@ Example::
     space:                          # omit to use the adapter's own (the simulated one has one)
       - {name: temperature, type: real, low: 150, high: 250}
       - {name: solvent, type: categorical, choices: [water, ethanol]}
-    objective: minimize
+    objective: minimize             # or named outcomes (then the adapter reports each):
+    # objective: [{name: yield, direction: maximize}, {name: cost, direction: minimize, threshold: 12}]
+    # outcome_constraints: [{name: impurity, op: "<=", bound: 0.5}]
     protocol: distribution          # independent (default), gradient, distribution, consensus
     options: {acquisition: ucb}
     coordinator: https://consortium.example:8443   # or "mpi", or omit for independent
@@ -33,6 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from labfbo.exceptions import ConfigurationError
+from labfbo.objectives import Objective, Outcome
 from labfbo.space import SearchSpace
 
 
@@ -58,7 +61,8 @@ class SiteConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     site: str = "site-0"
     space: SearchSpace | None = None
-    objective: Literal["minimize", "maximize"] | None = None
+    objective: Literal["minimize", "maximize"] | Objective | list[Objective] | None = None
+    outcome_constraints: list[Outcome] = Field(default_factory=list)
     protocol: str = "independent"
     options: dict[str, Any] = Field(default_factory=dict)
     coordinator: str | None = None

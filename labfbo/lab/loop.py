@@ -142,7 +142,7 @@ class CampaignLoop:
         rule, best = self.stop, self.opt.best
         if rule.target is not None and best is not None:
             if (best.value <= rule.target) if self.opt.objective == "minimize" else (best.value >= rule.target):
-                return "target"
+                return "target"  # with named outcomes: the first objective's value, as ``best``
         if rule.patience is not None and self._since_best >= rule.patience:
             return "patience"
         if rule.max_consecutive_failures is not None and self._streak >= rule.max_consecutive_failures:
@@ -204,7 +204,14 @@ class CampaignLoop:
             self._streak += 1
             self.report.failures.append(f"trial {trial_id}: {m.reason}")
         else:
-            self.opt.tell(trial_id, m.value if m.sem is None else (m.value, m.sem), metadata=meta)
+            try:
+                self.opt.tell(trial_id, m.told(), metadata=meta)
+            except ValidationError as exc:  # e.g. an outcome missing: the run failed, the campaign goes on
+                self.opt.tell_failed(trial_id, f"unusable measurement: {exc}", metadata=meta)
+                self._streak += 1
+                self.report.failures.append(f"trial {trial_id}: {exc}")
+                self._refresh()
+                return
             self._streak = 0
             best = self.opt.best
             self._since_best = 0 if best is not None and best.trial_id == trial_id else self._since_best + 1

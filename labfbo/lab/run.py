@@ -6,6 +6,7 @@ import secrets
 from typing import Any
 
 from labfbo.adapters import Adapter, AdapterContext, load_adapter
+from labfbo.objectives import OutcomeSpec
 from labfbo.exceptions import ConfigurationError
 from labfbo.journal import read_header
 from labfbo.transport import require_coordinator
@@ -32,7 +33,9 @@ def campaign_context(config: SiteConfig, adapter: Adapter, secret: int) -> Adapt
     if space is None:
         raise ConfigurationError("site config has no space and the adapter defines none: add `space:`")
     objective = config.objective or getattr(getattr(adapter, "problem", None), "objective", None) or "minimize"
-    return AdapterContext(site=config.site, space=space, objective=objective, campaign=campaign_id(config.site, secret))
+    spec = OutcomeSpec.build(objective, config.outcome_constraints)
+    return AdapterContext(site=config.site, space=space, objective=objective if spec is None else spec.direction,
+                          outcomes=[] if spec is None else spec.names, campaign=campaign_id(config.site, secret))
 
 
 def _check_coordinator(config: SiteConfig) -> None:
@@ -47,7 +50,9 @@ def open_optimizer(config: SiteConfig, adapter: Adapter, secret: int | None = No
     _check_coordinator(config)
     secret = _journal_secret(config.storage_path()) if secret is None else secret
     ctx = campaign_context(config, adapter, secret)
-    return Optimizer(ctx.space, objective=ctx.objective, protocol=config.protocol, coordinator=config.connector(),
+    objective = config.objective if ctx.outcomes else ctx.objective
+    return Optimizer(ctx.space, objective=objective, outcome_constraints=config.outcome_constraints or None,
+                     protocol=config.protocol, coordinator=config.connector(),
                      site=config.site, seed=config.seed, storage=config.storage_path(), n_init=config.n_init,
                      horizon=config.horizon or config.budget or None, token=config.token(), secret=secret,
                      **config.options)
