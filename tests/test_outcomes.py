@@ -201,3 +201,19 @@ def test_a_site_config_declares_objectives_constraints_and_space_constraints(tmp
     assert all(p["x"] + p["y"] <= 1.2 + 1e-9 for p in df[["x", "y"]].to_dict("records"))
     assert opt.space.constraints and opt.outcomes.names == ["yield", "cost", "impurity"]
     opt.close()
+
+
+def test_the_multiobjective_bench_measures_hypervolume_and_lists_its_runs() -> None:
+    from labfbo.benchmarks import multiobjective as mo
+
+    problem = mo._botorch_problem("branin_currin")
+    # (f1, f2) = (8, 3) dominates the box up to the reference point (18, 6): 10 x 3
+    assert mo.hypervolume(problem, [{"f1": 8.0, "f2": 3.0}]) == pytest.approx(30.0)
+    assert mo.hypervolume(problem, [{"f1": 8.0, "f2": 3.0}, {"f1": 9.0, "f2": 4.0}]) == pytest.approx(30.0)
+    assert mo.hypervolume(problem, [{"f1": 20.0, "f2": 1.0}]) == 0.0  # beyond the reference point
+    c2 = mo._botorch_problem("c2dtlz2")
+    assert mo.hypervolume(c2, [{"f1": 0.1, "f2": 0.1, "slack": -0.01}]) == 0.0  # infeasible: not counted
+    quick = mo.jobs("out", quick=True, seeds=[0, 1])
+    assert {j.part for j in quick} == {"single", "constrained", "family"}
+    assert "gradient" not in {j.method for j in quick if j.part == "family"}
+    assert len({j.path for j in quick}) == len(quick)
