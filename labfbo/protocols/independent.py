@@ -45,7 +45,7 @@ class LocalGPSite(SiteLogic):
     _cache_key: bytes | None = None
     _cache_model: Model | None = None
     _outcome_key: bytes | None = None
-    _outcome_models: list[Model] = []
+    _outcome_models: dict[int, Model] = {}
 
     def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
         super().__init__(space, options, context)
@@ -81,7 +81,8 @@ class LocalGPSite(SiteLogic):
         spec = self.context.outcomes
         weigh = None
         if spec is not None and spec.constraints:
-            cons = self.outcome_models(data)[len(spec.objectives):]
+            m = len(spec.objectives)
+            cons = [self.outcome_model(data, m + j) for j in range(len(spec.constraints))]
             weigh = lambda acqf: FeasibilityWeighted(acqf, cons, spec)  # noqa: E731
         return propose_with_model(model, self.space, acq_data, n, self.context.seed_for(round, "acquisition"),
                                   self.options, prior=self.prior_weight(data, round), round=round, weigh=weigh)
@@ -101,14 +102,19 @@ class LocalGPSite(SiteLogic):
     def outcome_models(self, data: SiteData) -> list[Model]:
         """One local GP per column of ``data.Y`` (objectives, then constrained outcomes)."""
         assert data.Y is not None
+        return [self.outcome_model(data, j) for j in range(data.Y.shape[1])]
+
+    def outcome_model(self, data: SiteData, j: int) -> Model:
+        """The local GP of column ``j`` of ``data.Y``, fitted when the data change."""
+        assert data.Y is not None
         key = data.key() + data.Y.tobytes()
         if self._outcome_key != key:
+            self._outcome_models, self._outcome_key = {}, key
+        if j not in self._outcome_models:
             opts = self.options if isinstance(self.options, SurrogateOptions) else None
-            self._outcome_models = [fit_local_gp(data.X, data.Y[:, j], None, space=self.space, options=opts,
-                                                 seed=self.context.seed_for(data.n, f"gp-fit/{j}"))
-                                    for j in range(data.Y.shape[1])]
-            self._outcome_key = key
-        return self._outcome_models
+            self._outcome_models[j] = fit_local_gp(data.X, data.Y[:, j], None, space=self.space, options=opts,
+                                                   seed=self.context.seed_for(data.n, f"gp-fit/{j}"))
+        return self._outcome_models[j]
 
     def predict_outcomes(self, data: SiteData, X: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """``outcome -> (mean, std)`` in the lab's units, from the site's own model of each."""

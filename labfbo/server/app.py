@@ -90,6 +90,7 @@ class Status(BaseModel):
     rounds_done: list[int]
     round_errors: dict[int, str]
     waiting_for: dict[str, list[str]] = {}  # open exchange "round/seq" -> sites that have not answered
+    local_constraints: dict[str, list[str]] = {}  # each site's own nonlinear constraints, by name only
 
 
 def check_payload(msg: Message, max_items: int) -> None:
@@ -281,7 +282,8 @@ class CoordinatorServer:
             with self.engine.cv:  # the round thread changes these
                 return Status(study=cfg.study, protocol=cfg.protocol, members=sorted(self.coordinator.members),
                               rounds_done=sorted(self.engine.published & set(self.coordinator.rounds)),
-                              round_errors=dict(self.engine.errors), waiting_for=waiting)
+                              round_errors=dict(self.engine.errors), waiting_for=waiting,
+                              local_constraints=dict(self.coordinator.local_constraints))
 
         @app.post("/v1/admin/sites/{site}/token", response_model=Rotated, dependencies=[Depends(self.admin_auth)],
                   responses=_answers(401, 404))
