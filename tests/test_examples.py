@@ -93,6 +93,22 @@ def test_reagent_screen(tmp_path) -> None:
     assert stdout.count("round ") == 2
 
 
+def test_constrained_campaign(tmp_path) -> None:
+    env = {**os.environ, "LABFBO_EXAMPLE_BUDGET": "2", "LABFBO_EXAMPLE_OUT": str(tmp_path),
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "constrained_campaign.py")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"^best feasible yield: \d+\.\d % at \{'water'", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^  yield +\d+\.\d %  cost +\d+\.\d\d  impurity 0\.[0-4]\d$", proc.stdout, re.M), proc.stdout
+    with open(tmp_path / "formulation.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 8 and {"yield", "cost", "impurity"} <= set(rows[0])
+    for r in rows:
+        assert abs(float(r["water"]) + float(r["ethanol"]) + float(r["dmso"]) - 1.0) <= 1e-6
+        assert (r["base"], r["solvent"]) != ("KOAc", "DMAc")
+
+
 def test_simulate_custom_problem(runs) -> None:
     stdout, out = _check(runs, "simulate_custom_problem")
     assert "best_values (3, 2), normalized_regret (3, 2), proposals (3, 2, 2)" in stdout
