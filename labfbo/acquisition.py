@@ -216,7 +216,7 @@ def _fixed_combos(acqf: AcquisitionFunction, space: SearchSpace, seed: int) -> l
     """The discrete combinations ``optimize_acqf_mixed`` enumerates, or None (too many, no table)."""
     cols = sorted({**space.discrete_dims(), **space.cat_dims()})
     grid = space.feasible_grid(MAX_ENUMERATE, seed)
-    if grid is None or (len(grid) > MAX_FIXED_COMBOS and space.allowed is None):
+    if grid is None or (len(grid) > MAX_FIXED_COMBOS and not space.restricted):
         return None
     if len(grid) > MAX_FIXED_COMBOS:  # pre-select by the acquisition at one Sobol continuous point each
         pts = sobol_candidates(space, len(grid), seed)[: len(grid)]

@@ -77,6 +77,10 @@ class LinearConstraint(_Checked):
         lhs = " + ".join(f"{a:g}*{n}" for n, a in self.coefficients.items())
         return f"{lhs} {self.op} {self.rhs:g}"
 
+    def span(self, by_name: dict[str, Any]) -> float:
+        """The range of the left side over the parameters' box: :math:`\sum_i |a_i| (h_i - l_i)`."""
+        return math.fsum(abs(a) * (by_name[n].high - by_name[n].low) for n, a in self.coefficients.items())
+
     def check_space(self, by_name: dict[str, Any]) -> None:
         for n in self.coefficients:
             p = by_name.get(n)
@@ -89,11 +93,13 @@ class LinearConstraint(_Checked):
                 raise SearchSpaceError(f"linear constraint {self}: parameter {n!r} is {what}; a linear constraint "
                                        "is over Real parameters on a linear scale without step")
 
-    def violation(self, values: dict[str, float]) -> float:
-        """How far ``values`` (user units) are from meeting it, relative (0 when met)."""
+    def violation(self, values: dict[str, float], span: float = 0.0) -> float:
+        """How far ``values`` (user units) are from meeting it, relative to ``max(|rhs|, span,
+        sum |a_i v_i|)`` (0 when met); ``span``: the left side's range over the box,
+        :math:`\sum_i |a_i| (h_i - l_i)` (:meth:`span`), so a right side of 0 is no special case."""
         terms = [a * float(values[n]) for n, a in self.coefficients.items()]
         lhs = math.fsum(terms)
-        scale = max(abs(self.rhs), math.fsum(abs(t) for t in terms), 1e-12)
+        scale = max(abs(self.rhs), span, math.fsum(abs(t) for t in terms), 1e-12)
         gap = {"<=": lhs - self.rhs, ">=": self.rhs - lhs, "==": abs(lhs - self.rhs)}[self.op]
         return max(gap, 0.0) / scale
 
@@ -193,8 +199,10 @@ def compile_table(params: tuple[Any, ...], allowed_names: tuple[str, ...] | None
 
 
 def nearest_unused(pool: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """For each target in turn, the nearest (Euclidean) pool point not taken yet (the pool is
-    reused once every point is taken)."""
+    """For each target in turn, the nearest (Euclidean) pool point not taken yet (repeated pool
+    rows count once; the pool is reused once every point is taken)."""
+    _, first = np.unique(np.round(pool, 12), axis=0, return_index=True)
+    pool = pool[np.sort(first)]
     free = np.ones(len(pool), dtype=bool)
     out = np.empty((len(targets), pool.shape[1]))
     for i, u in enumerate(targets):
@@ -212,7 +220,7 @@ class UnitPolytope:
     def __init__(self, params: tuple[Any, ...], constraints: list[LinearConstraint]) -> None:
         d = len(params)
         index = {p.name: j for j, p in enumerate(params)}
-        ge, eq = [], []
+        ge, eq, ge_names = [], [], []
         for c in constraints:
             a = np.zeros(d)
             b = c.rhs
@@ -223,22 +231,37 @@ class UnitPolytope:
             if c.op == "<=":
                 a, b = -a, -b
             (eq if c.op == "==" else ge).append((a, b))
+            if c.op != "==":
+                ge_names.append(str(c))
         self.dim = d
         self.A_ge = np.array([a for a, _ in ge]).reshape(-1, d)
         self.b_ge = np.array([b for _, b in ge], dtype=np.float64)
         self.A_eq = np.array([a for a, _ in eq]).reshape(-1, d)
         self.b_eq = np.array([b for _, b in eq], dtype=np.float64)
-        self.check_feasible()
+        self.check_feasible(ge_names)
 
-    def check_feasible(self) -> None:
-        """Refuse constraints that leave no point of the box (a linear program)."""
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, UnitPolytope) and all(
+            np.array_equal(a, b) for a, b in zip((self.A_ge, self.b_ge, self.A_eq, self.b_eq),
+                                                 (other.A_ge, other.b_ge, other.A_eq, other.b_eq)))
+
+    def _lp(self, c: np.ndarray) -> Any:
         from scipy.optimize import linprog
 
-        res = linprog(np.zeros(self.dim), A_ub=-self.A_ge if len(self.A_ge) else None,
-                      b_ub=-self.b_ge if len(self.b_ge) else None, A_eq=self.A_eq if len(self.A_eq) else None,
-                      b_eq=self.b_eq if len(self.b_eq) else None, bounds=[(0.0, 1.0)] * self.dim, method="highs")
-        if res.status != 0:
+        return linprog(c, A_ub=-self.A_ge if len(self.A_ge) else None, b_ub=-self.b_ge if len(self.b_ge) else None,
+                       A_eq=self.A_eq if len(self.A_eq) else None, b_eq=self.b_eq if len(self.b_eq) else None,
+                       bounds=[(0.0, 1.0)] * self.dim, method="highs")
+
+    def check_feasible(self, names: list[str]) -> None:
+        """Refuse constraints that leave no point of the box, and inequalities that can only hold
+        with equality (an interior-less polytope cannot be sampled: declare those with ``==``)."""
+        if self._lp(np.zeros(self.dim)).status != 0:
             raise SearchSpaceError("the linear constraints leave no feasible point inside the parameters' bounds")
+        for a, b, name in zip(self.A_ge, self.b_ge, names):
+            res = self._lp(-a)  # the most slack this inequality can have
+            if res.status == 0 and -res.fun - b < 1e-9 * max(1.0, float(np.abs(a).sum())):
+                raise SearchSpaceError(f"linear constraint {name} can only hold with equality given the others and "
+                                       "the bounds: declare it with '==' (or drop the redundant one)")
 
     def botorch(self) -> tuple[list[tuple[Any, Any, float]] | None, list[tuple[Any, Any, float]] | None]:
         """``(inequality_constraints, equality_constraints)`` in BoTorch's ``(indices, coefficients,
@@ -290,17 +313,49 @@ class UnitPolytope:
                 x = y
             if np.abs(x - prev).max() < tol and self.residual(x).max() < 1e-10:
                 break
-        flat[bad] = np.clip(x, 0.0, 1.0)
+        x = np.clip(x, 0.0, 1.0)
+        stuck = np.flatnonzero(self.residual(x) > 1e-10)
+        for i in stuck:  # Dykstra converges slowly at nearly parallel faces: solve the projection exactly
+            x[i] = self._exact_projection(flat[bad][i])
+        flat[bad] = x
         return flat.reshape(U.shape)
+
+    def _exact_projection(self, u: np.ndarray) -> np.ndarray:
+        """argmin ||x - u||^2 over the polytope, by SLSQP from the feasible point nearest to u that a
+        linear program finds; raises if no point within 1e-9 of the constraints is found."""
+        from scipy.optimize import minimize
+
+        act = np.flatnonzero(np.abs(np.vstack([self.A_ge, self.A_eq])).sum(0) > 0)  # columns the constraints use
+        Ag, Ae = self.A_ge[:, act], self.A_eq[:, act]
+        cons = [{"type": "ineq", "fun": lambda z: Ag @ z - self.b_ge, "jac": lambda z: Ag}] if len(Ag) else []
+        if len(Ae):
+            cons.append({"type": "eq", "fun": lambda z: Ae @ z - self.b_eq, "jac": lambda z: Ae})
+        start = np.clip(self._lp(np.zeros(self.dim)).x, 0.0, 1.0)
+        res = minimize(lambda z: float(((z - u[act]) ** 2).sum()), start[act], jac=lambda z: 2 * (z - u[act]),
+                       method="SLSQP", bounds=[(0.0, 1.0)] * len(act), constraints=cons,
+                       options={"ftol": 1e-15, "maxiter": 500})
+        x = np.clip(np.array(u, dtype=np.float64), 0.0, 1.0)  # the other columns stay as they are
+        x[act] = np.clip(res.x, 0.0, 1.0)
+        if self.residual(x)[0] > 1e-9:
+            x[act] = start[act]
+        if self.residual(x)[0] > 1e-9:
+            raise SearchSpaceError("cannot find a point that meets the linear constraints to 1e-9; check them")
+        return x
 
     def sample(self, n: int, seed: int) -> np.ndarray:
         """``n`` points spread over the feasible polytope (BoTorch's hit-and-run sampler, seeded)."""
         import torch
         from botorch.utils.sampling import get_polytope_samples
 
+        from labfbo.models.gp import seeded_torch
+
         ineq, eq = self.botorch()
         bounds = torch.stack([torch.zeros(self.dim, dtype=torch.float64), torch.ones(self.dim, dtype=torch.float64)])
-        with torch.random.fork_rng(devices=[]):
-            X = get_polytope_samples(n, bounds, inequality_constraints=ineq, equality_constraints=eq,
-                                     seed=int(seed) % (2**31), n_burnin=200, n_thinning=2 * self.dim + 2)
-        return self.project(X.numpy().reshape(n, self.dim))
+        try:
+            with seeded_torch(seed):  # torch's global RNG, under the process-wide lock: same draws on every transport
+                X = get_polytope_samples(n, bounds, inequality_constraints=ineq, equality_constraints=eq,
+                                         seed=int(seed) % (2**31), n_burnin=200,
+                                         n_thinning=2 * self.dim + 2).numpy().reshape(n, self.dim)
+        except Exception:  # noqa: BLE001 — e.g. equalities that pin a column to a bound: no interior to walk
+            X = np.random.default_rng(seed).random((n, self.dim))
+        return self.project(X)

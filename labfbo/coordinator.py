@@ -113,7 +113,8 @@ class Coordinator:
         self.seed = int(seed)
         self.horizon = horizon
         self.study = study
-        self.space = space
+        # the shared space only: a site's own nonlinear constraints (code) never reach the coordinator
+        self.space = None if space is None else SearchSpace.model_validate(space.model_dump(mode="json"))
         if space is not None:
             self.protocol_cls.check_space(space)
         self.protocol_cls.check_study(self.options, self.n_sites)
@@ -163,7 +164,7 @@ class Coordinator:
         self.local_constraints[request.site] = list(request.local_constraints)
         design = collaborative_design(self.space, self.n_sites, request.n_init, self.seed)[index]
         return JoinReply(site_index=index, n_sites=self.n_sites, design=Array.of(design),
-                         horizon=self.horizon, study=self.study, clock=self.last_round)
+                         horizon=self.horizon, study=self.study, clock=self.last_round, study_seed=self.seed)
 
     @property
     def site_names(self) -> list[str]:

@@ -155,6 +155,7 @@ class JoinReply(Message):
     design: Array
     horizon: int | None = None
     clock: int = -1  # the coordinator's last completed round when the site joined
+    study_seed: int | None = None  # the study's seed: draws every site must share (ParEGO weights)
 
 
 @register

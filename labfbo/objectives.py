@@ -61,8 +61,12 @@ class Objective(BaseModel):
             super().__init__(**kw)
         except Exception as exc:  # pydantic's error, worded for a lab
             raise ConfigurationError(f"Objective {kw.get('name')!r}: {_reason(exc)}") from None
+
+    @model_validator(mode="after")
+    def _finite(self) -> "Objective":
         if self.threshold is not None and not math.isfinite(self.threshold):
-            raise ConfigurationError(f"Objective {self.name!r}: threshold must be finite")
+            raise ValueError(f"Objective {self.name!r}: threshold must be finite")
+        return self
 
     @property
     def sign(self) -> float:
@@ -86,8 +90,12 @@ class Outcome(BaseModel):
             super().__init__(**kw)
         except Exception as exc:
             raise ConfigurationError(f"Outcome {kw.get('name')!r}: {_reason(exc)}") from None
+
+    @model_validator(mode="after")
+    def _finite(self) -> "Outcome":
         if not math.isfinite(self.bound):
-            raise ConfigurationError(f"Outcome {self.name!r}: bound must be finite")
+            raise ValueError(f"Outcome {self.name!r}: bound must be finite")
+        return self
 
     def slack(self, value: float) -> float:
         """How far inside the constraint ``value`` is (>= 0 where met)."""
@@ -179,6 +187,12 @@ class OutcomeSpec(BaseModel):
         cons = np.array([[r[c.name] for c in self.constraints] for r in rows],
                         dtype=np.float64).reshape(len(rows), len(self.constraints))
         return np.concatenate([self.objective_matrix(rows), cons], axis=1)
+
+    def variance_matrix(self, rows: Sequence[dict[str, float | None]]) -> np.ndarray:
+        """``(n, k)`` squared standard errors in :meth:`outcome_matrix`'s columns (NaN where none)."""
+        cols = [o.name for o in self.objectives] + [c.name for c in self.constraints]
+        sem = np.array([[np.nan if r.get(n) is None else r[n] for n in cols] for r in rows], dtype=np.float64)
+        return np.square(sem.reshape(len(rows), len(cols)))
 
     def reference_point(self) -> list[float] | None:
         """The objectives' thresholds in the maximization orientation (None unless all are set)."""

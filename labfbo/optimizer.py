@@ -418,7 +418,8 @@ class Optimizer:
 
     @classmethod
     def load(cls, path: str, coordinator: Any = None, storage: str | None = None, **options: Any) -> "Optimizer":
-        """Restore an optimizer from :meth:`save` (``storage`` journals what follows)."""
+        """Restore an optimizer from :meth:`save` (``storage`` journals what follows). Pass ``space=``
+        (the same space) to bring back its nonlinear constraints: their code is not in the snapshot."""
         from labfbo.snapshot import load_snapshot
 
         return load_snapshot(cls, path, coordinator, storage, options)
@@ -451,8 +452,7 @@ class Optimizer:
             cached = self._data_cache = self._build_site_data()
         if extra_pending is None or not len(extra_pending):
             return cached
-        return SiteData(space=cached.space, X=cached.X, y=cached.y, yvar=cached.yvar,
-                        pending=np.vstack([cached.pending, extra_pending]), failed=cached.failed)
+        return replace(cached, pending=np.vstack([cached.pending, extra_pending]))
 
     def _build_site_data(self) -> SiteData:
         return build_site_data(self.space, self._to_max, self._state.hist_x, self._state.historical,
@@ -464,14 +464,18 @@ class Optimizer:
         if self.outcomes is None or not self.outcomes.multi or data.Y is None or not data.n:
             return data
         m = len(self.outcomes.objectives)
-        return replace(data, y=self.outcomes.chebyshev(data.Y[:, :m], self.seed, round), yvar=None)
+        reply = self._state.join_reply  # federated: the study's seed, so every site draws the same weights
+        seed = reply.study_seed if reply is not None and reply.study_seed is not None else self.seed
+        return replace(data, y=self.outcomes.chebyshev(data.Y[:, :m], seed, round), yvar=None)
 
     def _design_rows(self) -> np.ndarray:
         if self._state.join_reply is not None:
             rows = self._state.join_reply.design.numpy().reshape(-1, self.space.dim)
-            # the coordinator's design meets the shared constraints; this site's own ones, here
-            return self.space.repair(rows, self.context.seed_for(0, "design-repair")) if self.space.local_constraints \
-                else rows
+            if not self.space.local_constraints:
+                return rows
+            if self._own_design is None:  # the coordinator's design meets the shared constraints; ours, here
+                self._own_design = self.space.repair(rows, self.context.seed_for(0, "design-repair"))
+            return self._own_design
         if self._own_design is None:  # drawn once: a function of (seed, n_init)
             from scipy.stats import qmc
 
@@ -511,7 +515,7 @@ class Optimizer:
         gen = rng(self.seed, self.context.site_index, t, "dedupe" if not uses else f"dedupe/{uses}")
         X = dedupe(self.space, self.space.snap(X), data.pending, gen)
         if self.space.local_constraints:  # the protocol's own points (e.g. a consensus average) meet them too
-            X = self.space.repair(X, self.context.seed_for(t, "repair"))
+            X = self.space.repair(X, self.context.seed_for(t, "repair"), avoid=data.pending)
         return X, source, clock
 
     def _guidance(self, timeout: float | None) -> tuple[Message | None, str, dict[str, Any]]:

@@ -109,11 +109,14 @@ def build_site_data(space: "SearchSpace", sign: float, hist_x: list[np.ndarray],
     yvar = None if not sems or any(s is None for s in sems) else np.square(np.asarray(sems, dtype=np.float64))
     pending = np.array([t.x for t, s in zip(trials, states) if s == "pending"]).reshape(-1, space.dim)
     failed = np.array([t.x for t, s in zip(trials, states) if s == "failed"]).reshape(-1, space.dim)
-    Y = None
+    Y = Yvar = None
     if spec is not None:
         rows = [o.outcomes for o in historical] + [{k: v[0] for k, v in (t.outcomes or {}).items()} for t in done]
         Y = spec.outcome_matrix(rows)  # type: ignore[arg-type]
-    return SiteData(space=space, X=X, y=y, yvar=yvar, pending=pending, failed=failed, Y=Y)
+        sem_rows = [o.outcome_sems or {} for o in historical] + [{k: v[1] for k, v in (t.outcomes or {}).items()}
+                                                                 for t in done]
+        Yvar = spec.variance_matrix(sem_rows)
+    return SiteData(space=space, X=X, y=y, yvar=yvar, pending=pending, failed=failed, Y=Y, Yvar=Yvar)
 
 
 def dedupe(space: "SearchSpace", X: np.ndarray, pending: np.ndarray, gen: np.random.Generator) -> np.ndarray:

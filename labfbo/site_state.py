@@ -73,7 +73,9 @@ class SiteState:
                 value, sem = parse_value(value if sem is None else (value, sem))
             clean = self.space.validate_params(params, strict=False)[0]
             means = None if rec.outcomes is None else {k: v[0] for k, v in rec.outcomes[i].items()}
-            self.historical.append(Observation(params=params, value=value, sem=sem, outcomes=means))
+            sems = None if rec.outcomes is None else {k: v[1] for k, v in rec.outcomes[i].items()}
+            self.historical.append(Observation(params=params, value=value, sem=sem, outcomes=means,
+                                               outcome_sems=sems))
             self.hist_x.append(self.space.encode([clean])[0])
             self.hist_at.append(self.position)
 
@@ -116,7 +118,10 @@ class SiteState:
     def observations(self) -> tuple[Observation, ...]:
         """Completed records (historical and told), in order; failed and pending excluded."""
         told = [Observation(params=dict(t.params), value=t.value, sem=t.sem, trial_id=t.id, source=t.source,
-                            outcomes=None if t.outcomes is None else {k: v[0] for k, v in t.outcomes.items()})
+                            outcomes=None if t.outcomes is None else {k: v[0] for k, v in t.outcomes.items()},
+                            outcome_sems=None if t.outcomes is None else {k: v[1] for k, v in t.outcomes.items()})
                 for t in self.trials.values() if t.state == "complete"]
-        hist = [o.model_copy(update={"params": dict(o.params)}) for o in self.historical]  # no aliasing
+        hist = [o.model_copy(update={"params": dict(o.params), "outcomes": o.outcomes and dict(o.outcomes),
+                                     "outcome_sems": o.outcome_sems and dict(o.outcome_sems)})
+                for o in self.historical]  # no aliasing
         return tuple(hist) + tuple(told)

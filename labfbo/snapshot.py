@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from labfbo.exceptions import JournalError
 from labfbo.journal import check_header, read_records
 from labfbo.records import dump_record, parse_record
+from labfbo.objectives import OutcomeSpec
 from labfbo.space import SearchSpace
 
 if TYPE_CHECKING:
@@ -29,7 +30,14 @@ def load_snapshot(cls: type["Optimizer"], path: str, coordinator: Any, storage: 
         raise JournalError(f"{path} is not a labfbo snapshot (it is empty)")
     head = records[0]
     saved = {k: v for k, v in head.get("options", {}).items() if v is not None}
-    opt = cls(SearchSpace.model_validate(head["space"]), objective=head["objective"], protocol=head["protocol"],
+    # ``space=``: the site's own space object, to re-attach its nonlinear constraints (code is not journaled)
+    space = options.pop("space", None) or SearchSpace.model_validate(head["space"])
+    objective: Any = head["objective"]
+    if head.get("outcomes") is not None:  # named objectives and outcome constraints, as declared
+        spec = OutcomeSpec.model_validate(head["outcomes"])
+        objective = list(spec.objectives)
+        options.setdefault("outcome_constraints", list(spec.constraints) or None)
+    opt = cls(space, objective=objective, protocol=head["protocol"],
               site=head["site"], seed=head["seed"], n_init=head["n_init"], storage=storage,
               secret=options.pop("secret", head.get("secret")),
               coordinator=coordinator, **{**saved, **options})

@@ -102,16 +102,24 @@ class SearchSpace(_Checked):
             raise SearchSpaceError(f"constraints: nonlinear constraint names must be unique, got {names}")
         self._local = tuple(local)
 
-    @model_validator(mode="after")
     def _compile_constraints(self) -> "SearchSpace":
-        """Compile the table of feasible combinations and the linear constraints' polytope
-        (after ``allowed`` is canonical)."""
+        """Canonical constraints (checked, values canonical, sorted: the fingerprint does not depend
+        on how they were written), then the table of feasible combinations (from the canonical
+        ``allowed``) and the linear constraints' polytope."""
         by_name = {p.name: p for p in self.params}
-        linear = [c for c in self.constraints or () if isinstance(c, LinearConstraint)]
-        for c in linear:
-            c.check_space(by_name)
+        canon: list[LinearConstraint | Forbidden] = []
+        for c in self.constraints or ():
+            if isinstance(c, LinearConstraint):
+                c.check_space(by_name)
+                canon.append(c)
+            else:
+                canon.append(Forbidden(c.check_space(by_name)))
+        canon = [c for _, c in sorted({c.model_dump_json(): c for c in canon}.items())]
+        if self.constraints is not None:
+            object.__setattr__(self, "constraints", tuple(canon))
+        linear = [c for c in canon if isinstance(c, LinearConstraint)]
         self._polytope = UnitPolytope(self.params, linear) if linear else None
-        forbidden = [c.check_space(by_name) for c in self.constraints or () if isinstance(c, Forbidden)]
+        forbidden = [c.combination for c in canon if isinstance(c, Forbidden)]
         self._table_names, self._table = self.allowed_names, self.allowed
         if forbidden:
             self._table_names, self._table = compile_table(self.params, self.allowed_names, self.allowed, forbidden,
@@ -137,7 +145,7 @@ class SearchSpace(_Checked):
         if (self.allowed is None) != (self.allowed_names is None):
             raise ValueError("allowed and allowed_names go together")
         if self.allowed is None:
-            return self
+            return self._compile_constraints()
         by_name = {p.name: p for p in self.params}
         names = list(self.allowed_names or ())
         unknown = [n for n in names if n not in by_name]
@@ -166,6 +174,7 @@ class SearchSpace(_Checked):
         codes = {row: tuple(by_name[n].to_unit(v) for n, v in zip(order, row)) for row in canon}
         object.__setattr__(self, "allowed_names", tuple(order))
         object.__setattr__(self, "allowed", tuple(sorted(canon, key=lambda r: codes[r])))
+        self._compile_constraints()
         if self._n_feasible() > MAX_TABLE_CANDIDATES:
             raise ValueError(f"allowed: {len(canon)} combinations times the other discrete parameters' values make "
                              f"{self._n_feasible()} candidates (at most {MAX_TABLE_CANDIDATES}); restrict fewer "
@@ -395,9 +404,10 @@ class SearchSpace(_Checked):
         if not self.is_allowed(params):
             out.append(f"{dict((n, params[n]) for n in self._table_names or ())} is not a feasible combination "
                        "(allowed= / Forbidden)")
+        by_name = {p.name: p for p in self.params}
         for c in self.constraints or ():
-            if isinstance(c, LinearConstraint) and c.violation(params) > REL_TOL:
-                out.append(f"linear constraint {c} (off by {c.violation(params):.2g}, relative)")
+            if isinstance(c, LinearConstraint) and (off := c.violation(params, c.span(by_name))) > REL_TOL:
+                out.append(f"linear constraint {c} (off by {off:.2g}, relative)")
         out += [f"nonlinear constraint {g.name!r} ({g(params):.4g} < 0)" for g in self._local if g(params) < 0.0]
         return out
 
@@ -405,7 +415,7 @@ class SearchSpace(_Checked):
         """Up to ``n`` feasible unit-cube points spread over the space: scrambled Sobol points (with
         linear constraints, hit-and-run over their polytope), snapped; with nonlinear constraints
         only those that meet them (drawing up to 16x more). Raises if none does."""
-        parts, m = [], n
+        parts, m, drawn = [], n, 0
         for attempt in range(4 if self._local else 1):
             if self._polytope is not None:
                 U = self._polytope.sample(m, seed + attempt)
@@ -413,6 +423,7 @@ class SearchSpace(_Checked):
                 k = int(np.ceil(np.log2(max(m, 2))))
                 U = qmc.Sobol(self.dim, scramble=True, seed=np.random.default_rng(seed + attempt)).random_base2(k)[:m]
             U = self.snap(U)
+            drawn += len(U)
             parts.append(U[self.local_ok(U)])
             if sum(map(len, parts)) >= n:
                 break
@@ -420,17 +431,23 @@ class SearchSpace(_Checked):
         X = np.concatenate(parts)[:n]
         if not len(X):
             raise SearchSpaceError(f"no point meets the nonlinear constraint(s) {[g.name for g in self._local]} "
-                                   f"among {2 * m - n} samples of the space; check that they can be met")
+                                   f"among {drawn} samples of the space; check that they can be met")
         return X
 
-    def repair(self, X: np.ndarray, seed: int) -> np.ndarray:
+    def repair(self, X: np.ndarray, seed: int, avoid: np.ndarray | None = None) -> np.ndarray:
         """Snap ``X`` (:meth:`snap`), then replace each point that breaks a nonlinear constraint by
-        the nearest unused feasible point of a seeded sample (:meth:`sample`)."""
+        the nearest feasible point of a seeded sample (:meth:`sample`) that is neither another
+        row of ``X`` nor one of ``avoid`` (e.g. the pending points) while there is one."""
         X = self.snap(X)
         bad = np.flatnonzero(~self.local_ok(X))
         if not len(bad):
             return X
-        X[bad] = nearest_unused(self.sample(max(1024, 4 * len(X)), seed), X[bad])
+        pool = self.sample(max(1024, 4 * len(X)), seed)
+        taken = np.concatenate([np.delete(X, bad, axis=0), np.zeros((0, self.dim)) if avoid is None else avoid])
+        if len(taken):
+            fresh = np.abs(pool[:, None, :] - taken[None]).max(-1).min(1) > 1e-9
+            pool = pool[fresh] if fresh.any() else pool
+        X[bad] = nearest_unused(pool, X[bad])
         return X
 
     def design(self, U: np.ndarray, seed: int) -> np.ndarray:

@@ -41,6 +41,7 @@ class Observation(BaseModel):
     trial_id: int | None = None
     source: str = "historical"
     outcomes: dict[str, float] | None = None  # with named outcomes: every outcome's mean (value: the first objective's)
+    outcome_sems: dict[str, float | None] | None = None  # ... and its standard error, where one was given
 
 
 @dataclass

@@ -437,3 +437,19 @@ def test_a_site_restarted_from_its_journal_rejoins(study, tmp_path) -> None:
     assert len(opts[1].observations) == 3 and opts[1].context.site_index == 1
     second = _ask_all(opts)
     assert all(t.metadata["round"] == 1 and t.metadata["source"] == "model" for t in second)
+
+
+def test_constrained_spaces_give_the_same_feasible_proposals_over_http() -> None:
+    """Constraints are the sites' business: the transport changes nothing, and nothing breaks them."""
+    from labfbo import FederatedProblem, LinearConstraint, NonlinearConstraint
+
+    space = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1), labfbo.Real("z", 0, 1)],
+                               constraints=[LinearConstraint({"x": 1, "y": 1, "z": 1}, "==", 0.5),
+                                            NonlinearConstraint("disc", lambda p: 0.8 - p["x"] ** 2 - p["y"] ** 2)])
+    problem = FederatedProblem(space=space, optima=[0.0, 0.0],
+                               objectives=[lambda p, s=s: (p["x"] - 0.2 * s) ** 2 + (p["y"] + 0.1) ** 2 for s in (0, 1)])
+    kw = dict(problem=problem, protocol="distribution", n_init=3, budget=3, seed=2, **FAST, **EXTRA["distribution"])
+    http, local = labfbo.simulate(transport="http", **kw), labfbo.simulate(**kw)
+    np.testing.assert_array_equal(http.proposals, local.proposals)
+    for x, y, z in local.proposals.reshape(-1, 3):
+        assert abs(x + y + z - 0.5) <= 1e-6 and x ** 2 + y ** 2 <= 0.8

@@ -284,6 +284,7 @@ class CampaignLoop:
         when the caller has already called ``adapter.prepare``."""
         if prepare:
             self.adapter.prepare(AdapterContext(site=self.opt.site, space=self.opt.space, objective=self.opt.objective,
+                                                outcomes=[] if self.opt.outcomes is None else self.opt.outcomes.names,
                                                 campaign=self.opt.campaign_id))
         self._recover()
         self._refresh()

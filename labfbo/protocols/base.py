@@ -50,6 +50,7 @@ class SiteData:
     pending: np.ndarray
     failed: np.ndarray | None = None  # unit-cube points of failed trials (not proposed again where avoidable)
     Y: np.ndarray | None = None  # (n, k) with named outcomes: OutcomeSpec.outcome_matrix of the same rows
+    Yvar: np.ndarray | None = None  # (n, k) their known noise variances, NaN where no standard error was given
 
     @property
     def n(self) -> int:

@@ -31,6 +31,8 @@ box (a convex combination of box points; clipped for round-off).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from typing import Literal, Mapping
 
 import numpy as np
@@ -147,8 +149,7 @@ class ConsensusSite(LocalGPSite):
                 got = got[np.abs(got[:, None, :] - tried[None]).max(-1).min(1) > 1e-9]
         if len(got) == n:
             return got
-        extra = SiteData(space=data.space, X=data.X, y=data.y, yvar=data.yvar,
-                         pending=np.vstack([data.pending, got]) if len(got) else data.pending, failed=data.failed)
+        extra = replace(data, pending=np.vstack([data.pending, got]) if len(got) else data.pending)
         return np.vstack([got, self.propose_local(extra, n - len(got), round)]) if len(got) else \
             self.propose_local(extra, n, round)
 

@@ -107,12 +107,13 @@ class LocalGPSite(SiteLogic):
     def outcome_model(self, data: SiteData, j: int) -> Model:
         """The local GP of column ``j`` of ``data.Y``, fitted when the data change."""
         assert data.Y is not None
-        key = data.key() + data.Y.tobytes()
+        key = data.X.tobytes() + data.Y.tobytes() + (b"" if data.Yvar is None else data.Yvar.tobytes())
         if self._outcome_key != key:
             self._outcome_models, self._outcome_key = {}, key
         if j not in self._outcome_models:
             opts = self.options if isinstance(self.options, SurrogateOptions) else None
-            self._outcome_models[j] = fit_local_gp(data.X, data.Y[:, j], None, space=self.space, options=opts,
+            var = None if data.Yvar is None or np.isnan(data.Yvar[:, j]).any() else data.Yvar[:, j]
+            self._outcome_models[j] = fit_local_gp(data.X, data.Y[:, j], var, space=self.space, options=opts,
                                                    seed=self.context.seed_for(data.n, f"gp-fit/{j}"))
         return self._outcome_models[j]
 
