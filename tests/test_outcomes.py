@@ -217,3 +217,35 @@ def test_the_multiobjective_bench_measures_hypervolume_and_lists_its_runs() -> N
     assert {j.part for j in quick} == {"single", "constrained", "family"}
     assert "gradient" not in {j.method for j in quick if j.part == "family"}
     assert len({j.path for j in quick}) == len(quick)
+
+
+@pytest.mark.integration  # model-based asks
+def test_batches_that_mix_design_and_model_points_keep_every_outcome(tmp_path: Path) -> None:
+    opt = labfbo.Optimizer(SPACE, objective=Objective("yield"), outcome_constraints=PURE, seed=3, n_init=4,
+                           **FAST)
+    for t in opt.ask(n=2):
+        opt.tell(t, {k: v for k, v in lab(t.params).items() if k != "cost"})
+    batch = opt.ask(n=4)  # two design points and two from the constrained model
+    assert [t.metadata["source"] for t in batch] == ["design", "design", "model", "model"]
+    for t in batch:
+        opt.tell(t, {k: v for k, v in lab(t.params).items() if k != "cost"})
+    opt.save(str(tmp_path / "snap.jsonl"))
+    back = labfbo.Optimizer.load(str(tmp_path / "snap.jsonl"))
+    assert back.outcomes == opt.outcomes and back.best == opt.best and len(back.observations) == 6
+
+
+@pytest.mark.integration  # a two-site campaign
+def test_sites_with_their_own_seeds_share_the_rounds_parego_weights() -> None:
+    coord = labfbo.Coordinator("consensus", sites=["a", "b"], seed=11, horizon=3, **FAST)
+    sites = [labfbo.Optimizer(SPACE, objective=TWO, outcome_constraints=PURE, protocol="consensus",
+                              coordinator=coord, site=s, seed=seed, n_init=3, **FAST)
+             for s, seed in (("a", 1), ("b", 2))]
+    for i, o in enumerate(sites):
+        for t in o.ask(n=3):
+            o.tell(t, lab(t.params, 0.1 * i))
+    for o in sites:  # the round's target is scalarized with the study's seed (11), not the site's own
+        raw = o.site_data()
+        assert np.array_equal(o._for_round(raw, 1).y, o.outcomes.chebyshev(raw.Y[:, :2], 11, 1))
+        assert not np.array_equal(o._for_round(raw, 1).y, o.outcomes.chebyshev(raw.Y[:, :2], o.seed, 1))
+    for o in sites:  # consensus with a batch: its local fill-in keeps the outcome data
+        assert len(o.ask(n=2)) == 2
