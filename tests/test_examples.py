@@ -78,14 +78,19 @@ def test_federation_local(runs) -> None:
     assert stdout.count("round ") == 2
 
 
-def test_reagent_screen(tmp_path) -> None:
-    """Run alone, not beside the others: five scripts at once on two cores starve the HTTP one."""
-    env = {**os.environ, "LABFBO_EXAMPLE_BUDGET": "2", "LABFBO_EXAMPLE_OUT": str(tmp_path),
+def _run_alone(script: str, out: Path) -> str:
+    """Run one example with a budget of 2, not beside the others (five scripts at once on two
+    cores starve the HTTP one); its stdout."""
+    env = {**os.environ, "LABFBO_EXAMPLE_BUDGET": "2", "LABFBO_EXAMPLE_OUT": str(out),
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(EXAMPLES / "reagent_screen.py")], cwd=tmp_path, env=env,
+    proc = subprocess.run([sys.executable, str(EXAMPLES / script)], cwd=out, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    stdout = proc.stdout
+    return proc.stdout
+
+
+def test_reagent_screen(tmp_path) -> None:
+    stdout = _run_alone("reagent_screen.py", tmp_path)
     assert any(tmp_path.iterdir())
     for site in ("lab-a", "lab-b", "lab-c"):
         assert re.search(rf"^{site}: best yield \d+\.\d% .*'base': '.*sent \['join', 'surface_stats'\], never a yield",
@@ -94,13 +99,9 @@ def test_reagent_screen(tmp_path) -> None:
 
 
 def test_constrained_campaign(tmp_path) -> None:
-    env = {**os.environ, "LABFBO_EXAMPLE_BUDGET": "2", "LABFBO_EXAMPLE_OUT": str(tmp_path),
-           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(EXAMPLES / "constrained_campaign.py")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert re.search(r"^best feasible yield: \d+\.\d % at \{'water'", proc.stdout, re.M), proc.stdout
-    assert re.search(r"^  yield +\d+\.\d %  cost +\d+\.\d\d  impurity 0\.[0-4]\d$", proc.stdout, re.M), proc.stdout
+    stdout = _run_alone("constrained_campaign.py", tmp_path)
+    assert re.search(r"^best feasible yield: \d+\.\d % at \{'water'", stdout, re.M), stdout
+    assert re.search(r"^  yield +\d+\.\d %  cost +\d+\.\d\d  impurity 0\.[0-4]\d$", stdout, re.M), stdout
     with open(tmp_path / "formulation.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 8 and {"yield", "cost", "impurity"} <= set(rows[0])
