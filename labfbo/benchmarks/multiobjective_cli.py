@@ -15,6 +15,8 @@ def run(args: argparse.Namespace) -> int:
     jobs = mo.jobs(args.out, args.quick, seeds)
     if args.parts:
         jobs = [j for j in jobs if j.part in args.parts]
+    if args.methods:
+        jobs = [j for j in jobs if j.method in args.methods]
     cmd = "labfbo bench multiobjective " + " ".join(sys.argv[3:])
     todo = sum(not Path(j.path).exists() for j in jobs)
     print(f"{cmd}\n{len(jobs)} runs ({todo} to do), cache: {args.out}")
@@ -31,6 +33,7 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                         "BoTorch qLogNEHVI loop, and a federated family (cached, resumable)")
     p.add_argument("--quick", action="store_true", help="3 seeds, 20 iterations, no gradient protocol")
     p.add_argument("--parts", nargs="+", choices=["single", "constrained", "family"], help="these parts only")
+    p.add_argument("--methods", nargs="+", help="these methods / protocols only (e.g. to split a run over processes)")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 5; 3 with --quick)")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--report-only", action="store_true", help="run nothing; report the cached runs")
