@@ -178,3 +178,17 @@ def test_an_escaping_batch_with_pending_points_leaves_the_basin() -> None:
     assert batch.shape == (2, 2)
     assert np.all(np.linalg.norm(batch - X[8], axis=1) > 2 * opts.stall_radius * np.sqrt(2))
     assert np.all(np.abs(batch - pending).max(axis=1) > 1e-6)
+
+
+def test_auto_noise_prior_interpolates_noiseless_data_and_keeps_noise_when_there_is_some() -> None:
+    import numpy as np
+
+    from labfbo.models.gp import SurrogateOptions, fit_local_gp
+
+    rng = np.random.default_rng(0)
+    X = rng.random((20, 2))
+    y = np.sin(6 * X[:, 0]) + X[:, 1] ** 2
+    auto = SurrogateOptions(noise_prior="auto")
+    assert float(fit_local_gp(X, y, options=auto).likelihood.noise) < 1e-5  # the interpolating fit
+    noisy = y + 0.3 * rng.standard_normal(20)
+    assert float(fit_local_gp(X, noisy, options=auto).likelihood.noise) > 1e-2  # BoTorch's prior kept
