@@ -331,25 +331,15 @@ class Optimizer:
     def best(self) -> Observation | None:
         """The best completed observation (``None`` before any): with outcome constraints the best
         *feasible* one (``None`` while there is none); with several objectives, by the first."""
-        obs = self.observations
-        if self.outcomes is not None:
-            obs = tuple(o for o in obs if o.outcomes is not None and self.outcomes.feasible(o.outcomes))
-        if not obs:
-            return None
-        return max(obs, key=lambda o: self._to_max * o.value)
+        obs = self.observations if self.outcomes is None else self.outcomes.feasible_only(self.observations)
+        return max(obs, key=lambda o: self._to_max * o.value) if obs else None
 
     def pareto_front(self) -> list[Observation]:
         """The feasible observations no other feasible one dominates on every objective
         (all of them at once), in observation order."""
         if self.outcomes is None:
             return [self.best] if self.best is not None else []
-        obs = [o for o in self.observations if o.outcomes is not None and self.outcomes.feasible(o.outcomes)]
-        if not obs:
-            return []
-        from labfbo.models.outcomes import non_dominated
-
-        keep = non_dominated(self.outcomes.objective_matrix([o.outcomes for o in obs]))  # type: ignore[misc]
-        return [o for o, k in zip(obs, keep) if k]
+        return self.outcomes.pareto_front(self.observations)
 
     @property
     def pending(self) -> list[Trial]:
@@ -463,10 +453,10 @@ class Optimizer:
         (:meth:`labfbo.objectives.OutcomeSpec.chebyshev`); otherwise ``data`` itself."""
         if self.outcomes is None or not self.outcomes.multi or data.Y is None or not data.n:
             return data
-        m = len(self.outcomes.objectives)
         reply = self._state.join_reply  # federated: the study's seed, so every site draws the same weights
         seed = reply.study_seed if reply is not None and reply.study_seed is not None else self.seed
-        return replace(data, y=self.outcomes.chebyshev(data.Y[:, :m], seed, round), yvar=None)
+        return replace(data, y=self.outcomes.chebyshev(data.Y[:, :len(self.outcomes.objectives)], seed, round),
+                       yvar=None)
 
     def _design_rows(self) -> np.ndarray:
         if self._state.join_reply is not None:
