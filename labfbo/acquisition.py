@@ -205,9 +205,7 @@ def _meet_local(acqf: AcquisitionFunction, space: SearchSpace, X: np.ndarray, se
     if not len(bad):
         return X
     cands = space.sample(max(opts.raw_samples, 4 * len(X)), seed)
-    with torch.no_grad():
-        vals = torch.cat([acqf(as_tensor(c).unsqueeze(1)) for c in np.array_split(cands, max(1, len(cands) // 256))])
-    order = torch.argsort(vals, descending=True).numpy()
+    order = torch.argsort(_score_points(acqf, cands), descending=True).numpy()
     X[bad] = cands[order[: len(bad)]]
     return X
 
@@ -221,10 +219,14 @@ def _fixed_combos(acqf: AcquisitionFunction, space: SearchSpace, seed: int) -> l
     if len(grid) > MAX_FIXED_COMBOS:  # pre-select by the acquisition at one Sobol continuous point each
         pts = sobol_candidates(space, len(grid), seed)[: len(grid)]
         pts[:, cols] = grid
-        with torch.no_grad():
-            vals = torch.cat([acqf(as_tensor(c).unsqueeze(1)) for c in np.array_split(pts, max(1, len(pts) // 256))])
-        grid = grid[torch.topk(vals, MAX_FIXED_COMBOS).indices.numpy()]
+        grid = grid[torch.topk(_score_points(acqf, pts), MAX_FIXED_COMBOS).indices.numpy()]
     return [dict(zip(cols, row.tolist())) for row in grid]
+
+
+def _score_points(acqf: AcquisitionFunction, points: np.ndarray) -> torch.Tensor:
+    """The acquisition of each of ``points (m, d)`` on its own (q = 1), in chunks of about 256."""
+    with torch.no_grad():
+        return torch.cat([acqf(as_tensor(c).unsqueeze(1)) for c in np.array_split(points, max(1, len(points) // 256))])
 
 
 def _unseen(space: SearchSpace, grid: np.ndarray, observed: np.ndarray | None) -> np.ndarray:
