@@ -10,7 +10,7 @@ TORCH := torch==2.13.0
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: demo test test-fast bench clean
+.PHONY: demo test test-fast bench clean browser
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,7 +22,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/labfbo demo
 
-test: $(STAMP)
+# the report and dashboard tests drive Debian's chromium through its chromedriver
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver; }
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # the unit tier: no subprocess, server, MPI or schemathesis test (those are marked `integration`)

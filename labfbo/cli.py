@@ -1,4 +1,4 @@
-"""The ``labfbo`` command line: ``demo``, ``bench``, ``coordinator``, ``site``, ``privacy``."""
+"""The ``labfbo`` command line: ``demo``, ``report``, ``bench``, ``coordinator``, ``site``, ``privacy``."""
 
 from __future__ import annotations
 
@@ -337,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--protocols", nargs="+", default=None)
     demo.add_argument("--out", default="runs")
     demo.set_defaults(func=_cmd_demo)
+    importlib.import_module("labfbo.report.cli").add_parser(sub)
 
     co = sub.add_parser("coordinator", help="the consortium's coordinator server (HTTP)")
     cosub = co.add_subparsers(dest="coordinator_cmd", required=True)

@@ -23,7 +23,7 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Protocol, runtime_checkable
+from typing import Any, Iterable, Iterator, Literal, Protocol, runtime_checkable
 
 from labfbo.exceptions import ConfigurationError, JournalError
 from labfbo.records import JOURNAL_VERSION, Header
@@ -42,12 +42,14 @@ def _is_json(line: bytes) -> bool:
     return True
 
 
-def read_records(path: str | os.PathLike[str], *, repair: bool) -> tuple[list[dict[str, Any]], list[int]]:
+def read_records(path: str | os.PathLike[str], *, repair: bool,
+                 torn: Literal["refuse", "skip"] = "refuse") -> tuple[list[dict[str, Any]], list[int]]:
     """The records of the journal at ``path`` and the line number of each.
 
     A torn last line (a crash while writing) is cut from the file with a warning when
-    ``repair`` (a live journal), and refused otherwise (a snapshot is written atomically and
-    never modified). Any other unreadable line, ``NaN``/``Infinity``, a record without an
+    ``repair`` (a live journal), left out when ``torn="skip"`` (a reader of a journal another
+    process writes: the file is not modified), and refused otherwise (a snapshot is written
+    atomically and never modified). Any other unreadable line, ``NaN``/``Infinity``, a record without an
     ``op``, a first record that is not a header and a second header (two journals
     concatenated) raise :class:`JournalError` naming the file and line.
     """
@@ -66,15 +68,17 @@ def read_records(path: str | os.PathLike[str], *, repair: bool) -> tuple[list[di
             if not isinstance(rec, dict) or not isinstance(rec.get("op"), str):
                 raise ValueError("not a journal record")
         except ValueError as exc:
-            torn = not _is_json(line) and (last or all(not rest.strip() for rest in lines[i + 1:]))
-            if torn and repair:
+            torn_line = not _is_json(line) and (last or all(not rest.strip() for rest in lines[i + 1:]))
+            if torn_line and torn == "skip" and not repair:
+                break
+            if torn_line and repair:
                 warnings.warn(f"{path}: dropping a torn last record (crash during a write)", stacklevel=4)
                 with open(path, "r+b") as fh:
                     fh.truncate(good_bytes)
                     fh.flush()
                     os.fsync(fh.fileno())
                 break
-            if torn:
+            if torn_line:
                 raise JournalError(f"{path}:{i + 1}: the last record is cut off ({exc}); a snapshot is written "
                                    "whole, so this file was damaged or is still being copied") from None
             raise JournalError(f"{path}:{i + 1}: unreadable journal record ({exc})") from None

@@ -81,6 +81,24 @@ class Message(BaseModel):
         """Size of the message on the wire (its JSON encoding, UTF-8)."""
         return len(self.model_dump_json().encode())
 
+    def summary(self, max_items: int = 64) -> dict[str, Any]:
+        """Its fields for a person to read: scalars and short lists as they are, each array as
+        its shape (and its values when it has at most ``max_items``); nested models by field."""
+        def brief(v: Any) -> Any:
+            if isinstance(v, Array):
+                out: dict[str, Any] = {"shape": list(v.shape)}
+                if v.n_scalars <= max_items:
+                    out["values"] = v.numpy().tolist()
+                return out
+            if isinstance(v, BaseModel):
+                return {k: brief(getattr(v, k)) for k in type(v).model_fields}
+            if isinstance(v, (list, tuple)):
+                return [brief(x) for x in v] if len(v) <= max_items else {"length": len(v)}
+            if isinstance(v, dict):
+                return {str(k): brief(x) for k, x in v.items()} if len(v) <= max_items else {"length": len(v)}
+            return v
+        return {k: brief(getattr(self, k)) for k in type(self).model_fields if k not in ("kind", "version", "study")}
+
 
 M = TypeVar("M", bound=type[Message])
 

@@ -25,8 +25,8 @@ from labfbo.journal import JournalBackend, check_header, open_journal, write_sna
 from labfbo.messages import Abstain, JoinRequest, Message, parse
 from labfbo.progress import slow_notice
 from labfbo.privacy.release import Release
-from labfbo.records import (Ask, Enqueue, Fail, Header, Historical, Join, Note, Released, Tell, dump_record,
-                            parse_record)
+from labfbo.records import (Ask, Enqueue, Fail, GuidanceReceived, Header, Historical, Join, Note, Released, Tell,
+                            Traffic, dump_record, parse_record)
 from labfbo.privacy.report import cumulative_epsilon
 from labfbo.privacy.report import report as privacy_report
 from labfbo.protocols import ConfiguredProtocol, SiteContext, SiteData, get_protocol, resolve
@@ -201,9 +201,14 @@ class Optimizer:
             self._unwritten = None
 
     def _commit(self, record: Any) -> None:
-        """Journal a typed record, then apply it (an exception before the append changes nothing)."""
+        """Journal a typed record, then apply it (an exception before the append changes nothing);
+        the messages that crossed the site's boundary since the last record go first."""
         with self._lock:
             self._write_header()
+            traffic = self.ledger.take()
+            if traffic:
+                self._journal.append(dump_record(Traffic(messages=traffic)))
+                self._state.apply(Traffic(messages=traffic))
             self._journal.append(dump_record(record))
             self._data_cache = None  # every record may change the site's data or its pending points
             self._state.apply(record)
@@ -402,6 +407,22 @@ class Optimizer:
         """Export the history (historical, told, failed and pending trials) as CSV."""
         write_csv(path, history_rows(self))
 
+    def journal_records(self) -> list[dict[str, Any]]:
+        """The journal's records as written (JSON objects), header first."""
+        with self._lock:
+            if self._unwritten is not None:
+                return []
+            traffic = self.ledger.take()
+            if traffic:  # the messages not journaled yet
+                self._commit(Traffic(messages=traffic))
+            return list(self._journal.records())
+
+    def report(self, path: str = "report.html", objective_label: str | None = None) -> Any:
+        """Write this site's campaign report (:func:`labfbo.report.write_report`)."""
+        from labfbo.report import write_report
+
+        return write_report(self, path, objective_label=objective_label)
+
     def save(self, path: str) -> None:
         """Write a snapshot (a complete journal) that :meth:`load` restores."""
         write_snapshot(path, list(self._journal.records()))
@@ -419,6 +440,8 @@ class Optimizer:
         link, self._link = self._link, None
         if link is not None:
             link.close()
+        if self.ledger.unjournaled and (self._unwritten is None or self._state.position):
+            self._commit(Traffic(messages=self.ledger.take()))
         self._journal.close()
 
     def __enter__(self) -> "Optimizer":
@@ -492,7 +515,11 @@ class Optimizer:
         guidance, source, clock, t, uses = None, "model", {}, self._state.round, 0
         self._logic.expect(m)
         if self.protocol_cls.federated:
+            held = self._state.clock.held
             guidance, source, clock = self._guidance(timeout)
+            if guidance is not None and guidance is not held:  # new guidance: the site's report shows it
+                self._commit(GuidanceReceived(round=guidance.round, kind=guidance.kind, nbytes=guidance.nbytes(),
+                                              summary=guidance.summary()))
             if clock.get("guidance_round") is not None:
                 t = clock["guidance_round"]
                 uses = self._state.clock.uses if t == self._state.clock.guided else 0
@@ -530,6 +557,8 @@ class Optimizer:
             if release is not None:
                 self._commit(Released(**release.model_dump()))  # accounted before it leaves
             self.ledger.record_sent(answer)
+            if len(self.ledger.unjournaled) >= 256:  # a long exchange (gradient's warm-up): journal its traffic
+                self._commit(Traffic(messages=self.ledger.take()))
         return answer.model_dump_json()
 
     def __repr__(self) -> str:

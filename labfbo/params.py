@@ -11,7 +11,9 @@ r"""Parameter types: what a lab can set, and how each maps to one unit-cube colu
   never the code as a number.
 
 Decoding clamps to the box and snaps to the parameter's values, so it always returns a
-value the lab can set.
+value the lab can set. Every parameter may name its ``unit=`` (``"degC"``, ``"mol%"``): the
+campaign report labels its axes with it, and it is part of the space's identity (partners
+that measure temperature in different units do not share a study by mistake).
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class _Checked(BaseModel):
 class _Param(_Checked):
     model_config = ConfigDict(frozen=True, extra="forbid")
     name: str = Field(min_length=1)
+    unit: str | None = Field(None, max_length=32, description="the lab's unit, for labels (e.g. 'degC', 'mol%')")
 
     @property
     def is_discrete(self) -> bool:

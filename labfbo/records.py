@@ -14,6 +14,9 @@ Versions:
   (:meth:`labfbo.protocols.SiteLogic.legacy_release`).
 * **2** (current) — a ``release`` record is the protocol's own declaration, a
   :class:`~labfbo.privacy.release.Release` (mechanism, sensitivity, noise, rows).
+  Later additions to version 2 (a labfbo that predates them refuses them by name):
+  ``traffic`` (each message's direction, kind, round and size) and ``guidance`` (the
+  guidance a federated site received, summarized) — what a campaign report reads.
 """
 
 from __future__ import annotations
@@ -145,7 +148,36 @@ class LegacyRelease(_Record):
     sensitivity: float | None = None
 
 
-Record = Annotated[Union[Header, Ask, Enqueue, Historical, Tell, Fail, Note, Join, Released, LegacyRelease],
+class MessageEntry(BaseModel):
+    """One message that crossed the site's boundary: which way, its kind and round, and its size."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    direction: Literal["sent", "received"]
+    kind: str
+    round: int  # the message's round (-1: setup, e.g. the join)
+    nbytes: Count  # its JSON size, as the transport moves it
+
+
+class Traffic(_Record):
+    """Messages sent and received since the last record, in order (sizes only, never contents)."""
+
+    op: Literal["traffic"] = "traffic"
+    messages: list[MessageEntry]
+
+
+class GuidanceReceived(_Record):
+    """The coordinator's guidance for one BO round, as the site received it: its kind, size and
+    a summary (scalars, array shapes, small arrays in full) — the site's own copy, for its report."""
+
+    op: Literal["guidance"] = "guidance"
+    round: int
+    kind: str
+    nbytes: Count
+    summary: dict[str, Any] = {}
+
+
+Record = Annotated[Union[Header, Ask, Enqueue, Historical, Tell, Fail, Note, Join, Released, LegacyRelease,
+                         Traffic, GuidanceReceived],
                    Field(discriminator="op")]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(Record)
 

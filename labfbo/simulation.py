@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -147,10 +148,12 @@ class _SiteRun:
                 "epsilon": self.opt.epsilon(), "n_init": self.opt.n_init}
 
 
+SITE_OPTIONS = ("prior", "storage")  # each site's own (one value, or a list with one per site); not the coordinator's
+
+
 def _optimizer(prob: FederatedProblem, protocol: str, coordinator: Any, i: int, seed: int, n_init: int | None,
                budget: int, options: dict[str, Any]) -> Optimizer:
-    priors = options.get("prior")
-    opts = {**options, "prior": priors[i]} if isinstance(priors, (list, tuple)) else options
+    opts = {k: (v[i] if k in SITE_OPTIONS and isinstance(v, (list, tuple)) else v) for k, v in options.items()}
     return Optimizer(prob.space, objective=prob.objective, protocol=protocol, coordinator=coordinator,
                      site=list(prob.site_names or [])[i], seed=seed, n_init=n_init, horizon=budget,
                      secret=int_seed(seed, i, 0, "site-secret"), **opts)
@@ -164,22 +167,36 @@ def _check(prob: FederatedProblem, budget: int, options: dict[str, Any]) -> None
         raise ConfigurationError(f"prior: got {len(priors)} priors for {prob.n_sites} sites (give one dict, or one per site)")
 
 
+def _journal_paths(prob: FederatedProblem, storage_dir: "str | os.PathLike[str]") -> list[str]:
+    """``<storage_dir>/<site>.journal`` for every site; refuses journals already there (a
+    simulation starts its campaigns, it does not resume them)."""
+    os.makedirs(storage_dir, exist_ok=True)
+    paths = [os.path.join(storage_dir, f"{name}.journal") for name in prob.site_names or []]
+    taken = [p for p in paths if os.path.exists(p) and os.path.getsize(p) > 0]
+    if taken:
+        raise ConfigurationError(f"storage_dir already holds a journal: {taken[0]} (use a new folder)")
+    return paths
+
+
 def _coordinator(prob: FederatedProblem, protocol: str, seed: int, budget: int, options: dict[str, Any]) -> Coordinator:
     return Coordinator(protocol, sites=list(prob.site_names or []), space=prob.space, seed=seed, horizon=budget,
-                       **{k: v for k, v in options.items() if k != "prior"})
+                       **{k: v for k, v in options.items() if k not in SITE_OPTIONS})
 
 
 def simulate(problem: FederatedProblem | str, protocol: "str | ConfiguredProtocol" = "independent",
              n_sites: int | None = None,
              n_init: int | None = None, budget: int = 20, seed: int = 0, transport: str = "local",
              heterogeneity: Any = None, progress: bool = False,
-             on_round: Callable[[int], None] | None = None, **options: Any) -> SimulationResult | None:
+             on_round: Callable[[int], None] | None = None, storage_dir: "str | os.PathLike[str] | None" = None,
+             **options: Any) -> SimulationResult | None:
     """Run ``budget`` BO iterations at every site after its initial design.
 
     ``options`` are forwarded to every site's Optimizer and to the coordinator (protocol
     options such as ``acquisition``); ``prior`` may be one dict or a list with one per site.
     ``n_sites`` and ``heterogeneity`` apply only when ``problem`` is a built-in name.
     ``progress`` shows a progress bar; ``on_round(t)`` is called after every BO iteration.
+    ``storage_dir``: journal every site to ``<storage_dir>/<site>.journal`` (a new folder or
+    one without those journals), e.g. for ``labfbo report``.
 
     ``transport="mpi"``: run under ``mpiexec -n N+1 python -m mpi4py ...``; rank 0 runs
     the coordinator and returns the result, site ``i`` runs at rank ``i + 1`` and gets None.
@@ -191,6 +208,8 @@ def simulate(problem: FederatedProblem | str, protocol: "str | ConfiguredProtoco
     protocol, options = as_keywords(protocol, options)  # every site and the coordinator get its options
     prob = _problem(problem, n_sites, seed, heterogeneity)
     _check(prob, budget, options)
+    if storage_dir is not None:
+        options = {**options, "storage": _journal_paths(prob, storage_dir)}
     if transport == "mpi":
         return _simulate_mpi(prob, protocol, n_init, budget, seed, options)
     if transport == "http":
@@ -240,7 +259,7 @@ def _simulate_http(prob: FederatedProblem, protocol: str, n_init: int | None, bu
     tokens = {n: new_token() for n in names}
     cfg = ServerConfig(protocol=protocol, seed=seed, horizon=budget, sites={n: h for n, (_, h) in tokens.items()},
                        space=prob.space.model_dump(mode="json"),
-                       options={k: v for k, v in options.items() if k != "prior"})
+                       options={k: v for k, v in options.items() if k not in SITE_OPTIONS})
     with ServerThread(CoordinatorServer(cfg)) as srv:
         links = [HTTPCoordinator(srv.url, tokens[n][0]) for n in names]
         return _threaded(prob, protocol, links, n_init, budget, seed, progress, on_round, options)

@@ -12,6 +12,7 @@ import numpy as np
 from labfbo.exceptions import LabFBOError, ValidationError
 from labfbo.messages import Message
 from labfbo.protocols.base import SiteData
+from labfbo.records import MessageEntry
 from labfbo.trial import parse_value
 
 if TYPE_CHECKING:
@@ -24,7 +25,9 @@ if TYPE_CHECKING:
 class SiteLedger:
     """Every message a site sent and received (in order) and the bytes up/down per BO round.
 
-    Setup messages (join) are listed under round ``-1``.
+    Setup messages (join) are listed under round ``-1``. Each message's direction, kind,
+    round and size also wait in :attr:`unjournaled` until the optimizer journals them (a
+    ``traffic`` record, :meth:`take`).
     """
 
     def __init__(self, log_path: str | None = None) -> None:
@@ -33,17 +36,31 @@ class SiteLedger:
         self.bytes_up: dict[int, int] = defaultdict(int)
         self.bytes_down: dict[int, int] = defaultdict(int)
         self.log_path = log_path
+        self.unjournaled: list[MessageEntry] = []
 
-    def record_sent(self, msg: Message) -> None:
+    def record_sent(self, msg: Message) -> int:
+        """Record an outgoing message; its size in bytes."""
         self.sent.append(msg)
-        self.bytes_up[msg.round] += msg.nbytes()
+        n = msg.nbytes()
+        self.bytes_up[msg.round] += n
+        self.unjournaled.append(MessageEntry(direction="sent", kind=msg.kind, round=msg.round, nbytes=n))
         if self.log_path:
             with open(self.log_path, "a") as fh:
                 fh.write(msg.model_dump_json() + "\n")
+        return n
 
-    def record_received(self, msg: Message) -> None:
+    def record_received(self, msg: Message) -> int:
+        """Record an incoming message; its size in bytes."""
         self.received.append(msg)
-        self.bytes_down[msg.round] += msg.nbytes()
+        n = msg.nbytes()
+        self.bytes_down[msg.round] += n
+        self.unjournaled.append(MessageEntry(direction="received", kind=msg.kind, round=msg.round, nbytes=n))
+        return n
+
+    def take(self) -> list[MessageEntry]:
+        """The entries not journaled yet (and forget them)."""
+        out, self.unjournaled = self.unjournaled, []
+        return out
 
     def round_bytes(self, round: int) -> tuple[int, int]:
         return self.bytes_up.get(round, 0), self.bytes_down.get(round, 0)

@@ -18,7 +18,8 @@ import numpy as np
 from labfbo.exceptions import JournalError
 from labfbo.messages import JoinReply
 from labfbo.privacy.release import Release
-from labfbo.records import (Ask, Enqueue, Fail, Header, Historical, Join, LegacyRelease, Note, Released, Tell)
+from labfbo.records import (Ask, Enqueue, Fail, GuidanceReceived, Header, Historical, Join, LegacyRelease, MessageEntry,
+                            Note, Released, Tell, Traffic)
 from labfbo.site_clock import SiteClock
 from labfbo.space import SearchSpace
 from labfbo.trial import Observation, TrialRecord, parse_value
@@ -41,6 +42,8 @@ class SiteState:
     position: int = 0  # journal position of the last applied record (cuts of the site's data)
     releases: list[Release | LegacyRelease] = field(default_factory=list)
     join_reply: JoinReply | None = None
+    traffic: list[MessageEntry] = field(default_factory=list)  # every message journaled, in order
+    guidance: list[GuidanceReceived] = field(default_factory=list)  # each round's guidance received
 
     def apply(self, rec: Any, replay: bool = False) -> None:
         """Apply one typed record. ``replay``: it comes from storage, so check what a live call
@@ -56,6 +59,10 @@ class SiteState:
             self.releases.append(rec.release())
         elif isinstance(rec, LegacyRelease):
             self.releases.append(rec)
+        elif isinstance(rec, Traffic):
+            self.traffic.extend(rec.messages)
+        elif isinstance(rec, GuidanceReceived):
+            self.guidance.append(rec)
         elif isinstance(rec, Join):
             self.join_reply = JoinReply.model_validate(rec.reply)
         elif isinstance(rec, Header):

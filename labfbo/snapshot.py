@@ -46,7 +46,7 @@ def load_snapshot(cls: type["Optimizer"], path: str, coordinator: Any, storage: 
     except JournalError:
         opt.close()
         raise
-    if any(r["op"] not in ("header", "join") for r in opt._journal.records()):
+    if any(r["op"] not in ("header", "join", "traffic") for r in opt._journal.records()):
         opt.close()
         raise JournalError("load() into a storage that already has history")
     kept = [(rec, line) for rec, line in zip(records[1:], lines[1:]) if rec["op"] != "join"]

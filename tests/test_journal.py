@@ -382,7 +382,7 @@ def test_a_refused_start_leaves_a_new_backend_empty(cont_space, fast):
         Optimizer(cont_space, protocol="consensus", coordinator=coord, site="b", storage=backend, **fast)
     assert backend.rows == []
     Optimizer(cont_space, protocol="consensus", coordinator=coord, site="a", storage=backend, **fast).close()
-    assert [r["op"] for r in backend.rows] == ["header", "join"]
+    assert [r["op"] for r in backend.rows] == ["header", "traffic", "join"]  # the join request and reply, then the reply itself
 
 
 def test_a_journal_that_does_not_start_with_a_good_header_is_refused_and_released(cont_space, fast):

@@ -1,0 +1,37 @@
+"""A site's campaign report: one self-contained HTML page and its plots, from the journal alone.
+
+``labfbo report site.journal -o report.html`` or ``opt.report("report.html")``: progress
+(every measurement, the best so far, failures, the initial design; the Pareto front with
+several objectives), what the site's model believes now (predicted best setting, the
+improvement left), which parameters matter (Sobol importance, partial dependence) and, for
+a federated site, what left it (messages, bytes, DP releases and the cumulative ε) and the
+guidance it received.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from labfbo.report.build import Report
+from labfbo.report.campaign import Campaign
+
+if TYPE_CHECKING:
+    from labfbo.space import SearchSpace
+
+__all__ = ["Campaign", "Report", "write_report"]
+
+
+def write_report(source: Any, path: str | os.PathLike[str] = "report.html", *, space: "SearchSpace | None" = None,
+                 objective_label: str | None = None) -> Report:
+    """Write the campaign report of ``source`` — a journal's path, or an :class:`~labfbo.Optimizer`
+    — to ``path`` (HTML, plots embedded; PNGs in ``<stem>_plots/``). ``objective_label``: how to
+    name the objective on axes, e.g. ``"yield (%)"`` (default: its outcome name)."""
+    from labfbo.report.build import build
+
+    if isinstance(source, (str, os.PathLike)):
+        campaign = Campaign.from_journal(source, space=space)
+    else:  # an Optimizer: its journal's records, as written
+        campaign = Campaign.from_records(source.journal_records(), space=space or source.space,
+                                         where=f"site {source.site!r}")
+    return build(campaign, path, objective_label=objective_label)

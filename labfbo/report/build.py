@@ -1,0 +1,137 @@
+"""Build a site's campaign report: gather what the journal and the model say, draw, render."""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from labfbo.exceptions import LabFBOError
+from labfbo.privacy.release import Release
+from labfbo.privacy.report import report as privacy_rows
+from labfbo.report import plots
+from labfbo.report.campaign import Campaign, decode_points
+from labfbo.report.insight import SiteModel
+
+TOP_DEPENDENCE = 3  # partial-dependence panels for the most important parameters
+
+
+@dataclass
+class Report:
+    """A written report: the HTML page and each plot's PNG."""
+
+    html: Path
+    plots: dict[str, Path] = field(default_factory=dict)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return "∞" if v > 0 else ("−∞" if v < 0 else "n/a")
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _privacy(campaign: Campaign) -> tuple[list[dict[str, Any]], list[float], int]:
+    """Per-round DP rows (releases, mechanism, noise multiplier, cumulative epsilon), the
+    cumulative epsilon after each release, and the number of old (version-1) records."""
+    releases = [r for r in campaign.state.releases if isinstance(r, Release)]
+    legacy = len(campaign.state.releases) - len(releases)
+    rows = privacy_rows(releases)
+    by_round: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        r = by_round.setdefault(row["round"], {"round": row["round"], "releases": 0, "messages": set(),
+                                               "mechanism": row["mechanism"], "noise": row["noise_multiplier"],
+                                               "secure": row["secure_aggregation"]})
+        r["releases"] += 1
+        r["messages"].add(row["message"])
+        r["epsilon"] = row["epsilon"]
+        r["delta"] = row["delta"]
+    out = [{**r, "messages": ", ".join(sorted(r["messages"]))} for r in by_round.values()]
+    return out, [row["epsilon"] for row in rows], legacy
+
+
+def _traffic(campaign: Campaign) -> dict[str, Any]:
+    entries = campaign.state.traffic
+    sent = [e for e in entries if e.direction == "sent"]
+    got = [e for e in entries if e.direction == "received"]
+    return {"sent": len(sent), "received": len(got), "bytes_sent": sum(e.nbytes for e in sent),
+            "bytes_received": sum(e.nbytes for e in got)}
+
+
+def _guidance(campaign: Campaign) -> list[dict[str, Any]]:
+    rows = []
+    for g in campaign.state.guidance:
+        points = None
+        for key in ("points", "consensus", "point"):
+            points = decode_points(campaign.space, g.summary.get(key)) if key in g.summary else None
+            if points:
+                break
+        shapes = {k: v["shape"] for k, v in g.summary.items() if isinstance(v, dict) and "shape" in v}
+        scalars = {k: v for k, v in g.summary.items() if isinstance(v, (int, float, str, bool)) and k != "round"}
+        rows.append({"round": g.round, "kind": g.kind, "nbytes": g.nbytes, "points": points, "shapes": shapes,
+                     "scalars": scalars})
+    return rows
+
+
+def build(campaign: Campaign, path: str | os.PathLike[str], objective_label: str | None = None) -> Report:
+    """Write ``path`` (HTML, plots embedded) and its plots as PNG beside it (``<stem>_plots/``)."""
+    path = Path(path)
+    if path.suffix.lower() not in (".html", ".htm"):
+        raise LabFBOError(f"a report is an .html file, got {str(path)!r}")
+    ylabel = objective_label or campaign.objective_name
+    figures: dict[str, bytes | None] = {"progress": plots.png(plots.progress_figure(campaign, ylabel)),
+                                        "pareto": plots.png(plots.pareto_figure(campaign))}
+    model_note, belief, shares, deps = None, None, None, []
+    try:
+        model = SiteModel(campaign)
+        belief = model.belief()
+        shares = model.importance()
+        top = [n for n in sorted(shares, key=lambda n: -shares[n]) if shares[n] > 0][:TOP_DEPENDENCE]
+        deps = [model.dependence(n) for n in top]
+        figures["importance"] = plots.png(plots.importance_figure(campaign, shares))
+        figures["dependence"] = plots.png(plots.dependence_figure(campaign, deps, ylabel)) if deps else None
+    except LabFBOError as exc:
+        model_note = str(exc)
+    dp_rows, epsilons, legacy = _privacy(campaign)
+    figures["traffic"] = plots.png(plots.traffic_figure(campaign, epsilons))
+
+    plot_dir = path.parent / f"{path.stem}_plots"
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    images: dict[str, str] = {}
+    for name, png in figures.items():
+        if png is None:
+            continue
+        (plot_dir / f"{name}.png").write_bytes(png)
+        written[name] = plot_dir / f"{name}.png"
+        images[name] = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+    exps = campaign.experiments
+    best = campaign.best()
+    env = Environment(loader=PackageLoader("labfbo.report", "templates"), autoescape=select_autoescape(["html"]))
+    env.filters["fmt"] = _fmt
+    env.filters["bytes"] = plots.human_bytes
+    html = env.get_template("report.html").render(
+        c=campaign, h=campaign.header, ylabel=ylabel, images=images, best=best, belief=belief,
+        model_note=model_note, shares=shares and sorted(shares.items(), key=lambda kv: -kv[1]),
+        labels={n: plots.param_label(campaign, n) for n in campaign.space.names},
+        counts={"all": len(exps), "complete": sum(e.state == "complete" for e in exps),
+                "failed": sum(e.state == "failed" for e in exps), "pending": sum(e.state == "pending" for e in exps),
+                "infeasible": sum(e.state == "complete" and not e.feasible for e in exps),
+                "initial": sum(e.initial for e in exps), "historical": sum(e.source == "historical" for e in exps)},
+        traffic=_traffic(campaign), dp_rows=dp_rows, legacy=legacy, guidance=_guidance(campaign),
+        epsilon=epsilons[-1] if epsilons else None,
+        outcome_names=campaign.spec.names if campaign.spec is not None else [],
+        generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(html, encoding="utf-8")
+    os.replace(tmp, path)
+    return Report(html=path, plots=written)
