@@ -4,7 +4,8 @@ Each site runs the same wing-design process (6 design variables) under its own o
 conditions (fuel weight, dynamic pressure, load factor, gross weight). Every protocol
 available in this build is compared with ``independent`` on the same problem, the same
 initial designs and the same seeds; the demo prints a summary table and writes a
-convergence plot (PNG), the results (JSON) and the table (Markdown) under ``runs/``.
+convergence plot (PNG), the results (JSON) and the table (Markdown) under ``runs/``, and
+ends with one site's campaign report (HTML) from the journals of one federated run.
 """
 
 from __future__ import annotations
@@ -39,14 +40,23 @@ def demo_protocols() -> list[str]:
     return ["independent", *runnable]
 
 
+def report_protocol(protocols: list[str]) -> str:
+    """The protocol whose run the demo journals and reports: a federated one where there is one."""
+    federated = [p for p in ("distribution", "consensus", "gradient") if p in protocols]
+    return (federated or [p for p in protocols if p != "independent"] or protocols)[0]
+
+
 def run_demo(cfg: DemoConfig) -> tuple[list[SimulationResult], Path]:
     from tqdm.auto import tqdm
 
     protocols = cfg.protocols or demo_protocols()
     out = Path(cfg.out) / time.strftime("demo-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
+    journaled = report_protocol(protocols)
+    journals = out / "journals"  # the journaled run: every site of `journaled`'s first seed, for a report
     jobs = [Job(path=str(out / f"{p}-seed{s}.json"), label=p, problem=cfg.problem,
-                problem_kwargs={"n_sites": cfg.n_sites}, protocol=p, seed=s, n_init=cfg.n_init, budget=cfg.budget)
+                problem_kwargs={"n_sites": cfg.n_sites}, protocol=p, seed=s, n_init=cfg.n_init, budget=cfg.budget,
+                options={"storage_dir": str(journals)} if (p, s) == (journaled, cfg.seeds[0]) else {})
             for p in protocols for s in cfg.seeds]
     print(f"labfbo demo: {cfg.n_sites} sites on {cfg.problem!r}, n_init={cfg.n_init}, "
           f"budget={cfg.budget}, seeds={cfg.seeds}, protocols={protocols}, {cfg.workers} worker(s)")
@@ -62,7 +72,16 @@ def run_demo(cfg: DemoConfig) -> tuple[list[SimulationResult], Path]:
     (out / "summary.md").write_text(
         f"# labfbo demo\n\n{cfg.n_sites} sites, problem `{cfg.problem}`, n_init={cfg.n_init}, "
         f"budget={cfg.budget}, seeds={cfg.seeds}\n\n{table}\n")
+    report = None
+    sites = sorted(journals.glob("*.journal"))
+    if sites:  # one site's campaign report, as a lab would see it after the campaign
+        from labfbo.report import write_report
+
+        report = write_report(sites[0], out / f"report-{sites[0].stem}.html").html
     print()
     print(table)
     print(f"\nplot:    {png}\nresults: {out}")
+    if report is not None:
+        print(f"report:  {report}  (site {sites[0].stem!r}, protocol {journaled!r}, seed {cfg.seeds[0]}; "
+              f"open it in a browser)")
     return results, png

@@ -21,17 +21,15 @@ import numpy as np
 
 from labfbo.exceptions import (ConfigurationError, ConstraintError, JournalError, LabFBOError, TrialError, ValidationError)
 from labfbo.objectives import Outcome, OutcomeSpec
-from labfbo.journal import JournalBackend, check_header, open_journal, write_snapshot
+from labfbo.journal import JournalBackend, check_header, open_journal
 from labfbo.messages import Abstain, JoinRequest, Message, parse
 from labfbo.progress import slow_notice
-from labfbo.privacy.release import Release
+from labfbo.campaign_views import CampaignViews
 from labfbo.records import (Ask, Enqueue, Fail, GuidanceReceived, Header, Historical, Join, Note, Released, Tell,
                             Traffic, dump_record, parse_record)
-from labfbo.privacy.report import cumulative_epsilon
-from labfbo.privacy.report import report as privacy_report
 from labfbo.protocols import ConfiguredProtocol, SiteContext, SiteData, get_protocol, resolve
-from labfbo.seeding import campaign_id, rng, stable_hash
-from labfbo.site import SiteLedger, build_site_data, dedupe, history_record, history_rows, write_csv
+from labfbo.seeding import rng, stable_hash
+from labfbo.site import SiteLedger, build_site_data, dedupe, history_record
 from labfbo.site_state import SiteState
 from labfbo.space import SearchSpace
 from labfbo.transport import connect
@@ -46,7 +44,7 @@ MAX_MODEL_BATCH = 64
 """The most points one ``ask(n)`` proposes from the model (a joint batch costs superlinearly in n)."""
 
 
-class Optimizer:
+class Optimizer(CampaignViews):
     """Ask/tell Bayesian optimization for one site, alone or in a federation.
 
     Args:
@@ -366,74 +364,6 @@ class Optimizer:
                 return self._logic.predict_outcomes(data, X)
         mean, std = self._logic.predict(data, X)
         return self._to_max * mean, std
-
-    @property
-    def campaign_id(self) -> str:
-        """A stable id of this site's campaign (its journal): a hash of the site and its private secret."""
-        return campaign_id(self.site, self._secret)
-
-    def sent_messages(self) -> list[Message]:
-        """Exactly what this site has sent across its boundary, in order."""
-        return list(self.ledger.sent)
-
-    def received_messages(self) -> list[Message]:
-        """Everything this site received from the coordinator (requests and guidance), in order."""
-        return list(self.ledger.received)
-
-    def releases(self) -> list[Release]:
-        """Every release of data-derived information this site made, as its protocol declared it
-        (journaled before the message left, so across restarts)."""
-        return [r for r in (rel if isinstance(rel, Release) else self._logic.legacy_release(rel.model_dump())
-                            for rel in self._state.releases) if r is not None]
-
-    def epsilon(self) -> float | None:
-        """Cumulative epsilon of this site's releases at the configured delta (None without DP;
-        infinite once a release carried no DP noise)."""
-        return None if getattr(self.options, "privacy", None) is None else cumulative_epsilon(self.releases())
-
-    def privacy_report(self) -> list[dict[str, Any]]:
-        """One row per release (:meth:`releases`): round, message, mechanism and parameters,
-        sensitivity, neighbouring relation, secure aggregation, and the cumulative
-        (epsilon, delta) — infinite once a release carried no DP noise."""
-        return privacy_report(self.releases())
-
-    def to_dataframe(self) -> Any:
-        """The history as a pandas DataFrame (needs ``labfbo[dataframe]``)."""
-        import pandas as pd
-
-        return pd.DataFrame(history_rows(self))
-
-    def to_csv(self, path: str) -> None:
-        """Export the history (historical, told, failed and pending trials) as CSV."""
-        write_csv(path, history_rows(self))
-
-    def journal_records(self) -> list[dict[str, Any]]:
-        """The journal's records as written (JSON objects), header first."""
-        with self._lock:
-            if self._unwritten is not None:
-                return []
-            traffic = self.ledger.take()
-            if traffic:  # the messages not journaled yet
-                self._commit(Traffic(messages=traffic))
-            return list(self._journal.records())
-
-    def report(self, path: str = "report.html", objective_label: str | None = None) -> Any:
-        """Write this site's campaign report (:func:`labfbo.report.write_report`)."""
-        from labfbo.report import write_report
-
-        return write_report(self, path, objective_label=objective_label)
-
-    def save(self, path: str) -> None:
-        """Write a snapshot (a complete journal) that :meth:`load` restores."""
-        write_snapshot(path, list(self._journal.records()))
-
-    @classmethod
-    def load(cls, path: str, coordinator: Any = None, storage: str | None = None, **options: Any) -> "Optimizer":
-        """Restore an optimizer from :meth:`save` (``storage`` journals what follows). Pass ``space=``
-        (the same space) to bring back its nonlinear constraints: their code is not in the snapshot."""
-        from labfbo.snapshot import load_snapshot
-
-        return load_snapshot(cls, path, coordinator, storage, options)
 
     def close(self) -> None:
         """Leave the coordinator and close the journal (the optimizer can be resumed from it later)."""

@@ -191,3 +191,20 @@ def test_simulate_refuses_a_folder_that_already_holds_journals(federated_journal
     folder, _ = federated_journals
     with pytest.raises(labfbo.ConfigurationError, match="already holds a journal"):
         labfbo.simulate("branin", n_sites=3, budget=1, n_init=2, seed=0, storage_dir=folder, **FAST)
+
+
+def test_several_objectives_show_the_pareto_front_and_infeasible_points(tmp_path: Path) -> None:
+    space = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Real("y", 0.0, 1.0)])
+    opt = labfbo.Optimizer(space, [labfbo.Objective("yield", "maximize"), labfbo.Objective("cost", "minimize")],
+                           outcome_constraints=[labfbo.Outcome("impurity", "<=", 0.5)], seed=0, **FAST)
+    rng = np.random.default_rng(0)
+    X = rng.random((12, 2))
+    values = [{"yield": float(a + b), "cost": float(a * 2 + 0.1), "impurity": float(b)} for a, b in X]
+    opt.add_observations([{"x": a, "y": b} for a, b in X], values)
+    rep = opt.report(str(tmp_path / "mo.html"))
+    assert {"progress", "pareto"} <= set(rep.plots)
+    html = rep.html.read_text()
+    n_bad = sum(v["impurity"] > 0.5 for v in values)
+    assert n_bad and f"<b>{n_bad}</b>infeasible" in html and 'id="img-pareto"' in html
+    best = max((v for v in values if v["impurity"] <= 0.5), key=lambda v: v["yield"])
+    assert f'<b id="best-value">{best["yield"]:.4g}</b>' in html  # the best *feasible* value, by the first objective

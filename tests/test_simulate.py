@@ -140,3 +140,6 @@ def test_demo_runs_every_protocol_it_lists(tmp_path):
     results, png = run_demo(cfg)
     assert [r.protocol for r in results] == ["independent", "distribution"]
     assert png.exists() and (png.parent / "summary.md").exists()
+    # the demo journals every site of its federated run and ends with one site's report
+    assert sorted(p.name for p in (png.parent / "journals").glob("*.journal")) == ["site-0.journal", "site-1.journal"]
+    assert (png.parent / "report-site-0.html").exists()

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import gpytorch
 import torch
 from scipy import stats
 
@@ -36,6 +37,7 @@ from labfbo.seeding import int_seed
 N_CANDIDATES = 2048
 N_SOBOL = 1024  # Saltelli base sample (a power of 2): N (d + 2) posterior means
 N_BACKGROUND = 256
+CHUNK = 512  # points per posterior call when the std is needed
 
 
 @dataclass(frozen=True)
@@ -82,15 +84,24 @@ class SiteModel:
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean (lab's units) and std at unit-cube points ``X (m, d)``."""
-        mean, std = predict(self.model, X)
+        mean, std = self._predict(X)
         return self.sign * mean, std
 
-    def _max_mean(self, X: np.ndarray) -> np.ndarray:  # the maximized orientation
-        return predict(self.model, X)[0]
+    def _predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and std in the maximized orientation, in chunks (a posterior evaluates the kernel
+        over its points and the training points jointly: quadratic in their number)."""
+        parts = [predict(self.model, X[i:i + CHUNK]) for i in range(0, len(X), CHUNK)]
+        return np.concatenate([m for m, _ in parts]), np.concatenate([s for _, s in parts])
+
+    def _max_mean(self, X: np.ndarray) -> np.ndarray:
+        """The posterior mean only (maximized orientation), in chunks."""
+        with torch.no_grad(), gpytorch.settings.skip_posterior_variances(True):
+            return np.concatenate([self.model.posterior(as_tensor(X[i:i + CHUNK])).mean.reshape(-1).numpy()
+                                   for i in range(0, len(X), CHUNK)])
 
     def belief(self) -> Belief:
         cand = np.vstack([self.data.X, self.space.sample(N_CANDIDATES, self.seed)])
-        mu, sd = predict(self.model, cand)
+        mu, sd = self._predict(cand)
         best = int(np.argmax(mu))
         incumbent = float(np.max(mu[: self.data.n]))
         from botorch.acquisition.analytic import LogExpectedImprovement
@@ -106,6 +117,8 @@ class SiteModel:
         """Each parameter's share of the posterior mean's variation (total-order Sobol indices,
         normalized to sum to 1; all zero when the mean is flat)."""
         d = self.space.dim
+        if d == 1:  # the one parameter carries all of it
+            return {self.space.names[0]: 1.0}
 
         def f(x: np.ndarray) -> np.ndarray:  # scipy passes (d, n)
             return self._max_mean(self.space.snap(np.asarray(x).T))[None, :]
