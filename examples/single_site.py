@@ -19,6 +19,7 @@ import warnings
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one torch thread: GP fits are much faster
 
 import labfbo  # noqa: E402
+from labfbo.report import write_report  # noqa: E402
 
 BUDGET = int(os.environ.get("LABFBO_EXAMPLE_BUDGET", "20"))
 OUT = os.environ.get("LABFBO_EXAMPLE_OUT") or tempfile.mkdtemp(prefix="labfbo-single-site-")
@@ -91,3 +92,7 @@ best = resumed.best
 print(f"resumed from the journal: {len(resumed.observations)} observations, {len(resumed.pending)} pending")
 print(f"best impurity: {best.value:.4f} at {best.params}")
 resumed.close()
+
+# The campaign report: one HTML page (and PNGs) from the journal alone; also `labfbo report <journal>`.
+report = write_report(journal, os.path.join(OUT, "report.html"), objective_label="impurity")
+print(f"report: {report.html}")

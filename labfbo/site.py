@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import threading
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
@@ -37,13 +38,15 @@ class SiteLedger:
         self.bytes_down: dict[int, int] = defaultdict(int)
         self.log_path = log_path
         self.unjournaled: list[MessageEntry] = []
+        self._guard = threading.Lock()  # an HTTP site answers requests from its agent's thread
 
     def record_sent(self, msg: Message) -> int:
         """Record an outgoing message; its size in bytes."""
         self.sent.append(msg)
         n = msg.nbytes()
         self.bytes_up[msg.round] += n
-        self.unjournaled.append(MessageEntry(direction="sent", kind=msg.kind, round=msg.round, nbytes=n))
+        with self._guard:
+            self.unjournaled.append(MessageEntry(direction="sent", kind=msg.kind, round=msg.round, nbytes=n))
         if self.log_path:
             with open(self.log_path, "a") as fh:
                 fh.write(msg.model_dump_json() + "\n")
@@ -54,12 +57,14 @@ class SiteLedger:
         self.received.append(msg)
         n = msg.nbytes()
         self.bytes_down[msg.round] += n
-        self.unjournaled.append(MessageEntry(direction="received", kind=msg.kind, round=msg.round, nbytes=n))
+        with self._guard:
+            self.unjournaled.append(MessageEntry(direction="received", kind=msg.kind, round=msg.round, nbytes=n))
         return n
 
     def take(self) -> list[MessageEntry]:
         """The entries not journaled yet (and forget them)."""
-        out, self.unjournaled = self.unjournaled, []
+        with self._guard:
+            out, self.unjournaled = self.unjournaled, []
         return out
 
     def round_bytes(self, round: int) -> tuple[int, int]:

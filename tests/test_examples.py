@@ -67,6 +67,7 @@ def test_single_site(runs) -> None:
     assert "outside the bounds" in stdout  # the historical out-of-bounds row was kept, with a warning
     assert "resumed from the journal: 8 observations" in stdout
     assert (out / "site-a.journal").exists() and (out / "history.csv").exists()
+    assert (out / "report.html").exists() and (out / "report_plots" / "progress.png").exists()
 
 
 def test_federation_local(runs) -> None:

@@ -4,8 +4,9 @@ The journal: 200 experiments on a 6-parameter mixed space (3 real parameters wit
 an integer, a discrete grid, a 4-choice categorical), the first 12 from the initial design
 and the rest enqueued space-filling points (how they were chosen does not change the
 report's work), 5 % failed. It is written once and cached. The report is timed phase by
-phase (median over ``--repeats``), next to one ``ask()`` of the same site resumed from the
-same journal — a baseline on the same machine in the same run.
+phase and as the command a lab runs (a new process: Python, torch and BoTorch imports
+included), median over ``--repeats``, next to two baselines in the same run: one ``ask()``
+of the same site resumed from the same journal, and a process that only imports labfbo.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -88,6 +91,11 @@ def measure(journal: Path, out: Path) -> dict[str, float]:
     top = sorted(shares, key=lambda n: -shares[n])[:3]
     _, t["partial dependence (3)"] = _timed(lambda: [model.dependence(n) for n in top])
     _, t["labfbo report (all)"] = _timed(lambda: write_report(journal, out / "report.html"))
+    cli = [sys.executable, "-m", "labfbo.cli", "report", str(journal), "-o", str(out / "cli.html")]
+    _, t["command line: labfbo report (a new process)"] = _timed(lambda: subprocess.run(cli, check=True,
+                                                                                       capture_output=True))
+    _, t["baseline: a process that imports labfbo"] = _timed(
+        lambda: subprocess.run([sys.executable, "-c", "import labfbo"], check=True))
     copy = out / "resumed.journal"
     copy.write_bytes(journal.read_bytes())
     opt = labfbo.Optimizer(space(), "maximize", seed=0, storage=copy, n_init=N_DESIGN)
@@ -102,11 +110,12 @@ def run(args: argparse.Namespace) -> int:
     journal = write_journal(out / "site-200.journal")
     runs = [measure(journal, out) for _ in range(args.repeats)]
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    total, ask = med["labfbo report (all)"], med["baseline: one ask()"]
+    total, ask = med["command line: labfbo report (a new process)"], med["baseline: one ask()"]
     lines = [f"`labfbo bench report --repeats {args.repeats}`: {N_EXPERIMENTS} experiments, 6-parameter mixed space "
              f"(median of {args.repeats})", "", "| phase | seconds |", "|---|---:|"]
     lines += [f"| {k} | {v:.2f} |" for k, v in med.items()]
-    lines += ["", f"report / ask() = {total / ask:.1f}x; target: the whole report under 10 s "
+    lines += ["", f"in-process report / ask() = {med['labfbo report (all)'] / ask:.1f}x; target: `labfbo report` "
+                  f"under 10 s "
                   f"({'met' if total < 10 else 'NOT met'})"]
     text = "\n".join(lines)
     (out / "summary.md").write_text(text + "\n")

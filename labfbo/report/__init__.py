@@ -13,21 +13,33 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from labfbo.report.build import Report
-from labfbo.report.campaign import Campaign
-
 if TYPE_CHECKING:
+    from labfbo.report.build import Report
+    from labfbo.report.campaign import Campaign
     from labfbo.space import SearchSpace
 
 __all__ = ["Campaign", "Report", "write_report"]
 
 
+def __getattr__(name: str) -> Any:  # matplotlib and the model load only when a report is made
+    if name == "Campaign":
+        from labfbo.report.campaign import Campaign
+
+        return Campaign
+    if name == "Report":
+        from labfbo.report.build import Report
+
+        return Report
+    raise AttributeError(f"module 'labfbo.report' has no attribute {name!r}")
+
+
 def write_report(source: Any, path: str | os.PathLike[str] = "report.html", *, space: "SearchSpace | None" = None,
-                 objective_label: str | None = None) -> Report:
+                 objective_label: str | None = None) -> "Report":
     """Write the campaign report of ``source`` — a journal's path, or an :class:`~labfbo.Optimizer`
     — to ``path`` (HTML, plots embedded; PNGs in ``<stem>_plots/``). ``objective_label``: how to
     name the objective on axes, e.g. ``"yield (%)"`` (default: its outcome name)."""
     from labfbo.report.build import build
+    from labfbo.report.campaign import Campaign
 
     if isinstance(source, (str, os.PathLike)):
         campaign = Campaign.from_journal(source, space=space)

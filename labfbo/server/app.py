@@ -10,6 +10,8 @@ Routes (all under ``/v1``; bearer tokens in ``Authorization``):
   idempotent on an identical body, 409 on a different one or a closed exchange.
 * ``GET /v1/health``; ``GET /v1/admin/status`` and ``POST /v1/admin/sites/{site}/token``
   (rotate a site's token without a restart) with the admin token.
+* ``GET /dashboard``: the operator's live page (admin token, session cookie;
+  :mod:`labfbo.server.dashboard`).
 
 401: missing or unknown token. 403: the token's site is not the route's site. 413: body
 over ``max_body_bytes``. 422: malformed message, NaN/inf, or arrays over
@@ -298,10 +300,16 @@ class CoordinatorServer:
             self.store.set_token(site, digest, cfg.token_digests()[site])  # type: ignore[arg-type]
             return Rotated(site=site, token=token)
 
+        from labfbo.server import dashboard
+
+        self.dashboard = dashboard.Dashboard(self)  # GET /dashboard: the operator's page (a session cookie)
+        self.dashboard.mount(app)
         self.fastapi = app  # the routes and their OpenAPI schema (``self.app`` adds the guard)
         return Guard(app, max_body_bytes=cfg.max_body_bytes, audit=self.audit, body_timeout=cfg.body_timeout,
-                     route_limits={"/v1/join": cfg.max_join_bytes},
-                     known_token=lambda t: self.tokens.site_of(t) is not None or self.tokens.is_admin(t))
+                     route_limits={"/v1/join": cfg.max_join_bytes,
+                                   **dict.fromkeys(dashboard.PATHS, dashboard.MAX_BODY)},
+                     known_token=lambda t: self.tokens.site_of(t) is not None or self.tokens.is_admin(t),
+                     own_auth=dashboard.PATHS, secret_bodies=dashboard.SECRET_BODIES)
 
     def _join(self, body: bytes, site: str) -> Envelope:
         """A join (in a worker thread): its size is checked on the raw JSON, before any message

@@ -38,6 +38,27 @@ class _Exchange:
     closed: bool = False
 
 
+@dataclass
+class SiteTraffic:
+    """What passed between the coordinator and one site (sizes only, never contents)."""
+
+    received: int = 0      # bytes of the messages the coordinator accepted from it (join, answers)
+    sent: int = 0          # bytes of the messages addressed to it (join reply, requests, guidance)
+    answers: int = 0       # answers accepted
+    last: tuple[int, str] | None = None  # (round, "answered" | "late" | "failed") of its last exchange
+    guided: int = -1       # the last round whose guidance was counted
+
+
+@dataclass
+class RoundTiming:
+    """When a round ran (wall-clock seconds) and who took part."""
+
+    start: float
+    participants: list[str]
+    end: float | None = None
+    status: str = "running"  # "running" | "done" | "failed"
+
+
 class RoundEngine:
     """Thread-safe rounds over mailboxes; one round thread at a time."""
 
@@ -55,12 +76,22 @@ class RoundEngine:
         self.waiters: dict[str, set[tuple[Any, Any]]] = {}  # site -> (event loop, asyncio.Event) of its polls
         self.published: set[int] = set(coordinator.rounds)  # rounds persisted and visible to sites
         self.gone: set[str] = set()             # sites that left (closed their optimizer)
+        # for the operator's dashboard: sizes and times only (labfbo.server.dashboard)
+        self.traffic: dict[str, SiteTraffic] = {}
+        self.timings: dict[int, RoundTiming] = {}  # round -> its times (this process's rounds, the last 500)
+        self.on_answer: Callable[[str, Message], None] | None = None  # called (cv held) per accepted answer
+
+    def _site(self, site: str) -> SiteTraffic:
+        return self.traffic.setdefault(site, SiteTraffic())
 
     # -- membership -------------------------------------------------------------------------
     def join(self, request: JoinRequest) -> JoinReply:
         with self.cv:
             reply = self.coord.join(request)
             self.gone.discard(request.site)
+            stats = self._site(request.site)
+            stats.received += request.nbytes()
+            stats.sent += reply.nbytes()
             self._notify([])
             return reply
 
@@ -117,6 +148,9 @@ class RoundEngine:
             return None
         if self.asked.get(site) == t:
             del self.asked[site]
+        stats = self._site(site)
+        if kind == "guidance" and stats.guided != self.done():  # once per round, as the site's ledger counts
+            stats.sent, stats.guided = stats.sent + len(message.encode()), self.done()
         return {"type": kind, "round": t, "message": message}
 
     def poll(self, site: str, t: int | None, wait: float) -> dict[str, Any]:
@@ -197,6 +231,11 @@ class RoundEngine:
                 raise Conflict(f"the answer is for round {msg.round}, exchange {seq} is round {ex.round}")
             ex.answers[site] = body
             ex.parsed[site] = msg
+            stats = self._site(site)
+            stats.received += len(body.encode())
+            stats.answers += 1
+            if self.on_answer is not None:
+                self.on_answer(site, msg)
             self._notify([])  # the round thread only
             return True
 
@@ -232,6 +271,7 @@ class RoundEngine:
                     self.thread = None  # under the lock: a later want() starts a new thread
                     return
             t, participants = start
+            self._started(t, participants)
             try:
                 self.coord.run_round(t, self.gather, participants)
                 if self.on_round is not None:
@@ -239,11 +279,25 @@ class RoundEngine:
                 with self.cv:
                     self.published.add(t)
                     self.gate.started(t)
+                    self._ended(t, "done")
                     self._notify()
             except Exception as exc:  # the sites waiting for t get the error, and may ask again
                 with self.cv:
                     self.errors[t] = f"{type(exc).__name__}: {exc}"
+                    self._ended(t, "failed")
                     self._notify()
+
+    def _started(self, t: int, participants: list[str]) -> None:
+        with self.cv:
+            self.timings[t] = RoundTiming(time.time(), list(participants))
+            while len(self.timings) > 500:
+                del self.timings[min(self.timings)]
+            for site in set(self.coord.members) - self.gone - set(participants):
+                self._site(site).last = (t, "late")  # a quorum started the round without it
+
+    def _ended(self, t: int, status: str) -> None:
+        if t in self.timings:
+            self.timings[t].end, self.timings[t].status = time.time(), status
 
     def gather(self, requests: Mapping[str, Message], quorum: int,
                deadline: float | None) -> dict[str, Message | BaseException]:
@@ -251,6 +305,8 @@ class RoundEngine:
             self.seq += 1
             t = next(iter(requests.values())).round if requests else -1
             ex = _Exchange(self.seq, t, {s: m.model_dump_json() for s, m in requests.items()})
+            for s, text in ex.requests.items():
+                self._site(s).sent += len(text.encode())
             self.exchanges = {k: v for k, v in self.exchanges.items() if not v.closed or k > self.seq - 64}
             self.exchanges[ex.seq] = ex
             self._notify(list(ex.requests))
@@ -267,14 +323,18 @@ class RoundEngine:
             ex.closed = True
             out: dict[str, Message | BaseException] = {}
             for site in ex.requests:
+                stats = self._site(site)
                 if site in ex.parsed:
                     out[site] = ex.parsed[site]
+                    stats.last = (t, "answered")
                 elif site in ex.failures:
                     out[site] = FederationError(f"site {site!r} could not answer: {ex.failures[site]}")
+                    stats.last = (t, "failed")
                 elif site in self.gone:
                     out[site] = FederationError(f"site {site!r} has left")
                 else:
                     out[site] = TimeoutError(f"site {site!r} did not answer exchange {ex.seq} in time")
+                    stats.last = (t, "late")
             self._notify([])
             return out
 

@@ -5,6 +5,10 @@ request without a known bearer token (401; the routes then check which site it i
 one whose ``Content-Length`` is over the limit (413); while reading, a body that grows
 over the limit (413) or whose next part takes longer than ``body_timeout`` seconds
 (408). It reads the body once and replays it to the routes.
+
+The dashboard's paths (``own_auth``) check their own session cookie instead of a bearer
+token; its login body (``secret_bodies``, the admin token) is audited without a trace:
+no digest, no size.
 """
 
 from __future__ import annotations
@@ -25,10 +29,13 @@ class Guard:
     OPEN = ("/v1/health", "/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect")  # no token needed
 
     def __init__(self, app: Any, max_body_bytes: int, audit: AuditLog, known_token: Callable[[str], bool],
-                 body_timeout: float = 30.0, route_limits: dict[str, int] | None = None) -> None:
+                 body_timeout: float = 30.0, route_limits: dict[str, int] | None = None,
+                 own_auth: frozenset[str] = frozenset(), secret_bodies: frozenset[str] = frozenset()) -> None:
         self.app, self.max_body_bytes, self.audit = app, max_body_bytes, audit
         self.known_token, self.body_timeout = known_token, body_timeout
         self.route_limits = route_limits or {}  # path -> a tighter body limit
+        self.own_auth = own_auth            # paths that check their own credentials (the dashboard's cookie)
+        self.secret_bodies = secret_bodies  # paths whose body is never audited, not even its digest or size
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         auth = headers.get(b"authorization", b"").decode("latin-1")
@@ -49,7 +56,8 @@ class Guard:
         query = parse_qs(scope.get("query_string", b"").decode())
         rnd = query.get("round", [None])[0]
         headers = dict(scope.get("headers", []))
-        if scope["path"] not in self.OPEN and not self._authorized(headers):  # before any body is read
+        path = scope["path"]
+        if path not in self.OPEN and path not in self.own_auth and not self._authorized(headers):  # before any body
             await self._refuse(send, 401, "missing or unknown bearer token")
             self.audit.write(None, route, None, b"", 401)
             return
@@ -100,4 +108,4 @@ class Guard:
         finally:
             r = state.get("round", rnd)
             self.audit.write(state.get("site"), route, int(r) if r not in (None, "") and str(r).isdigit() else None,
-                             body, status)
+                             b"" if path in self.secret_bodies else body, status)

@@ -17,6 +17,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -74,11 +75,15 @@ class Store:
 
 
 class AuditLog:
-    """Append-only JSON lines; ``retention_days`` prunes older entries when it opens."""
+    """Append-only JSON lines; ``retention_days`` prunes older entries when it opens.
 
-    def __init__(self, path: str | None, retention_days: float | None = None) -> None:
+    ``recent`` keeps the last entries in memory, without digest or size (the dashboard's list).
+    """
+
+    def __init__(self, path: str | None, retention_days: float | None = None, keep_recent: int = 200) -> None:
         self.path = Path(path) if path else None
         self.lock = threading.Lock()
+        self.recent: deque[dict[str, Any]] = deque(maxlen=keep_recent)
         if self.path is not None and retention_days is not None and self.path.exists():
             cutoff = time.time() - retention_days * 86400
             keep = [ln for ln in self.path.read_text().splitlines() if _time(ln) >= cutoff]
@@ -87,11 +92,15 @@ class AuditLog:
             tmp.replace(self.path)
 
     def write(self, site: str | None, route: str, round: int | None, payload: bytes, status: int) -> None:
-        if self.path is None:
-            return
+        """One request; pass ``payload=b""`` for a body that must leave no trace (a login's token)."""
         import hashlib
 
-        entry = {"time": time.time(), "site": site or "-", "route": route, "round": round,
+        now = time.time()
+        with self.lock:
+            self.recent.append({"time": now, "site": site or "-", "route": route, "round": round, "decision": status})
+        if self.path is None:
+            return
+        entry = {"time": now, "site": site or "-", "route": route, "round": round,
                  "sha256": hashlib.sha256(payload).hexdigest() if payload else None, "size": len(payload),
                  "decision": status}
         with self.lock, open(self.path, "a") as fh:

@@ -1,0 +1,486 @@
+"""The consortium operator's live dashboard: ``GET /dashboard`` on the coordinator server.
+
+Read-only, for the admin token. The token is typed once into a login form (``POST
+/dashboard/login``, form-encoded: never in a URL, and the guard never audits that body) and
+exchanged for a random session id in an HttpOnly, SameSite=Strict cookie (``Secure`` over
+TLS) that expires after ``dashboard_session`` seconds; the server keeps only the id's
+SHA-256 and its expiry, in memory. ``/dashboard/logout`` ends the session.
+
+The page shows the study, the sites' states, the current round and whom it waits for, the
+rounds' durations, the message bytes to and from each site, each site's cumulative epsilon
+as far as the coordinator can account it, and the recent audit-log entries (time, site,
+route, status). It never shows what a message contains: the round engine keeps sizes and
+times only, and the privacy view keeps each answer's kind, round and DP fields only. An
+inline script (CSP nonce, no external resource) reloads ``GET /dashboard/status.json``
+every two seconds.
+
+**Epsilon.** A private answer states the site's DP settings (``dp_noise_multiplier``, and
+``dp_clip``/``dp_sensitivity`` where the protocol sends them). For every answer it accepted,
+the coordinator asks the protocol's own site-side declaration
+(:meth:`labfbo.protocols.SiteLogic.declare_release`, the code the site journals its release
+with) what the answer released under those settings, and composes the releases with the
+site's accountant (:func:`labfbo.privacy.report.cumulative_epsilon`). The sites do not send
+their delta: epsilon is given at the study's ``privacy.delta`` if the consortium configures
+one, else at :class:`labfbo.privacy.DP`'s default, and the page says which. An answer
+without DP noise makes it infinite, as in the site's own report. It is a lower bound of the
+site's own figure after a coordinator restart (earlier answers are not counted) and whenever
+a site's answer was refused (late); "not known" when the protocol's declaration cannot be
+evaluated here or dp-accounting is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import secrets
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import parse_qs
+
+from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+from pydantic import BaseModel
+
+from labfbo.messages import Abstain, Message
+
+if TYPE_CHECKING:
+    from labfbo.server.app import CoordinatorServer
+
+COOKIE = "labfbo_dashboard"
+PAGE, LOGIN, LOGOUT, STATUS = "/dashboard", "/dashboard/login", "/dashboard/logout", "/dashboard/status.json"
+PATHS = frozenset({PAGE, LOGIN, LOGOUT, STATUS})  # the guard lets them check their own cookie
+SECRET_BODIES = frozenset({LOGIN})                  # the guard audits no trace of these bodies
+MAX_BODY = 4096                                     # a login form: read before any credential is known
+REFRESH_MS = 2000
+TEMPLATES = Path(__file__).parent / "templates"
+
+# the tables' columns: (key in the row, heading); the page and its script both read them
+COLUMNS = {
+    "sites": [("name", "site"), ("state", "state"), ("detail", "detail"), ("received_text", "received"),
+              ("sent_text", "sent"), ("answers", "answers"), ("epsilon_text", "cumulative ε")],
+    "rounds": [("round", "round"), ("status", "status"), ("started", "started (UTC)"), ("duration", "duration"),
+               ("participants", "participants")],
+    "events": [("time", "time (UTC)"), ("site", "site"), ("route", "route"), ("round", "round"),
+               ("status", "status")],
+}
+
+
+class SiteView(BaseModel):
+    name: str
+    index: int | None
+    state: Literal["not joined", "joined", "waiting", "answered", "late", "failed", "left"]
+    detail: str
+    received: int       # bytes of the messages the coordinator accepted from the site
+    sent: int           # bytes of the messages it addressed to the site
+    received_text: str
+    sent_text: str
+    answers: int
+    epsilon: float | None  # a finite cumulative epsilon (None: infinite, not known, or nothing yet)
+    epsilon_text: str
+
+
+class RoundView(BaseModel):
+    round: int
+    status: str
+    started: str
+    duration: str
+    seconds: float | None
+    participants: str
+
+
+class EventView(BaseModel):
+    time: str
+    site: str
+    route: str
+    round: str
+    status: int
+
+
+class CurrentRound(BaseModel):
+    round: int
+    state: Literal["running", "waiting to start", "idle", "failed"]
+    text: str
+    waiting_for: list[str]
+
+
+class DashboardStatus(BaseModel):
+    """What ``GET /dashboard/status.json`` answers (and the page shows)."""
+
+    study: str
+    protocol: str
+    time: str
+    last_completed: int  # -1: none yet
+    current: CurrentRound
+    rules: str           # quorum and deadline
+    sites: list[SiteView]
+    rounds: list[RoundView]
+    events: list[EventView]
+    privacy_note: str
+    audit: str
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(t))
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000  # type: ignore[assignment]
+    return ""  # unreachable
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.2f} s" if s < 60 else f"{s / 60:.1f} min"
+
+
+class Sessions:
+    """Dashboard logins: random ids, kept as their SHA-256 with an expiry (memory only)."""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self.lock = threading.Lock()
+        self.live: dict[str, float] = {}  # sha256(id) -> expiry (time.time())
+
+    @staticmethod
+    def _key(sid: str) -> str:
+        return hashlib.sha256(sid.encode()).hexdigest()
+
+    def new(self) -> str:
+        sid = secrets.token_urlsafe(32)
+        now = time.time()
+        with self.lock:
+            self.live = {k: e for k, e in self.live.items() if e > now}
+            self.live[self._key(sid)] = now + self.ttl
+        return sid
+
+    def valid(self, sid: str | None) -> bool:
+        if not sid:
+            return False
+        with self.lock:
+            return self.live.get(self._key(sid), 0.0) > time.time()
+
+    def end(self, sid: str | None) -> None:
+        if sid:
+            with self.lock:
+                self.live.pop(self._key(sid), None)
+
+
+@dataclass
+class _Account:
+    """One site's releases as the coordinator received them (kinds, rounds and DP fields only)."""
+
+    records: list[tuple[Any, ...]] = field(default_factory=list)
+    seen: int = 0                 # records declared so far
+    releases: int = 0
+    multipliers: Counter[float] = field(default_factory=Counter)  # effective noise multiplier -> releases
+    exposed: bool = False         # a release without DP noise: no finite epsilon
+    unknown: str | None = None    # why its epsilon is not known
+    done: tuple[int, float] | None = None  # (releases accounted, epsilon) of the last accountant run
+
+
+class PrivacyView:
+    """Each site's cumulative epsilon from the DP fields of the answers the coordinator accepted.
+
+    The PLD accountant can take seconds (many small-multiplier compositions), so it runs in one
+    background thread, only while someone looks at the dashboard; until it catches up, the page
+    shows the last result as a lower bound.
+    """
+
+    def __init__(self, server: "CoordinatorServer") -> None:
+        from labfbo.privacy import DP
+
+        self.coord = server.coordinator
+        configured = getattr(self.coord.options, "privacy", None)
+        self.delta = configured.delta if isinstance(configured, DP) else DP().delta
+        self.delta_source = "the study's privacy.delta" if isinstance(configured, DP) else \
+            "labfbo's default delta (the sites do not send theirs)"
+        self.restarted_after = self.coord.last_round  # >= 0: rounds before this process are not counted
+        self.lock = threading.Lock()
+        self.accounts: dict[str, _Account] = {}
+        self.logic: dict[tuple[Any, Any], Any] = {}
+        self.worker: threading.Thread | None = None
+
+    def record(self, site: str, msg: Message) -> None:
+        """An accepted answer (the engine's hook, its lock held): kind, round and DP fields only."""
+        if isinstance(msg, Abstain):
+            return
+        step = getattr(msg, "step", None)
+        rec = (msg.kind, max(int(msg.round), 0), step if isinstance(step, int) else None,
+               getattr(msg, "dp_noise_multiplier", None), getattr(msg, "dp_clip", None),
+               getattr(msg, "dp_sensitivity", None))
+        with self.lock:
+            self.accounts.setdefault(site, _Account()).records.append(rec)
+
+    def _logic(self, noise: float | None, clip: float | None) -> Any:
+        """The protocol's site side under the DP settings an answer stated (None: cannot be built)."""
+        key = (noise, clip)
+        if key not in self.logic:
+            from labfbo.privacy import DP
+            from labfbo.protocols import SiteContext
+
+            try:
+                opts = self.coord.options
+                if "privacy" in type(opts).model_fields:
+                    base = getattr(opts, "privacy", None)
+                    dp = None if noise is None else DP(clip=clip if clip is not None else (base.clip if base else 1.0),
+                                                       noise_multiplier=noise, delta=self.delta)
+                    opts = opts.model_copy(update={"privacy": dp})
+                elif noise is not None:
+                    raise ValueError("the protocol has no privacy option")
+                self.logic[key] = self.coord.protocol_cls.site_logic(self.coord.space, opts,
+                                                                     SiteContext(site="coordinator"))
+            except Exception:  # noqa: BLE001 - then the epsilon is "not known"
+                self.logic[key] = None
+        return self.logic[key]
+
+    def _declare(self, acc: _Account) -> None:
+        """Fold the records not declared yet (``self.lock`` held)."""
+        for kind, rnd, step, noise, clip, sensitivity in acc.records[acc.seen:]:
+            acc.seen += 1
+            logic = self._logic(noise, clip)
+            if logic is None:
+                acc.unknown = f"not known: the {self.coord.protocol!r} declaration of {kind!r} cannot run here"
+                continue
+            try:
+                rel = logic.declare_release(kind, rnd, step, noised=noise is not None, sensitivity=sensitivity)
+            except Exception as exc:  # noqa: BLE001
+                acc.unknown = f"not known: {exc}"
+                continue
+            if rel is not None:
+                acc.releases += 1
+                if rel.private:
+                    acc.multipliers[rel.effective_noise_multiplier] += 1
+                else:
+                    acc.exposed = True
+
+    def epsilon(self, site: str) -> tuple[float | None, str]:
+        """``(finite epsilon or None, the text the page shows)``."""
+        with self.lock:
+            acc = self.accounts.setdefault(site, _Account())
+            self._declare(acc)
+            n, done, unknown, exposed = acc.releases, acc.done, acc.unknown, acc.exposed
+            if not (unknown or exposed) and n and (done is None or done[0] != n) and self.worker is None:
+                self.worker = threading.Thread(target=self._work, name="labfbo-dashboard-epsilon", daemon=True)
+                self.worker.start()
+        if unknown:
+            return None, unknown
+        if exposed:
+            return None, "∞: it sent data-derived answers without DP noise"
+        if not n:
+            return 0.0, "0 (no release received yet)"
+        if done is None:
+            return None, f"being accounted ({n} release{'s' if n > 1 else ''})"
+        if math.isinf(done[1]):
+            return None, "∞: DP with noise_multiplier 0"
+        bound = "≥ " if self.restarted_after >= 0 or done[0] != n else ""
+        count = f"{n} release{'s' if n > 1 else ''}" if done[0] == n else f"{done[0]} of {n} releases accounted so far"
+        return done[1], f"{bound}{done[1]:.3g} at δ = {self.delta:g} ({count})"
+
+    def _work(self) -> None:
+        """Run the accountant for every site behind, until none is (one thread)."""
+        from labfbo.privacy.dp import composed_epsilon
+
+        while True:
+            with self.lock:
+                todo = [(site, acc.releases, Counter(acc.multipliers)) for site, acc in self.accounts.items()
+                        if acc.releases and not (acc.exposed or acc.unknown)
+                        and (acc.done is None or acc.done[0] != acc.releases)]
+                if not todo:
+                    self.worker = None
+                    return
+            for site, n, multipliers in todo:
+                try:
+                    eps, why = composed_epsilon(multipliers, self.delta), None
+                except Exception as exc:  # noqa: BLE001 - e.g. dp-accounting missing (labfbo[privacy])
+                    eps, why = math.nan, f"not known: {exc}"
+                with self.lock:
+                    acc = self.accounts[site]
+                    acc.done, acc.unknown = (n, eps), why or acc.unknown
+
+    def note(self) -> str:
+        text = (f"ε: the coordinator's accounting of the answers it accepted, from the DP fields they carry "
+                f"(PLD accountant, at δ = {self.delta:g}: {self.delta_source}). A site's own privacy report "
+                "also counts answers that arrived too late, so it can be higher.")
+        if self.restarted_after >= 0:
+            text += (f" This coordinator restarted after round {self.restarted_after}: earlier answers are not "
+                     "counted (≥).")
+        return text
+
+
+class Dashboard:
+    """The routes, sessions and views of the dashboard of one :class:`CoordinatorServer`."""
+
+    def __init__(self, server: "CoordinatorServer") -> None:
+        from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+        self.server = server
+        self.sessions = Sessions(server.config.dashboard_session)
+        self.privacy = PrivacyView(server)
+        server.engine.on_answer = self.privacy.record
+        self.templates = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html"]))
+
+    # -- what the page shows ------------------------------------------------------------------------
+    def status(self) -> DashboardStatus:
+        srv, eng, coord, cfg = self.server, self.server.engine, self.server.coordinator, self.server.config
+        with eng.cv:  # the round thread changes these
+            open_ex = [ex for ex in eng.exchanges.values() if not ex.closed]
+            missing = {s for ex in open_ex for s in ex.requests if s not in ex.answers and s not in ex.failures}
+            answered = {s for ex in open_ex for s in ex.answers}
+            t_next = coord.last_round + 1
+            asked = {s for s, r in eng.gate.wants.items() if r == t_next}
+            running = next((t for t, tm in eng.timings.items() if tm.status == "running"), None)
+            active = [s for s in coord.roster if s in coord.members and s not in eng.gone]
+            to_ask = sorted(set(active) - asked) if running is None and asked else []
+            current = self._current(running, sorted(missing), t_next, eng.errors.get(t_next), asked, to_ask)
+            traffic = {s: (st.received, st.sent, st.answers, st.last) for s, st in eng.traffic.items()}
+            sites = [self._site(s, coord, eng.gone, missing, answered, to_ask, t_next, traffic.get(s))
+                     for s in [*coord.roster, *sorted(set(coord.members) - set(coord.roster))]]
+            timings = sorted(eng.timings.items(), reverse=True)[:20]
+            rounds = [self._round(t, tm.start, tm.end, tm.status, tm.participants, eng.errors.get(t))
+                      for t, tm in timings]
+            last = coord.last_round
+        for row in sites:
+            row.epsilon, row.epsilon_text = self.privacy.epsilon(row.name)
+        with srv.audit.lock:
+            recent = list(srv.audit.recent)
+        events = [EventView(time=_clock(e["time"]), site=e["site"], route=e["route"],
+                            round="-" if e["round"] is None else str(e["round"]), status=e["decision"])
+                  for e in reversed(recent) if not (e["route"] == f"GET {STATUS}" and e["decision"] == 200)][:25]
+        rules = ("every site, every exchange" if cfg.quorum is None else
+                 f"quorum {cfg.quorum}" + ("" if cfg.deadline is None else f", deadline {cfg.deadline:g} s"))
+        return DashboardStatus(study=cfg.study, protocol=cfg.protocol, time=_clock(time.time()), last_completed=last,
+                               current=current, rules=rules, sites=sites, rounds=rounds, events=events,
+                               privacy_note=self.privacy.note(),
+                               audit=f"audit log: {cfg.audit_log}" if cfg.audit_log else "audit log: off (memory only)")
+
+    @staticmethod
+    def _current(running: int | None, missing: list[str], t_next: int, error: str | None, asked: set[str],
+                 to_ask: list[str]) -> CurrentRound:
+        if running is not None:
+            text = (f"round {running} is running: waiting for the answer of {', '.join(missing)}" if missing
+                    else f"round {running} is running: the coordinator is aggregating")
+            return CurrentRound(round=running, state="running", text=text, waiting_for=missing)
+        if error is not None:
+            return CurrentRound(round=t_next, state="failed", waiting_for=[],
+                                text=f"round {t_next} failed ({error[:200]}); it runs again when a site asks")
+        if asked:
+            text = (f"round {t_next} waits for {', '.join(to_ask)} to ask for it" if to_ask
+                    else f"round {t_next} starts at its deadline or when the others ask")
+            return CurrentRound(round=t_next, state="waiting to start", text=text, waiting_for=to_ask)
+        return CurrentRound(round=t_next, state="idle", waiting_for=[],
+                            text=f"round {t_next} starts when the sites ask for it")
+
+    @staticmethod
+    def _site(name: str, coord: Any, gone: set[str], missing: set[str], answered: set[str], to_ask: list[str],
+              t_next: int, traffic: tuple[int, int, int, tuple[int, str] | None] | None) -> SiteView:
+        received, sent, answers, last = traffic or (0, 0, 0, None)
+        if name not in coord.members:
+            state, detail = "not joined", "has not joined the study"
+        elif name in gone:
+            state, detail = "left", "closed its optimizer"
+        elif name in missing:
+            state, detail = "waiting", "the coordinator waits for its answer"
+        elif name in answered:
+            state, detail = "answered", "answered the open exchange"
+        elif name in to_ask:
+            state, detail = "waiting", f"round {t_next} waits for it to ask"
+        elif last is not None:
+            state = last[1]
+            detail = {"answered": f"answered in round {last[0]}",
+                      "late": f"missed round {last[0]} (its deadline or quorum)",
+                      "failed": f"could not answer in round {last[0]}"}[last[1]]
+        else:
+            state, detail = "joined", "no exchange yet"
+        return SiteView(name=name, index=coord.members.get(name), state=state, detail=detail, received=received,
+                        sent=sent, received_text=_size(received), sent_text=_size(sent), answers=answers,
+                        epsilon=None, epsilon_text="")
+
+    @staticmethod
+    def _round(t: int, start: float, end: float | None, status: str, participants: list[str],
+               error: str | None) -> RoundView:
+        seconds = None if end is None else end - start
+        duration = f"{_seconds(time.time() - start)} so far" if seconds is None else _seconds(seconds)
+        if status == "failed" and error is not None:
+            status = f"failed: {error[:120]}"
+        return RoundView(round=t, status=status, started=_clock(start), duration=duration, seconds=seconds,
+                         participants=", ".join(participants))
+
+    # -- HTTP -------------------------------------------------------------------------------------------
+    @staticmethod
+    def _harden(response: Response, nonce: str = "") -> Response:
+        src = f"'nonce-{nonce}'" if nonce else "'none'"
+        response.headers["Content-Security-Policy"] = (
+            f"default-src 'none'; script-src {src}; style-src {src}; connect-src 'self'; img-src data:; "
+            "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["X-Frame-Options"] = "DENY"
+        return response
+
+    def _page(self, status: DashboardStatus | None = None, message: str = "", code: int = 200) -> Response:
+        nonce = secrets.token_urlsafe(16)
+        html = self.templates.get_template("dashboard.html").render(
+            s=status, message=message, nonce=nonce, columns=COLUMNS, refresh_ms=REFRESH_MS, login=LOGIN,
+            logout=LOGOUT, status_url=STATUS, study=self.server.config.study,
+            admin=self.server.tokens.admin is not None)
+        return self._harden(HTMLResponse(html, status_code=code), nonce)
+
+    def _session(self, request: Request) -> bool:
+        if self.sessions.valid(request.cookies.get(COOKIE)):
+            request.state.site = "admin"  # the audit log's site
+            return True
+        return False
+
+    def mount(self, app: FastAPI) -> None:
+        """Add the dashboard's routes (outside the OpenAPI schema: they are for a browser)."""
+
+        @app.get(PAGE, include_in_schema=False)
+        def page(request: Request) -> Response:
+            if self._session(request):
+                return self._page(self.status())
+            expired = request.cookies.get(COOKIE) is not None
+            return self._page(message="Your session has ended: log in again." if expired else "")
+
+        @app.post(LOGIN, include_in_schema=False)
+        async def login(request: Request) -> Response:
+            form = parse_qs((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
+            token = (form.get("token") or [""])[0].strip()
+            if not self.server.tokens.is_admin(token):
+                why = ("This server has no admin token (admin_token_sha256 in its configuration): the dashboard "
+                       "is off." if self.server.tokens.admin is None else "Enter the admin token." if not token else
+                       "Refused: not the admin token. The dashboard takes only the consortium's admin token; "
+                       "site tokens are refused.")
+                return self._page(message=why, code=401)
+            request.state.site = "admin"
+            response = RedirectResponse(PAGE, status_code=303)
+            response.set_cookie(COOKIE, self.sessions.new(), max_age=int(self.sessions.ttl), path=PAGE,
+                                httponly=True, samesite="strict", secure=request.url.scheme == "https")
+            return self._harden(response)
+
+        @app.get(LOGIN, include_in_schema=False)
+        def login_form() -> Response:
+            return self._harden(RedirectResponse(PAGE, status_code=303))
+
+        @app.api_route(LOGOUT, methods=["GET", "POST"], include_in_schema=False)
+        def logout(request: Request) -> Response:
+            self._session(request)
+            self.sessions.end(request.cookies.get(COOKIE))
+            response = RedirectResponse(PAGE, status_code=303)
+            response.delete_cookie(COOKIE, path=PAGE, httponly=True, samesite="strict",
+                                   secure=request.url.scheme == "https")
+            return self._harden(response)
+
+        @app.get(STATUS, response_model=DashboardStatus, include_in_schema=False)
+        def status(request: Request, response: Response) -> DashboardStatus:
+            if not self._session(request):
+                raise HTTPException(401, "no dashboard session: log in at /dashboard",
+                                    headers={"Cache-Control": "no-store"})
+            self._harden(response)
+            return self.status()

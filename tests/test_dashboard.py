@@ -1,0 +1,305 @@
+"""The coordinator's live dashboard (``GET /dashboard``): its login, its cookie, and what it shows
+in headless Chromium while a 3-site HTTP campaign runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import labfbo
+from browser import chromium, console_errors
+from labfbo.protocols import _REGISTRY, register_protocol  # noqa: PLC2701 - the test unregisters it
+from labfbo.server.app import CoordinatorServer, ServerThread
+from labfbo.server.config import ServerConfig, hash_token, new_token
+from labfbo.server.dashboard import COOKIE, DashboardStatus, Sessions
+from labfbo.transport.http import HTTPCoordinator
+from toy_protocol import ToyProtocol
+
+pytestmark = pytest.mark.integration  # a real server, a real browser
+
+pytest.importorskip("fastapi")
+SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1)])
+SITES = ("a", "b", "c")
+
+
+def _config(tmp_path, **kw) -> tuple[ServerConfig, dict[str, str], str]:
+    tokens = {s: new_token() for s in SITES}
+    admin, admin_hash = new_token()
+    cfg = ServerConfig(**{"protocol": "distribution", "study": "dash-study",
+                          "sites": {s: h for s, (_, h) in tokens.items()}, "admin_token_sha256": admin_hash,
+                          "space": SPACE.model_dump(mode="json"), "audit_log": str(tmp_path / "audit.jsonl"), **kw})
+    return cfg, {s: t for s, (t, _) in tokens.items()}, admin
+
+
+# ------------------------------------------------------------------ login, cookie, refusals (no browser)
+def test_login_refuses_site_and_unknown_tokens_and_sets_a_strict_session_cookie(tmp_path) -> None:
+    from fastapi.testclient import TestClient
+
+    cfg, tokens, admin = _config(tmp_path)
+    server = CoordinatorServer(cfg)
+    client = TestClient(server.app)  # http://testserver: no TLS
+    page = client.get("/dashboard")
+    assert page.status_code == 200 and 'id="login"' in page.text and 'type="password"' in page.text
+    assert 'id="sites"' not in page.text
+    assert client.get("/dashboard/status.json").status_code == 401
+    # a token in the URL is never read
+    assert 'id="login"' in client.get("/dashboard", params={"token": admin}).text
+    assert client.get("/dashboard/status.json", params={"token": admin}).status_code == 401
+    # the bearer header of the API is not a dashboard session either
+    assert client.get("/dashboard/status.json", headers={"Authorization": f"Bearer {admin}"}).status_code == 401
+    for wrong in (tokens["a"], "not-a-token", ""):
+        r = client.post("/dashboard/login", data={"token": wrong}, follow_redirects=False)
+        assert r.status_code == 401 and 'id="login-message"' in r.text and 'id="login"' in r.text
+        assert "set-cookie" not in r.headers
+    assert "site tokens are refused" in client.post("/dashboard/login", data={"token": tokens["b"]}).text
+    assert client.post("/dashboard/login", data={"token": "x" * 10_000}).status_code == 413  # before it is read
+
+    r = client.post("/dashboard/login", data={"token": admin}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/dashboard"
+    cookie = r.headers["set-cookie"]
+    flags = [f.strip().lower() for f in cookie.split(";")]
+    assert "httponly" in flags and "samesite=strict" in flags and "path=/dashboard" in flags
+    assert "secure" not in flags  # plain HTTP here
+    sid = client.cookies[COOKIE]
+    assert admin not in cookie and hash_token(admin) not in cookie and len(sid) >= 40
+
+    status = client.get("/dashboard/status.json")
+    assert status.status_code == 200 and status.headers["cache-control"] == "no-store"
+    parsed = DashboardStatus.model_validate(status.json())
+    assert parsed.study == "dash-study" and [s.name for s in parsed.sites] == list(SITES)
+    assert all(s.state == "not joined" for s in parsed.sites) and parsed.current.round == 0
+    page = client.get("/dashboard")
+    csp = page.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "connect-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    nonce = csp.split("'nonce-")[1].split("'")[0]
+    assert f'<script nonce="{nonce}">' in page.text and f'<style nonce="{nonce}">' in page.text
+    assert 'id="sites"' in page.text and 'id="current-round"' in page.text
+    assert "http://" not in page.text and "https://" not in page.text  # no external resource
+
+    r = client.post("/dashboard/logout", follow_redirects=False)
+    assert r.status_code == 303 and COOKIE in r.headers["set-cookie"]
+    assert "max-age=0" in r.headers["set-cookie"].lower()
+    # the session is over on the server, even for a client that kept the cookie
+    assert client.get("/dashboard/status.json", cookies={COOKIE: sid}).status_code == 401
+    assert "session has ended" in client.get("/dashboard", cookies={COOKIE: sid}).text
+
+    # over TLS the cookie is Secure
+    tls = TestClient(server.app, base_url="https://testserver")
+    r = tls.post("/dashboard/login", data={"token": admin}, follow_redirects=False)
+    assert "secure" in [f.strip().lower() for f in r.headers["set-cookie"].split(";")]
+
+    # the audit log has the logins, never their body: no token, no digest, no size
+    text = (tmp_path / "audit.jsonl").read_text()
+    logins = [e for e in map(json.loads, text.splitlines()) if e["route"] == "POST /dashboard/login"]
+    assert [e["decision"] for e in logins] == [401, 401, 401, 401, 413, 303, 303]
+    assert all(e["sha256"] is None and e["size"] == 0 for e in logins)
+    assert logins[-2]["site"] == "admin" and logins[0]["site"] == "-"
+    for t in (admin, *tokens.values()):
+        assert t not in text and hash_token(t) not in text
+    server.close()
+
+
+def test_sessions_expire() -> None:
+    sessions = Sessions(ttl=0.2)
+    sid = sessions.new()
+    assert sessions.valid(sid) and not sessions.valid(sid + "x") and not sessions.valid(None)
+    time.sleep(0.3)
+    assert not sessions.valid(sid)
+
+
+def test_without_an_admin_token_the_dashboard_is_off(tmp_path) -> None:
+    from fastapi.testclient import TestClient
+
+    cfg, tokens, _ = _config(tmp_path, admin_token_sha256=None)
+    client = TestClient(CoordinatorServer(cfg).app)
+    assert 'id="login"' not in client.get("/dashboard").text
+    r = client.post("/dashboard/login", data={"token": tokens["a"]})
+    assert r.status_code == 401 and "no admin token" in r.text
+
+
+@pytest.mark.parametrize("protocol", ["distribution", "gradient", "surface"])
+def test_the_coordinators_epsilon_is_the_sites_own(protocol: str) -> None:
+    """From the DP fields of the answers alone, the coordinator accounts what each site's journal says."""
+    import types
+
+    from campaign import run_campaign
+    from labfbo.server.dashboard import PrivacyView
+
+    extra = {"distribution": {"M": 32, "candidates": 64}, "surface": {},
+             "gradient": {"warmup_steps": 3, "svgd_steps": 2, "n_particles": 4, "hidden": (8,)}}[protocol]
+    dp = labfbo.DP(clip=1.0, noise_multiplier=3.0, delta=1e-6)
+    kw = {"num_restarts": 2, "raw_samples": 32, "privacy": dp, **extra}
+    coord = labfbo.Coordinator(protocol, sites=["a", "b"], seed=0, space=SPACE, **kw)
+    view = PrivacyView(types.SimpleNamespace(coordinator=coord))
+    opts = [labfbo.Optimizer(SPACE, protocol=protocol, coordinator=coord, site=s, seed=0, n_init=3, **kw) for s in "ab"]
+    run_campaign(opts, lambda i, p: p["x"] ** 2 + 0.1 * i, 3, 2)
+    for o in opts:
+        for msg in o.sent_messages()[1:]:  # what the coordinator accepted (the join is no release)
+            view.record(o.site, msg)
+    for o in opts:
+        view.epsilon(o.site)
+        while view.worker is not None:
+            time.sleep(0.02)
+        eps, text = view.epsilon(o.site)
+        n = len(o.releases())
+        assert eps == pytest.approx(o.epsilon()) and text == f"{o.epsilon():.3g} at δ = 1e-06 ({n} releases)"
+
+
+# ------------------------------------------------------------------ the page in Chromium, during a campaign
+@pytest.fixture
+def toy():
+    register_protocol(ToyProtocol)
+    try:
+        yield ToyProtocol
+    finally:
+        _REGISTRY.pop(ToyProtocol.name, None)
+
+
+def _wait(browser, condition, what: str, timeout: float = 30.0) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser, timeout, poll_frequency=0.1).until(lambda b: condition(), message=what)
+
+
+def _text(browser, css: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    found = browser.find_elements(By.CSS_SELECTOR, css)
+    return found[0].text if found else ""
+
+
+def _login(browser, url: str, token: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{url}/dashboard")
+    field = browser.find_element(By.ID, "token")
+    field.clear()
+    field.send_keys(token)
+    browser.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
+
+
+@pytest.mark.timeout(120)
+def test_the_dashboard_follows_a_live_campaign_in_chromium(toy, tmp_path) -> None:
+    """Three sites over HTTP; site c's answer is held back: the page shows round 0 waiting for c,
+    then (without a reload) round 1 once c answers. Epsilon is the sites' own."""
+    from selenium.webdriver.common.by import By
+
+    dp = labfbo.DP(clip=1.0, noise_multiplier=2.0, delta=1e-6)
+    cfg, tokens, admin = _config(tmp_path, protocol="toy-noised-mean", options={"privacy": dp.model_dump()})
+    release = threading.Event()
+    with ServerThread(CoordinatorServer(cfg)) as srv, chromium(width=1280, height=1100) as browser, \
+            ThreadPoolExecutor(3) as pool:
+        # a and b add DP noise; c does not (privacy is not a shared option), and its operator
+        # approves its answer only once released (the review runs outside the process's compute lock)
+        opts = [labfbo.Optimizer(SPACE, protocol="toy-noised-mean", site=s, seed=0, n_init=2,
+                                 coordinator=HTTPCoordinator(srv.url, tokens[s]),
+                                 **({"approve": lambda msg: release.wait(60)} if s == "c" else {"privacy": dp}))
+                for s in SITES]
+        for i, o in enumerate(opts):
+            for t in o.ask(n=2):
+                o.tell(t, t.params["x"] + 0.1 * i)
+        asks = [pool.submit(o.ask, timeout=90) for o in opts]
+
+        # no session: the login form; a site token is refused
+        browser.get(f"{srv.url}/dashboard")
+        assert browser.find_elements(By.ID, "login") and not browser.find_elements(By.ID, "sites")
+        _login(browser, srv.url, tokens["a"])
+        _wait(browser, lambda: "not the admin token" in _text(browser, "#login-message"), "the refusal")
+        assert not browser.get_cookies() and not browser.find_elements(By.ID, "sites")
+        assert srv.url + "/dashboard" in browser.current_url and tokens["a"] not in browser.current_url
+        console_errors(browser)  # the refusal's 401 may be logged; only the dashboard's own console counts
+
+        _login(browser, srv.url, admin)
+        _wait(browser, lambda: browser.find_elements(By.ID, "sites"), "the dashboard")
+        assert browser.current_url == f"{srv.url}/dashboard"  # no token in any URL
+        assert [c["name"] for c in browser.get_cookies()] == [COOKIE]
+        assert browser.get_cookies()[0]["httpOnly"] and browser.get_cookies()[0]["sameSite"] == "Strict"
+        assert _text(browser, "#study") == "dash-study" and _text(browser, "#protocol") == "toy-noised-mean"
+        browser.execute_script("window.notReloaded = true;")
+        _wait(browser, lambda: _text(browser, "#waiting-for") == "c" and _text(browser, "#current-round") == "0",
+              "round 0 waiting for site c")
+        assert _text(browser, "#site-c .state") == "waiting"
+        _wait(browser, lambda: _text(browser, "#site-a .state") == _text(browser, "#site-b .state") == "answered",
+              "sites a and b answered")
+        assert _text(browser, "#last-round") == "none" and "running" in _text(browser, "#round-state")
+        assert _text(browser, "#rounds tbody tr .status") == "running"
+        assert "/v1/sites/" in _text(browser, "#events")
+        for o in opts[:2]:  # their releases are journaled; the accountant runs in the background
+            _wait(browser, lambda o=o: _text(browser, f"#site-{o.site} .epsilon_text")
+                  == f"{o.epsilon():.3g} at δ = 1e-06 (1 release)", f"site {o.site}'s epsilon")
+        browser.save_screenshot(str(tmp_path / "dashboard.png"))
+        shutil.copyfile(tmp_path / "dashboard.png", "/tmp/dashboard.png")  # for a person to look at
+        assert console_errors(browser) == []
+
+        release.set()  # c answers: round 0 closes, and the page follows by itself
+        trials = [f.result(timeout=60) for f in asks]
+        assert all(t.metadata["source"] == "model" for t in trials)
+        _wait(browser, lambda: _text(browser, "#last-round") == "0" and _text(browser, "#current-round") == "1",
+              "round 0 completed, round 1 next")
+        _wait(browser, lambda: _text(browser, "#site-c .state") == "answered", "site c answered")
+        assert _text(browser, "#waiting-for") == "nobody"
+        assert browser.execute_script("return window.notReloaded === true;")  # updated in place
+        assert _text(browser, "#rounds tbody tr .status") == "done"
+        assert _text(browser, "#rounds tbody tr .participants") == "a, b, c"
+
+        # epsilon: the coordinator's account of a and b is the sites' own, c sent without noise
+        status = srv.server.dashboard.status()
+        sites = {s.name: s for s in status.sites}
+        for o in opts[:2]:
+            assert sites[o.site].epsilon == pytest.approx(o.epsilon())
+        assert sites["c"].epsilon is None and _text(browser, "#site-c .epsilon_text").startswith("∞")
+        # bytes: what the coordinator counted is what each site's ledger says crossed its boundary
+        for o in opts:
+            assert sites[o.site].received == sum(o.ledger.bytes_up.values())
+            assert sites[o.site].sent == sum(o.ledger.bytes_down.values())
+        assert _text(browser, "#site-a .received_text") == sites["a"].received_text
+
+        # never a message's contents, never a token
+        page = browser.page_source
+        guidance = srv.server.coordinator.rounds[0]["a"]
+        assert repr(guidance.mean) not in page
+        for t in (admin, *tokens.values()):
+            assert t not in page
+        browser.save_screenshot(str(tmp_path / "dashboard-after.png"))
+        assert console_errors(browser) == []
+        for o in opts:
+            o.close()
+
+
+@pytest.mark.timeout(60)
+def test_status_shows_a_late_site_and_a_site_that_left(toy, tmp_path) -> None:
+    """Quorum 2: site c never asks for round 0, which starts without it (late); then c leaves."""
+    import requests
+
+    cfg, tokens, admin = _config(tmp_path, protocol="toy-noised-mean", quorum=2, deadline=0.3)
+    with ServerThread(CoordinatorServer(cfg)) as srv, requests.Session() as http, ThreadPoolExecutor(2) as pool:
+        opts = [labfbo.Optimizer(SPACE, protocol="toy-noised-mean", site=s, seed=0, n_init=2,
+                                 coordinator=HTTPCoordinator(srv.url, tokens[s])) for s in SITES]
+        for o in opts:
+            for t in o.ask(n=2):
+                o.tell(t, t.params["y"])
+        assert all(t.metadata["source"] == "model" for t in pool.map(lambda o: o.ask(timeout=30), opts[:2]))
+        assert http.post(f"{srv.url}/dashboard/login", data={"token": admin}, allow_redirects=False).status_code == 303
+
+        def status() -> tuple[DashboardStatus, dict]:
+            st = DashboardStatus.model_validate(http.get(f"{srv.url}/dashboard/status.json", timeout=10).json())
+            return st, {s.name: s for s in st.sites}
+
+        st, sites = status()
+        assert st.last_completed == 0 and st.current.state == "idle" and st.rules == "quorum 2, deadline 0.3 s"
+        assert sites["c"].state == "late" and "missed round 0" in sites["c"].detail
+        assert sites["a"].state == sites["b"].state == "answered" and sites["c"].answers == 0
+        assert st.rounds[0].round == 0 and st.rounds[0].participants == "a, b" and st.rounds[0].status == "done"
+        assert st.rounds[0].seconds is not None and st.rounds[0].seconds >= 0
+        assert sites["a"].epsilon is None and sites["a"].epsilon_text.startswith("∞")  # no DP: no finite guarantee
+        assert sites["c"].epsilon == 0.0 and sites["c"].sent > 0 and sites["c"].received > 0  # its join
+        opts[2].close()
+        st, sites = status()
+        assert sites["c"].state == "left"
+        for o in opts[:2]:
+            o.close()
