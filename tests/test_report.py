@@ -38,7 +38,7 @@ def lab_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real-shaped campaign: mixed space with units, failed runs, 30 experiments."""
     path = tmp_path_factory.mktemp("lab") / "site.journal"
     rng = np.random.default_rng(0)
-    with labfbo.Optimizer(LAB_SPACE, "maximize", seed=1, storage=path, n_init=8, **FAST) as opt:
+    with labfbo.Optimizer(LAB_SPACE, "maximize", seed=1, storage=path, n_init=16, **FAST) as opt:
         for i in range(N_EXPERIMENTS):
             t = opt.ask()
             if i % FAIL_EVERY == 3:
