@@ -44,6 +44,9 @@ MAX_MODEL_BATCH = 64
 """The most points one ``ask(n)`` proposes from the model (a joint batch costs superlinearly in n)."""
 
 
+TRAFFIC_BATCH = 256  # messages that may wait before their `traffic` record is written
+
+
 class Optimizer(CampaignViews):
     """Ask/tell Bayesian optimization for one site, alone or in a federation.
 
@@ -203,7 +206,9 @@ class Optimizer(CampaignViews):
         the messages that crossed the site's boundary since the last record go first."""
         with self._lock:
             self._write_header()
-            traffic = self.ledger.take()
+            # a DP release per step (gradient): its messages wait for a later record (one fsync, not two)
+            busy = isinstance(record, Released) and len(self.ledger.unjournaled) < TRAFFIC_BATCH
+            traffic = [] if busy else self.ledger.take()
             if traffic:
                 self._journal.append(dump_record(Traffic(messages=traffic)))
                 self._state.apply(Traffic(messages=traffic))
@@ -447,8 +452,11 @@ class Optimizer(CampaignViews):
         if self.protocol_cls.federated:
             held = self._state.clock.held
             guidance, source, clock = self._guidance(timeout)
-            if guidance is not None and guidance is not held:  # new guidance: the site's report shows it
-                self._commit(GuidanceReceived(round=guidance.round, kind=guidance.kind, nbytes=guidance.nbytes(),
+            got = clock.get("guidance_round", getattr(guidance, "round", None))
+            seen = self._state.guidance[-1].round if self._state.guidance else None
+            if guidance is not None and guidance is not held and got is not None and seen != got:
+                # new guidance (not the held round asked again after a restart): the site's report shows it
+                self._commit(GuidanceReceived(round=got, kind=guidance.kind, nbytes=guidance.nbytes(),
                                               summary=guidance.summary()))
             if clock.get("guidance_round") is not None:
                 t = clock["guidance_round"]
@@ -487,7 +495,7 @@ class Optimizer(CampaignViews):
             if release is not None:
                 self._commit(Released(**release.model_dump()))  # accounted before it leaves
             self.ledger.record_sent(answer)
-            if len(self.ledger.unjournaled) >= 256:  # a long exchange (gradient's warm-up): journal its traffic
+            if len(self.ledger.unjournaled) >= TRAFFIC_BATCH:  # a long exchange (gradient's warm-up)
                 self._commit(Traffic(messages=self.ledger.take()))
         return answer.model_dump_json()
 

@@ -168,14 +168,16 @@ def _check(prob: FederatedProblem, budget: int, options: dict[str, Any]) -> None
 
 
 def _journal_paths(prob: FederatedProblem, storage_dir: "str | os.PathLike[str]") -> list[str]:
-    """``<storage_dir>/<site>.journal`` for every site; refuses journals already there (a
-    simulation starts its campaigns, it does not resume them)."""
+    """``<storage_dir>/<site>.journal`` for every site (the folder is created)."""
     os.makedirs(storage_dir, exist_ok=True)
-    paths = [os.path.join(storage_dir, f"{name}.journal") for name in prob.site_names or []]
+    return [os.path.join(storage_dir, f"{name}.journal") for name in prob.site_names or []]
+
+
+def _refuse_existing(paths: list[str]) -> None:
+    """A simulation starts its campaigns, it does not resume them: refuse journals already there."""
     taken = [p for p in paths if os.path.exists(p) and os.path.getsize(p) > 0]
     if taken:
         raise ConfigurationError(f"storage_dir already holds a journal: {taken[0]} (use a new folder)")
-    return paths
 
 
 def _coordinator(prob: FederatedProblem, protocol: str, seed: int, budget: int, options: dict[str, Any]) -> Coordinator:
@@ -208,10 +210,13 @@ def simulate(problem: FederatedProblem | str, protocol: "str | ConfiguredProtoco
     protocol, options = as_keywords(protocol, options)  # every site and the coordinator get its options
     prob = _problem(problem, n_sites, seed, heterogeneity)
     _check(prob, budget, options)
-    if storage_dir is not None:
-        options = {**options, "storage": _journal_paths(prob, storage_dir)}
-    if transport == "mpi":
-        return _simulate_mpi(prob, protocol, n_init, budget, seed, options)
+    journals = None if storage_dir is None else _journal_paths(prob, storage_dir)
+    if journals is not None:
+        options = {**options, "storage": journals}
+    if transport == "mpi":  # rank 0 checks the folder, before any site opens its journal
+        return _simulate_mpi(prob, protocol, n_init, budget, seed, options, journals)
+    if journals is not None:
+        _refuse_existing(journals)
     if transport == "http":
         return _simulate_http(prob, protocol, n_init, budget, seed, progress, on_round, options)
     coordinator = _coordinator(prob, protocol, seed, budget, options)
@@ -314,7 +319,7 @@ def _threaded(prob: FederatedProblem, protocol: str, coordinators: list[Any], n_
 
 
 def _simulate_mpi(prob: FederatedProblem, protocol: str, n_init: int | None, budget: int, seed: int,
-                  options: dict[str, Any]) -> SimulationResult | None:
+                  options: dict[str, Any], journals: list[str] | None = None) -> SimulationResult | None:
     from labfbo.transport.mpi import MPICoordinator, serve, world
 
     rank, size = world()
@@ -324,6 +329,16 @@ def _simulate_mpi(prob: FederatedProblem, protocol: str, n_init: int | None, bud
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
+    if journals is not None:  # every rank raises the same refusal, before any journal is opened
+        refused = None
+        if rank == 0:
+            try:
+                _refuse_existing(journals)
+            except ConfigurationError as exc:
+                refused = str(exc)
+        refused = comm.bcast(refused, root=0)
+        if refused is not None:
+            raise ConfigurationError(refused)
     start = time.perf_counter()
     if rank == 0:  # the coordinator (every protocol joins it for the collaborative design)
         serve(_coordinator(prob, protocol, seed, budget, options), comm)

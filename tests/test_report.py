@@ -4,6 +4,7 @@ Chromium through chromedriver), its PNGs readable, its importance measure right.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import matplotlib.image as mpimg
@@ -154,8 +155,13 @@ def test_importance_ranks_the_parameters_without_effect_last() -> None:
 
 def test_a_live_optimizer_writes_its_report_and_the_cli_reads_a_journal(lab_journal: Path, tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli(["report", str(lab_journal), "-o", str(tmp_path / "cli.html")]) == 0
+    assert cli(["report", str(lab_journal), "-o", str(tmp_path / "cli.html")]) == 0  # its model in a forked process
     assert (tmp_path / "cli.html").exists() and (tmp_path / "cli_plots" / "progress.png").exists()
+    here = write_report(lab_journal, tmp_path / "here.html").html.read_text()  # ... and in this one: the same numbers
+    for element in ("predicted-best", "improvement-left", "importance-table"):
+        pattern = rf'id="{element}".*?</(p|table)>'
+        assert re.search(pattern, here, re.S).group(0) == re.search(pattern, (tmp_path / "cli.html").read_text(),
+                                                                      re.S).group(0)
     assert "report:" in capsys.readouterr().out
     assert cli(["report", str(tmp_path / "missing.journal")]) == 2
     assert "no such journal" in capsys.readouterr().err
@@ -208,3 +214,36 @@ def test_several_objectives_show_the_pareto_front_and_infeasible_points(tmp_path
     assert n_bad and f"<b>{n_bad}</b>infeasible" in html and 'id="img-pareto"' in html
     best = max((v for v in values if v["impurity"] <= 0.5), key=lambda v: v["yield"])
     assert f'<b id="best-value">{best["yield"]:.4g}</b>' in html  # the best *feasible* value, by the first objective
+
+
+def test_partial_dependence_keeps_its_values_in_a_constrained_space_and_caps_wide_integers() -> None:
+    space = labfbo.SearchSpace([labfbo.Real("a", 0.0, 1.0), labfbo.Real("b", 0.0, 1.0), labfbo.Real("c", 0.0, 1.0),
+                                labfbo.Integer("rpm", 0, 100_000)],
+                               constraints=[labfbo.LinearConstraint({"a": 1, "b": 1, "c": 1}, "<=", 1.0)])
+    opt = labfbo.Optimizer(space, "maximize", seed=0, **FAST)
+    rng = np.random.default_rng(1)
+    rows = space.decode(space.sample(20, 0))
+    opt.add_observations(rows, [2 * r["a"] + r["rpm"] / 1e5 + float(rng.normal(0, 0.01)) for r in rows])
+    model = SiteModel(Campaign.from_records(opt.journal_records()))
+    dep = model.dependence("a")
+    assert dep.values == pytest.approx(list(np.linspace(0, 1, 25)))  # not projected back onto a + b + c <= 1
+    assert np.all(np.diff(dep.mean) > 0)  # the prediction rises with a, as the data do
+    wide = model.dependence("rpm")
+    assert len(wide.values) == 25 and wide.values[0] == 0 and wide.values[-1] == 100_000
+
+
+def test_a_resumed_site_journals_each_rounds_guidance_once(tmp_path: Path) -> None:
+    space = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Real("y", 0.0, 1.0)])
+    coord = labfbo.Coordinator("distribution", sites=["a"], space=space, seed=0, **FAST)
+    kw = dict(protocol="distribution", coordinator=coord, site="a", seed=0, n_init=3, storage=tmp_path / "a.journal",
+              secret=1, **FAST)
+    opt = labfbo.Optimizer(space, "minimize", **kw)
+    for _ in range(3):
+        t = opt.ask()
+        opt.tell(t, float(t.params["x"]))
+    opt.ask()  # round 0's guidance, then the site stops before telling
+    opt.close()
+    again = labfbo.Optimizer(space, "minimize", **kw)
+    again.ask()  # asks round 0 again (the guidance is not kept across a restart)
+    again.close()
+    assert [g.round for g in Campaign.from_journal(tmp_path / "a.journal").state.guidance] == [0]

@@ -183,6 +183,7 @@ class Protocol:
 
     name: ClassVar[str]
     federated: ClassVar[bool] = True
+    shares_raw_data: ClassVar[bool] = False  # sends the site's observations themselves (non-private references)
     supported_types: ClassVar[frozenset[str]] = frozenset({"real", "integer", "discrete", "categorical"})
     Options: ClassVar[type[BaseModel]]
     site_logic: ClassVar[type[SiteLogic]]

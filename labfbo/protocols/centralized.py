@@ -75,6 +75,7 @@ class CentralizedProtocol(Protocol):
     name = "centralized"
     federated = True
     demo = False  # not a privacy-preserving protocol: not in `labfbo demo`
+    shares_raw_data = True
     shared_options = GradientProtocol.shared_options
     Options = CentralizedOptions
     site_logic = CentralizedSite

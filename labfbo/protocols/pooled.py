@@ -130,6 +130,7 @@ class PooledProtocol(Protocol):
     name = "pooled"
     federated = True
     demo = False  # not a privacy-preserving protocol: not in `labfbo demo`
+    shares_raw_data = True
     supported_types = frozenset({"real", "integer", "discrete"})
     Options = PooledOptions
     site_logic = PooledSite

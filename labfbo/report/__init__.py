@@ -34,10 +34,12 @@ def __getattr__(name: str) -> Any:  # matplotlib and the model load only when a 
 
 
 def write_report(source: Any, path: str | os.PathLike[str] = "report.html", *, space: "SearchSpace | None" = None,
-                 objective_label: str | None = None) -> "Report":
+                 objective_label: str | None = None, fork: bool = False) -> "Report":
     """Write the campaign report of ``source`` — a journal's path, or an :class:`~labfbo.Optimizer`
     — to ``path`` (HTML, plots embedded; PNGs in ``<stem>_plots/``). ``objective_label``: how to
-    name the objective on axes, e.g. ``"yield (%)"`` (default: its outcome name)."""
+    name the objective on axes, e.g. ``"yield (%)"`` (default: its outcome name). ``fork``: fit the
+    model in a forked process while this one draws (two cores; only from a single-threaded
+    process, as ``labfbo report`` is)."""
     from labfbo.report.build import build
     from labfbo.report.campaign import Campaign
 
@@ -46,4 +48,4 @@ def write_report(source: Any, path: str | os.PathLike[str] = "report.html", *, s
     else:  # an Optimizer: its journal's records, as written
         campaign = Campaign.from_records(source.journal_records(), space=space or source.space,
                                          where=f"site {source.site!r}")
-    return build(campaign, path, objective_label=objective_label)
+    return build(campaign, path, objective_label=objective_label, fork=fork)

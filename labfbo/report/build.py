@@ -5,17 +5,18 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import math
+import multiprocessing
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from labfbo.exceptions import LabFBOError
 from labfbo.privacy.release import Release
 from labfbo.privacy.report import report as privacy_rows
-from labfbo.report import plots
 from labfbo.report.campaign import Campaign, decode_points
 from labfbo.report.insight import Belief, Dependence, SiteModel
 
@@ -80,28 +81,77 @@ def _guidance(campaign: Campaign) -> list[dict[str, Any]]:
     return rows
 
 
-def _insights(campaign: Campaign) -> tuple[Belief | None, dict[str, float] | None, list[Dependence], str | None]:
+Insights = tuple[Belief | None, dict[str, float] | None, list[Dependence], str | None]
+
+
+def _insights(campaign: Campaign) -> Insights:
     """The model's predicted best, the importance shares, the top partial dependences, or why not."""
+    from labfbo.optimizer import _COMPUTE  # the process's GP work: torch's global RNG and settings are shared
+
     try:
-        model = SiteModel(campaign)
-        shares = model.importance()
-        top = [n for n in sorted(shares, key=lambda n: -shares[n]) if shares[n] > 0][:TOP_DEPENDENCE]
-        return model.belief(), shares, [model.dependence(n) for n in top], None
+        with _COMPUTE:
+            model = SiteModel(campaign)
+            shares = model.importance()
+            top = [n for n in sorted(shares, key=lambda n: -shares[n]) if shares[n] > 0][:TOP_DEPENDENCE]
+            return model.belief(), shares, [model.dependence(n) for n in top], None
     except LabFBOError as exc:
         return None, None, [], str(exc)
 
 
-def build(campaign: Campaign, path: str | os.PathLike[str], objective_label: str | None = None) -> Report:
-    """Write ``path`` (HTML, plots embedded) and its plots as PNG beside it (``<stem>_plots/``)."""
+def _insights_child(campaign: Campaign, conn: Any) -> None:
+    try:
+        conn.send(_insights(campaign))
+    except BaseException as exc:  # noqa: BLE001 - the parent raises it
+        conn.send(exc)
+    finally:
+        conn.close()
+
+
+def _start_insights(campaign: Campaign, fork: bool) -> Callable[[], Insights]:
+    """Start the model's work; returns the call that waits for it. ``fork``: in a forked process
+    (the other core), while this one draws — only for a single-threaded process (the command
+    line): a fork copies the locks other threads may hold."""
+    if not fork or threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
+        result = _insights(campaign)
+        return lambda: result
+    ctx = multiprocessing.get_context("fork")
+    receiver, sender = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_insights_child, args=(campaign, sender), daemon=True)
+    proc.start()
+    sender.close()
+
+    def wait() -> Insights:
+        try:
+            out = receiver.recv()
+        except EOFError:
+            raise LabFBOError(f"the report's model process ended without a result (exit code {proc.exitcode})") \
+                from None
+        finally:
+            receiver.close()
+            proc.join()
+        if isinstance(out, BaseException):
+            raise out
+        return out  # type: ignore[no-any-return]
+
+    return wait
+
+
+def build(campaign: Campaign, path: str | os.PathLike[str], objective_label: str | None = None,
+          fork: bool = False) -> Report:
+    """Write ``path`` (HTML, plots embedded) and its plots as PNG beside it (``<stem>_plots/``);
+    ``fork``: the command line's, see :func:`_start_insights`."""
     path = Path(path)
     if path.suffix.lower() not in (".html", ".htm"):
         raise LabFBOError(f"a report is an .html file, got {str(path)!r}")
     ylabel = objective_label or campaign.objective_name
-    belief, shares, deps, model_note = _insights(campaign)
+    insights = _start_insights(campaign, fork)
+    from labfbo.report import plots  # matplotlib loads while a forked model fits
+
     figures: dict[str, bytes | None] = {"progress": plots.png(plots.progress_figure(campaign, ylabel)),
                                         "pareto": plots.png(plots.pareto_figure(campaign))}
     dp_rows, epsilons, legacy = _privacy(campaign)
     figures["traffic"] = plots.png(plots.traffic_figure(campaign, epsilons))
+    belief, shares, deps, model_note = insights()
     if shares is not None:
         figures["importance"] = plots.png(plots.importance_figure(campaign, shares))
         figures["dependence"] = plots.png(plots.dependence_figure(campaign, deps, ylabel)) if deps else None

@@ -55,6 +55,7 @@ class Campaign:
     spec: OutcomeSpec | None
     state: SiteState
     experiments: list[Experiment]
+    shares_raw_data: bool = False  # its protocol sends the site's observations (a non-private reference)
 
     @classmethod
     def from_journal(cls, path: str | os.PathLike[str], space: SearchSpace | None = None) -> "Campaign":
@@ -77,7 +78,8 @@ class Campaign:
             raise JournalError(f"{where}: the journal does not start with a header record")
         if header.space is None:
             if space is None:
-                raise JournalError(f"{where}: this journal predates journaled spaces; pass the site's space")
+                raise JournalError(f"{where}: this journal predates journaled spaces; make its report with "
+                                   "labfbo.report.write_report(journal, path, space=<the site's SearchSpace>)")
         else:
             journaled = SearchSpace.model_validate(header.space)
             if space is not None and space.fingerprint() != journaled.fingerprint():
@@ -89,13 +91,15 @@ class Campaign:
         from labfbo.protocols import get_protocol
 
         try:
-            federated = get_protocol(header.protocol).federated
-        except LabFBOError:
-            federated = header.protocol != "independent"
+            proto = get_protocol(header.protocol)
+            federated, raw = proto.federated, proto.shares_raw_data
+        except LabFBOError:  # a protocol this installation does not have
+            federated, raw = header.protocol != "independent", False
         state = SiteState(space, federated)
         for i, raw in enumerate(records[1:], start=2):
             state.apply(parse_record(raw, f"{where}: record {i}"), replay=True)
-        return cls(header=header, space=space, spec=spec, state=state, experiments=_experiments(state, spec))
+        return cls(header=header, space=space, spec=spec, state=state, experiments=_experiments(state, spec),
+                   shares_raw_data=raw)
 
     # -- views -----------------------------------------------------------------------------
     @property

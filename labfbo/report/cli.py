@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from labfbo.report import write_report
 
-    out = args.output or str(args.journal).rsplit(".", 1)[0] + "-report.html"
-    rep = write_report(args.journal, out, objective_label=args.objective_label)
+    journal = Path(args.journal)
+    out = args.output or str(journal.with_name(journal.stem + "-report.html"))
+    # a single-threaded process: the model fits in a forked process on the other core while this one draws
+    rep = write_report(args.journal, out, objective_label=args.objective_label, fork=True)
     print(f"report: {rep.html}")
     print(f"plots:  {', '.join(str(p) for p in rep.plots.values())}")
     return 0

@@ -14,22 +14,22 @@ converged one, in half the time), in the lab's units:
 * **importance**: the total-order Sobol index of the posterior mean per parameter,
   :math:`S_{T_j} = \mathbb{E}[\mathrm{Var}(\mu \mid x_{\sim j})] / \mathrm{Var}(\mu)`
   (``scipy.stats.sobol_indices``, Saltelli's design, each unit-cube column uniform and
-  snapped to the parameter's values), shown as shares of their sum;
+  snapped to the parameter's values, the parameters' whole ranges even where constraints
+  exclude a combination), shown as shares of their sum;
 * **partial dependence**: :math:`\bar\mu(v) = \frac{1}{B}\sum_b \mu(x_b \text{ with } x_j = v)`
-  over :math:`B` = 128 space-filling background settings (25 values of a continuous
-  parameter), with the posterior std averaged alike.
+  over :math:`B` = 128 space-filling settings of the other parameters' ranges (at most 25
+  values of a numeric parameter), with the posterior std averaged alike.
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import gpytorch
 import torch
 from scipy import stats
+from scipy.stats import qmc
 
 from labfbo.exceptions import LabFBOError
 from labfbo.models.gp import as_tensor, fit_local_gp, predict
@@ -98,12 +98,6 @@ class SiteModel:
         parts = [predict(self.model, X[i:i + CHUNK]) for i in range(0, len(X), CHUNK)]
         return np.concatenate([m for m, _ in parts]), np.concatenate([s for _, s in parts])
 
-    def _max_mean(self, X: np.ndarray) -> np.ndarray:
-        """The posterior mean only (maximized orientation), in chunks."""
-        with torch.no_grad(), gpytorch.settings.skip_posterior_variances(True):
-            return np.concatenate([self.model.posterior(as_tensor(X[i:i + CHUNK])).mean.reshape(-1).numpy()
-                                   for i in range(0, len(X), CHUNK)])
-
     def belief(self) -> Belief:
         cand = np.vstack([self.data.X, self.space.sample(N_CANDIDATES, self.seed)])
         mu, sd = self._predict(cand)
@@ -118,33 +112,44 @@ class SiteModel:
                       std=float(sd[best]), improvement_left=float(torch.exp(log_ei).max()),
                       best_observed=float("nan") if observed is None else float(observed.value))  # type: ignore[arg-type]
 
+    def _box(self, n: int, seed: int) -> np.ndarray:
+        """``n`` space-filling points of the parameters' whole ranges, each column snapped to its
+        parameter's values but not onto the constraints: importance and partial dependence are
+        averages over the box (constraints included, they would mix the parameters' effects)."""
+        k = int(np.ceil(np.log2(max(n, 2))))
+        U = qmc.Sobol(self.space.dim, scramble=True, seed=np.random.default_rng(seed)).random_base2(k)[:n]
+        return self.space.snap(U, restrict=False)
+
     def importance(self) -> dict[str, float]:
         """Each parameter's share of the posterior mean's variation (total-order Sobol indices,
         normalized to sum to 1; all zero when the mean is flat)."""
         d = self.space.dim
         if d == 1:  # the one parameter carries all of it
             return {self.space.names[0]: 1.0}
+        probe = self._predict(self._box(256, self.seed))[0]
+        if np.ptp(probe) <= 1e-12 * (1.0 + np.abs(probe).max()):  # a flat model: nothing to apportion
+            return dict.fromkeys(self.space.names, 0.0)
 
         def f(x: np.ndarray) -> np.ndarray:  # scipy passes (d, n)
-            return self._max_mean(self.space.snap(np.asarray(x).T))[None, :]
+            return self._predict(self.space.snap(np.asarray(x).T, restrict=False))[0][None, :]
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # scipy warns about a flat function's zero variance
-            res = stats.sobol_indices(func=f, n=N_SOBOL, dists=[stats.uniform(0.0, 1.0)] * d,
-                                      rng=np.random.default_rng(self.seed))
+        res = stats.sobol_indices(func=f, n=N_SOBOL, dists=[stats.uniform(0.0, 1.0)] * d,
+                                  rng=np.random.default_rng(self.seed))
         total = np.nan_to_num(np.clip(np.asarray(res.total_order, dtype=np.float64).reshape(-1), 0.0, None))
         share = total / total.sum() if total.sum() > 0 else np.zeros(d)
         return dict(zip(self.space.names, (float(s) for s in share)))
 
     def dependence(self, name: str, points: int = 25) -> Dependence:
-        """How the prediction moves with parameter ``name``, the others averaged over the space."""
+        """How the prediction moves with parameter ``name``, the others averaged over their ranges
+        (at most ``points`` values of a numeric parameter; every choice of a categorical one)."""
         j = self.space.names.index(name)
         p = self.space.params[j]
         grid = np.asarray(p.grid() if p.is_discrete else np.linspace(0.0, 1.0, points))
-        background = self.space.sample(N_BACKGROUND, self.seed + 1)
-        X = np.repeat(background[None], len(grid), axis=0)  # (grid, B, d): every value with every background
+        if len(grid) > points and not isinstance(p, Categorical):  # e.g. Integer("rpm", 0, 100000)
+            grid = grid[np.unique(np.round(np.linspace(0, len(grid) - 1, points)).astype(int))]
+        X = np.repeat(self._box(N_BACKGROUND, self.seed + 1)[None], len(grid), axis=0)  # (grid, B, d)
         X[:, :, j] = grid[:, None]
-        mu, sd = self.predict(self.space.snap(X.reshape(-1, self.space.dim)))
+        mu, sd = self.predict(X.reshape(-1, self.space.dim))
         mean, std = mu.reshape(len(grid), -1).mean(axis=1), sd.reshape(len(grid), -1).mean(axis=1)
         values = [p.from_unit(float(u)) for u in grid]
         return Dependence(name=name, values=values, mean=mean, std=std, categorical=isinstance(p, Categorical))

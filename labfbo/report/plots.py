@@ -144,6 +144,8 @@ def dependence_figure(campaign: Campaign, deps: Sequence[Dependence], ylabel: st
     for ax, dep in zip(axes[0], deps):
         if dep.categorical:
             labels = [str(v) for v in dep.values]
+            if len(set(labels)) < len(labels):  # e.g. the choices "1" and 1: show them as Python writes them
+                labels = [repr(v) for v in dep.values]
             ax.bar(labels, dep.mean, yerr=dep.std, color=GOOD, alpha=0.85, capsize=3,
                    label="mean prediction ± model uncertainty")
             ax.tick_params(axis="x", rotation=30 if max(len(s) for s in labels) > 6 else 0)

@@ -74,6 +74,8 @@ class ServerConfig(BaseModel):
                                  "limit_concurrency)")
     keep_alive: float = Field(65.0, ge=1.0, description="seconds an idle connection is kept, and a request's "
                               "headers may take (longer than poll_wait_max)")
+    dashboard_secure_cookie: bool | None = Field(None, description="the dashboard cookie's Secure flag (None: when "
+                                                 "the request came over TLS; true behind a TLS-terminating proxy)")
     dashboard_session: float = Field(8 * 3600, gt=0, le=7 * 86400, description="seconds a dashboard login "
                                      "lasts (GET /dashboard, admin token)")
 

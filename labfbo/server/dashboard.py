@@ -175,8 +175,7 @@ class Sessions:
 class _Account:
     """One site's releases as the coordinator received them (kinds, rounds and DP fields only)."""
 
-    records: list[tuple[Any, ...]] = field(default_factory=list)
-    seen: int = 0                 # records declared so far
+    pending: list[tuple[Any, ...]] = field(default_factory=list)  # answers not declared yet (then dropped)
     releases: int = 0
     multipliers: Counter[float] = field(default_factory=Counter)  # effective noise multiplier -> releases
     exposed: bool = False         # a release without DP noise: no finite epsilon
@@ -215,7 +214,7 @@ class PrivacyView:
                getattr(msg, "dp_noise_multiplier", None), getattr(msg, "dp_clip", None),
                getattr(msg, "dp_sensitivity", None))
         with self.lock:
-            self.accounts.setdefault(site, _Account()).records.append(rec)
+            self.accounts.setdefault(site, _Account()).pending.append(rec)
 
     def _logic(self, noise: float | None, clip: float | None) -> Any:
         """The protocol's site side under the DP settings an answer stated (None: cannot be built)."""
@@ -239,31 +238,42 @@ class PrivacyView:
                 self.logic[key] = None
         return self.logic[key]
 
-    def _declare(self, acc: _Account) -> None:
-        """Fold the records not declared yet (``self.lock`` held)."""
-        for kind, rnd, step, noise, clip, sensitivity in acc.records[acc.seen:]:
-            acc.seen += 1
+    def _declare(self, site: str) -> None:
+        """Fold the site's answers not declared yet. The protocol's declarations run outside
+        ``self.lock``: the engine's hook (which holds the round engine's lock) waits on it."""
+        with self.lock:
+            acc = self.accounts.setdefault(site, _Account())
+            todo, acc.pending = acc.pending, []
+        folded: list[tuple[str, Any]] = []  # ("unknown", why) | ("release", Release)
+        for kind, rnd, step, noise, clip, sensitivity in todo:
             logic = self._logic(noise, clip)
             if logic is None:
-                acc.unknown = f"not known: the {self.coord.protocol!r} declaration of {kind!r} cannot run here"
+                folded.append(("unknown", f"not known: the {self.coord.protocol!r} declaration of {kind!r} "
+                                          "cannot run here"))
                 continue
             try:
                 rel = logic.declare_release(kind, rnd, step, noised=noise is not None, sensitivity=sensitivity)
             except Exception as exc:  # noqa: BLE001
-                acc.unknown = f"not known: {exc}"
+                folded.append(("unknown", f"not known: {exc}"))
                 continue
             if rel is not None:
+                folded.append(("release", rel))
+        with self.lock:
+            for what, value in folded:
+                if what == "unknown":
+                    acc.unknown = value
+                    continue
                 acc.releases += 1
-                if rel.private:
-                    acc.multipliers[rel.effective_noise_multiplier] += 1
+                if value.private:
+                    acc.multipliers[value.effective_noise_multiplier] += 1
                 else:
                     acc.exposed = True
 
     def epsilon(self, site: str) -> tuple[float | None, str]:
         """``(finite epsilon or None, the text the page shows)``."""
+        self._declare(site)
         with self.lock:
-            acc = self.accounts.setdefault(site, _Account())
-            self._declare(acc)
+            acc = self.accounts[site]
             n, done, unknown, exposed = acc.releases, acc.done, acc.unknown, acc.exposed
             if not (unknown or exposed) and n and (done is None or done[0] != n) and self.worker is None:
                 self.worker = threading.Thread(target=self._work, name="labfbo-dashboard-epsilon", daemon=True)
@@ -322,7 +332,8 @@ class Dashboard:
         self.server = server
         self.sessions = Sessions(server.config.dashboard_session)
         self.privacy = PrivacyView(server)
-        server.engine.on_answer = self.privacy.record
+        if server.config.admin_token_sha256 is not None:  # the dashboard is on: account each accepted answer
+            server.engine.on_answer = self.privacy.record
         self.templates = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html"]))
 
     # -- what the page shows ------------------------------------------------------------------------
@@ -432,6 +443,11 @@ class Dashboard:
             admin=self.server.tokens.admin is not None)
         return self._harden(HTMLResponse(html, status_code=code), nonce)
 
+    def _secure(self, request: Request) -> bool:
+        """The cookie's ``Secure`` flag: the operator's setting, else whether this request came over TLS."""
+        setting = self.server.config.dashboard_secure_cookie
+        return request.url.scheme == "https" if setting is None else setting
+
     def _session(self, request: Request) -> bool:
         if self.sessions.valid(request.cookies.get(COOKIE)):
             request.state.site = "admin"  # the audit log's site
@@ -461,7 +477,7 @@ class Dashboard:
             request.state.site = "admin"
             response = RedirectResponse(PAGE, status_code=303)
             response.set_cookie(COOKIE, self.sessions.new(), max_age=int(self.sessions.ttl), path=PAGE,
-                                httponly=True, samesite="strict", secure=request.url.scheme == "https")
+                                httponly=True, samesite="strict", secure=self._secure(request))
             return self._harden(response)
 
         @app.get(LOGIN, include_in_schema=False)
@@ -474,7 +490,7 @@ class Dashboard:
             self.sessions.end(request.cookies.get(COOKIE))
             response = RedirectResponse(PAGE, status_code=303)
             response.delete_cookie(COOKIE, path=PAGE, httponly=True, samesite="strict",
-                                   secure=request.url.scheme == "https")
+                                   secure=self._secure(request))
             return self._harden(response)
 
         @app.get(STATUS, response_model=DashboardStatus, include_in_schema=False)
