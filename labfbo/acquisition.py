@@ -69,6 +69,8 @@ STALL_TOL = 1e-3  # an improvement below this fraction of y's range does not end
 LOG_PENALTY = 30.0  # the incumbent's penalty on a log-acquisition, in nats
 MAX_ENUMERATE = 4096  # a fully discrete space up to this size is scored exhaustively
 MAX_FIXED_COMBOS = 10  # a mixed space with up to this many discrete combinations enumerates them (BoTorch's rule)
+POLYTOPE_BURNIN = 200  # hit-and-run burn-in of the raw samples of a linearly constrained space (BoTorch: 10,000)
+POLYTOPE_THINNING = 4  # ... and its thinning (BoTorch: 32)
 
 
 class AcquisitionOptions(BaseModel):
@@ -159,6 +161,10 @@ def optimize_acquisition(acqf: AcquisitionFunction, space: SearchSpace, q: int, 
     discrete = {**space.discrete_dims(), **space.cat_dims()}
     ineq, eq = space.linear.botorch() if space.linear is not None else (None, None)
     linear = {"inequality_constraints": ineq, "equality_constraints": eq} if space.linear is not None else {}
+    # BoTorch draws the raw samples of a constrained space by hit-and-run, a Python loop of 10,000
+    # burn-in steps by default (~1 s a call, once per discrete combination); a shorter chain is
+    # plenty for starting points that the optimizer then moves
+    chain = {"n_burnin": POLYTOPE_BURNIN, "n_thinning": POLYTOPE_THINNING} if space.linear is not None else {}
     with seeded_torch(seed), warnings.catch_warnings():
         # L-BFGS-B line-search failures on some restarts: BoTorch retries and keeps the best
         warnings.filterwarnings("ignore", category=OptimizationWarning)
@@ -170,7 +176,7 @@ def optimize_acquisition(acqf: AcquisitionFunction, space: SearchSpace, q: int, 
         elif space.is_continuous:
             X, _ = optimize_acqf(acqf, bounds=bounds, q=q, num_restarts=opts.num_restarts,
                                  raw_samples=opts.raw_samples, **linear,
-                                 options={"seed": seed % (2**31),
+                                 options={"seed": seed % (2**31), **chain,
                                           "sample_around_best": opts.sample_around_best and eq is None})
         elif len(discrete) == d and (grid := space.feasible_grid(MAX_ENUMERATE, seed)) is not None:
             grid = grid[space.local_ok(grid)] if space.local_constraints else grid
@@ -186,7 +192,8 @@ def optimize_acquisition(acqf: AcquisitionFunction, space: SearchSpace, q: int, 
             # each): a categorical costs about what a continuous column does, not k times more
             X, _ = optimize_acqf_mixed(acqf, bounds=bounds, q=q, fixed_features_list=fixed,
                                        num_restarts=max(2, math.ceil(opts.num_restarts / len(fixed))),
-                                       raw_samples=max(64, opts.raw_samples // len(fixed)), **linear)
+                                       raw_samples=max(64, opts.raw_samples // len(fixed)), **linear,
+                                       options=dict(chain))
         else:
             X, _ = optimize_acqf_mixed_alternating(
                 acqf, bounds=bounds, discrete_dims=space.discrete_dims() or None,
