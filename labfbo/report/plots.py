@@ -174,6 +174,7 @@ def traffic_figure(campaign: Campaign, epsilons: Sequence[float]) -> "plt.Figure
     for e in entries:
         (up if e.direction == "sent" else down)[e.round] += e.nbytes
     rounds = sorted(set(up) | set(down))
+    epsilons = epsilons if any(np.isfinite(e) for e in epsilons) else []  # no DP noise: no finite curve to draw
     panels = 2 if epsilons else 1
     fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 3.6), squeeze=False)
     ax = axes[0][0]
