@@ -167,10 +167,10 @@ def _wait(browser, condition, what: str, timeout: float = 30.0) -> None:
 
 
 def _text(browser, css: str) -> str:
-    from selenium.webdriver.common.by import By
-
-    found = browser.find_elements(By.CSS_SELECTOR, css)
-    return found[0].text if found else ""
+    """The element's visible text, read in one script call: the page re-renders every 2 s, so an
+    element found in one call may be gone (stale) by the next."""
+    text = browser.execute_script("const e = document.querySelector(arguments[0]); return e ? e.innerText : '';", css)
+    return (text or "").strip()
 
 
 def _login(browser, url: str, token: str) -> None:
