@@ -1,4 +1,5 @@
-"""A notice on the console while something slow runs (a large ``ask(n)`` batch).
+"""A notice on the console while something slow runs (a large ``ask(n)`` batch), and sizes as
+people read them (:func:`human_bytes`, for the report and the dashboard).
 
 The work itself gives no fraction done — BoTorch optimizes a batch jointly — so the
 notice shows what runs and for how long: a tqdm line on stderr, refreshed every second,
@@ -42,3 +43,13 @@ def slow_notice(what: str, after: float | None = None, stream: IO[str] | None = 
     finally:
         done.set()
         thread.join()
+
+
+def human_bytes(n: float) -> str:
+    """``1234567`` -> ``"1.23 MB"`` (decimal units; whole bytes below 1 kB)."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n} B"  # unreachable
+

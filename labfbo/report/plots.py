@@ -14,6 +14,7 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
+from labfbo.progress import human_bytes  # noqa: E402,F401 - the page's filter too
 from labfbo.report.campaign import Campaign, Experiment  # noqa: E402
 from labfbo.report.insight import Dependence  # noqa: E402
 
@@ -36,15 +37,6 @@ def _legend_below(ax: "plt.Axes", ncol: int = 4) -> None:
     if handles:
         ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(ncol, len(handles)),
                   frameon=False, fontsize=9)
-
-
-def human_bytes(n: float) -> str:
-    """``1234567`` -> ``"1.2 MB"``."""
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1000
-    return f"{n} B"
 
 
 def param_label(campaign: Campaign, name: str) -> str:

@@ -46,6 +46,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel
 
 from labfbo.messages import Abstain, Message
+from labfbo.progress import human_bytes
 
 if TYPE_CHECKING:
     from labfbo.server.app import CoordinatorServer
@@ -125,14 +126,6 @@ class DashboardStatus(BaseModel):
 
 def _clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(t))
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000  # type: ignore[assignment]
-    return ""  # unreachable
 
 
 def _seconds(s: float) -> str:
@@ -409,7 +402,7 @@ class Dashboard:
         else:
             state, detail = "joined", "no exchange yet"
         return SiteView(name=name, index=coord.members.get(name), state=state, detail=detail, received=received,
-                        sent=sent, received_text=_size(received), sent_text=_size(sent), answers=answers,
+                        sent=sent, received_text=human_bytes(received), sent_text=human_bytes(sent), answers=answers,
                         epsilon=None, epsilon_text="")
 
     @staticmethod
