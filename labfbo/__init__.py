@@ -19,6 +19,7 @@ from labfbo.problems import FederatedProblem
 from labfbo.simulation import SimulationResult, simulate
 from labfbo.protocols import available_protocols
 from labfbo.privacy import DP
+from labfbo.privacy.budget import PrivacyFloor
 from labfbo import priors
 
 # A Cholesky that needed jitter is routine in BO (near-duplicate points, a long campaign);
@@ -29,7 +30,7 @@ _warnings.filterwarnings("ignore", message=r"A not p\.d\., added jitter")
 __version__ = "0.1.0"
 
 __all__ = [
-    "Categorical", "ConfigurationError", "ConstraintError", "Coordinator", "DP", "Discrete", "FederatedProblem",
+    "Categorical", "ConfigurationError", "ConstraintError", "Coordinator", "DP", "Discrete", "FederatedProblem", "PrivacyFloor",
     "FederationError", "Forbidden", "Integer", "JournalError", "LabFBOError", "LinearConstraint",
     "NonlinearConstraint", "Objective", "Observation", "Outcome", "Optimizer", "ProtocolError", "Real",
     "RoundError", "SearchSpace", "SearchSpaceError", "SimulationResult", "Trial", "TrialError",

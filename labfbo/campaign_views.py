@@ -35,6 +35,7 @@ class CampaignViews:
     _state: "SiteState"
     _secret: int
     _logic: Any
+    _budget: Any  # labfbo.privacy.budget.Budget | None
     _lock: Any
     _journal: Any
     _unwritten: Any
@@ -68,6 +69,22 @@ class CampaignViews:
         sensitivity, neighbouring relation, secure aggregation, and the cumulative
         (epsilon, delta) — infinite once a release carried no DP noise."""
         return privacy_report(self.releases())
+
+    def privacy_budget(self) -> dict[str, Any] | None:
+        """The campaign's privacy budget (None without ``DP(epsilon=...)``): ``epsilon`` and
+        ``delta`` (the budget), the ``noise_multiplier`` calibrated to it, ``planned_releases``,
+        ``releases`` made, ``spent`` and ``remaining`` epsilon, and once a release was withheld
+        ``exhausted`` with the round it happened (``exhausted_at_round``) and how many messages
+        were withheld (one count per round and message kind)."""
+        budget = self._budget
+        if budget is None:
+            return None
+        releases, held = self.releases(), self._state.withheld
+        spent = budget.spent(releases)
+        return {"epsilon": budget.epsilon, "delta": budget.dp.delta, "noise_multiplier": budget.dp.sigma,
+                "planned_releases": budget.planned, "releases": len(releases), "spent": spent,
+                "remaining": max(budget.epsilon - spent, 0.0), "exhausted": bool(held),
+                "exhausted_at_round": held[0].round if held else None, "withheld": len(held)}
 
     def to_dataframe(self) -> Any:
         """The history as a pandas DataFrame (needs ``labfbo[dataframe]``)."""

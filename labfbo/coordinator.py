@@ -43,6 +43,7 @@ from scipy.stats import qmc
 
 from labfbo.exceptions import ConfigurationError, FederationError, RoundError
 from labfbo.messages import Abstain, Array, JoinReply, JoinRequest, Message, NoGuidance
+from labfbo.privacy.budget import PrivacyFloor
 from labfbo.protocols import ConfiguredProtocol, Exchange, Finish, get_protocol, resolve
 from labfbo.seeding import rng
 from labfbo.space import SearchSpace
@@ -78,6 +79,8 @@ class Coordinator:
         seed: the study seed (collaborative design, aggregator randomness).
         horizon: planned number of BO rounds (for schedules).
         quorum, deadline: relaxed round closing (see the module docstring).
+        privacy_floor: a :class:`labfbo.PrivacyFloor`: sites join only with a DP budget at least
+            as strict (``DP(epsilon<=...)``).
         transport: ``"local"`` (in-process). MPI and HTTP come with their own modules.
         **protocol_options: the protocol's coordinator-side options.
     """
@@ -85,8 +88,17 @@ class Coordinator:
     def __init__(self, protocol: "str | ConfiguredProtocol" = "independent", sites: int | Sequence[str] = 1, *,
                  space: SearchSpace | None = None, seed: int = 0, horizon: int | None = None,
                  quorum: int | None = None, deadline: float | None = None,
-                 transport: str = "local", study: str = "labfbo-study", **protocol_options: Any):
+                 transport: str = "local", study: str = "labfbo-study", privacy_floor: PrivacyFloor | Mapping[str, float] | None = None,
+                 **protocol_options: Any):
         self.protocol, self.options = resolve(protocol, protocol_options)
+        if isinstance(privacy_floor, Mapping):
+            privacy_floor = PrivacyFloor(**privacy_floor)
+        if privacy_floor is not None and not isinstance(privacy_floor, PrivacyFloor):
+            raise ConfigurationError(f"privacy_floor must be a labfbo.PrivacyFloor, got {type(privacy_floor).__name__}")
+        self.privacy_floor = privacy_floor
+        if privacy_floor is not None and "privacy" not in type(self.options).model_fields:
+            raise ConfigurationError(f"protocol {self.protocol!r} has no differential privacy mechanism: no site "
+                                     "could meet a privacy floor")
         self.protocol_cls = get_protocol(self.protocol)
         if isinstance(sites, int):
             if sites < 1:
@@ -151,6 +163,8 @@ class Coordinator:
             what = self.space.difference(space) if space.fingerprint() == request.space_hash else "tampered space"
             raise FederationError(f"site {request.site!r} has a different search space than the study: "
                                   f"{what} (hash {request.space_hash} != {self.space.fingerprint()})")
+        if self.privacy_floor is not None:
+            self.privacy_floor.check(request.site, request.privacy)
         if request.site not in self.members:
             if self.expected is not None:
                 if request.site not in self.expected:

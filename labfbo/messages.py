@@ -144,6 +144,17 @@ def parse(data: str | bytes | dict[str, Any]) -> Message:
 
 
 # -- messages every protocol shares --------------------------------------------------
+class PrivacyDeclaration(BaseModel):
+    """A site's differential privacy as it joins: its campaign budget (``epsilon``; None: a noise
+    multiplier alone, no budget), ``delta``, and its configured ``noise_multiplier`` (None:
+    calibrated to the budget). The consortium's privacy floor is checked against it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    epsilon: float | None = Field(None, gt=0, allow_inf_nan=False)
+    delta: float = Field(gt=0, lt=1)
+    noise_multiplier: float | None = Field(None, ge=0, allow_inf_nan=False)
+
+
 @register
 class JoinRequest(Message):
     """A site asks to join a study: the coordinator checks space and protocol."""
@@ -158,6 +169,7 @@ class JoinRequest(Message):
     local_constraints: list[Annotated[str, Field(max_length=200)]] = Field(
         default_factory=list, max_length=1000,
         description="names of the site's own nonlinear constraints (their code never leaves the site)")
+    privacy: PrivacyDeclaration | None = Field(None, description="the site's DP settings (None: no DP)")
 
 
 @register

@@ -25,6 +25,7 @@ from labfbo.journal import JournalBackend, check_header, open_journal
 from labfbo.messages import Abstain, JoinRequest, Message, parse
 from labfbo.progress import slow_notice
 from labfbo.campaign_views import CampaignViews
+from labfbo.privacy.budget import declaration, plan as plan_budget
 from labfbo.records import (Ask, Enqueue, Fail, GuidanceReceived, Header, Historical, Join, Note, Released, Tell,
                             Traffic, dump_record, parse_record)
 from labfbo.protocols import ConfiguredProtocol, SiteContext, SiteData, get_protocol, resolve
@@ -171,6 +172,7 @@ class Optimizer(CampaignViews):
             req = JoinRequest(site=self.site, protocol=self.protocol, study="",
                               space_hash=self.space.fingerprint(), space=self.space.model_dump(mode="json"),
                               n_init=self.n_init, local_constraints=[g.name for g in self.space.local_constraints],
+                              privacy=declaration(getattr(self.options, "privacy", None)),
                               shared_options={k: v for k, v in self.options.model_dump(mode="json").items()
                                               if k in self.protocol_cls.shared_options})
             self.ledger.record_sent(req)
@@ -193,7 +195,10 @@ class Optimizer(CampaignViews):
         self.context = SiteContext(site=self.site, site_index=ctx_index, n_sites=n_sites, seed=self.seed,
                                    horizon=self.horizon, objective=self.objective, secret=self._secret,
                                    key_seed=self._key_seed, outcomes=self.outcomes)
-        self._logic = self.protocol_cls.site_logic(self.space, self.options, self.context)
+        # DP(epsilon=...): the noise calibrated to the campaign's planned releases, and its enforcer
+        logic_options, self._budget = plan_budget(self.protocol_cls.site_logic, self.space, self.options,
+                                                  self.context, self.horizon)
+        self._logic = self.protocol_cls.site_logic(self.space, logic_options, self.context)
 
     # -- journal ---------------------------------------------------------------------------
     def _write_header(self) -> None:
@@ -492,6 +497,11 @@ class Optimizer(CampaignViews):
             if self._approve is not None and not self._approve(answer):
                 answer = Abstain(reason="declined by the site's operator", round=request.round, study=request.study)
             release = None if isinstance(answer, Abstain) else self._logic.release(answer)
+            if release is not None and self._budget is not None:  # DP(epsilon=...): never beyond it
+                answer, release, held = self._budget.gate(answer, release, self.releases(), self._state.withheld,
+                                                          self.site)
+                if held is not None:
+                    self._commit(held)
             if release is not None:
                 self._commit(Released(**release.model_dump()))  # accounted before it leaves
             self.ledger.record_sent(answer)

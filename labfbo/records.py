@@ -176,8 +176,20 @@ class GuidanceReceived(_Record):
     summary: dict[str, Any] = {}
 
 
+class Withheld(_Record):
+    """A message the site did not send because its release would have gone beyond the privacy
+    budget (``DP(epsilon=...)``): it answered ``Abstain`` instead. ``spent``: epsilon so far."""
+
+    op: Literal["withheld"] = "withheld"
+    round: Count
+    message: str
+    step: int | None = None
+    spent: float = Field(ge=0)
+    budget: float = Field(gt=0)
+
+
 Record = Annotated[Union[Header, Ask, Enqueue, Historical, Tell, Fail, Note, Join, Released, LegacyRelease,
-                         Traffic, GuidanceReceived],
+                         Traffic, GuidanceReceived, Withheld],
                    Field(discriminator="op")]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(Record)
 

@@ -19,7 +19,7 @@ from labfbo.exceptions import JournalError
 from labfbo.messages import JoinReply
 from labfbo.privacy.release import Release
 from labfbo.records import (Ask, Enqueue, Fail, GuidanceReceived, Header, Historical, Join, LegacyRelease, MessageEntry,
-                            Note, Released, Tell, Traffic)
+                            Note, Released, Tell, Traffic, Withheld)
 from labfbo.site_clock import SiteClock
 from labfbo.space import SearchSpace
 from labfbo.trial import Observation, TrialRecord, parse_value
@@ -44,6 +44,7 @@ class SiteState:
     join_reply: JoinReply | None = None
     traffic: list[MessageEntry] = field(default_factory=list)  # every message journaled, in order
     guidance: list[GuidanceReceived] = field(default_factory=list)  # each round's guidance received
+    withheld: list[Withheld] = field(default_factory=list)  # answers held back by the privacy budget
 
     def apply(self, rec: Any, replay: bool = False) -> None:
         """Apply one typed record. ``replay``: it comes from storage, so check what a live call
@@ -63,6 +64,8 @@ class SiteState:
             self.traffic.extend(rec.messages)
         elif isinstance(rec, GuidanceReceived):
             self.guidance.append(rec)
+        elif isinstance(rec, Withheld):
+            self.withheld.append(rec)
         elif isinstance(rec, Join):
             self.join_reply = JoinReply.model_validate(rec.reply)
         elif isinstance(rec, Header):

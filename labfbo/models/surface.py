@@ -145,7 +145,7 @@ def dp_sensitivity(norm_bound: float, clip: float) -> float:
 def privatize(gram: np.ndarray, moment: np.ndarray, dp: DP, norm_bound: float,
               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """The Gaussian mechanism on the averaged statistics (std ``noise_multiplier * sensitivity``)."""
-    scale = dp.noise_multiplier * dp_sensitivity(norm_bound, dp.clip)
+    scale = dp.sigma * dp_sensitivity(norm_bound, dp.clip)
     if scale == 0:
         return gram, moment
     return gram + rng.normal(0.0, scale, gram.shape), moment + rng.normal(0.0, scale, moment.shape)

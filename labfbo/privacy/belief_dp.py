@@ -67,8 +67,8 @@ def privatize_belief(weight: float, mean: np.ndarray, variance: np.ndarray, valu
     d = len(mean) + len(cats)
     z = to_unit(weight, mean, variance, value, dp.clip)
     p = np.zeros(0) if probs is None else np.asarray(probs, dtype=float)
-    if dp.noise_multiplier:
-        scale = dp.noise_multiplier * sensitivity(d)
+    if dp.sigma:
+        scale = dp.sigma * sensitivity(d)
         z = z + rng.normal(0.0, scale, size=z.shape)
         if len(p):
             p = p + rng.normal(0.0, scale, size=p.shape)

@@ -58,21 +58,32 @@ LEDGER_VERSION = 1
 
 
 class DP(BaseModel):
-    """Settings of the Gaussian mechanism of Eqs. 12-13.
+    """Settings of a site's Gaussian mechanism: a campaign budget, or a noise multiplier.
 
-    ``clip`` is ``C``, the l2 bound of each per-particle gradient; ``noise_multiplier`` is
-    ``sigma`` (noise std ``sigma * 2C``; 0 means clipping only, i.e. ``epsilon = inf``);
-    ``delta`` is the delta at which epsilon is reported.
+    The budget form, ``DP(epsilon=2.0, delta=1e-5)``: the site plans its campaign's releases
+    from the horizon and the protocol's settings and calibrates ``sigma`` so that all of them
+    together stay within ``(epsilon, delta)`` (:mod:`labfbo.privacy.budget`); a release that
+    would go beyond the budget is never sent. The expert form, ``DP(noise_multiplier=8)``, fixes
+    ``sigma`` (and, with ``epsilon=`` as well, still never goes beyond that budget).
+
+    ``clip`` is ``C``, the l2 bound of each clipped quantity (its meaning is the protocol's);
+    ``noise_multiplier`` is ``sigma`` (noise std ``sigma`` times the release's sensitivity; 0
+    means clipping only, i.e. ``epsilon = inf``); ``delta`` is the delta of the guarantee.
+    Neither ``epsilon`` nor ``noise_multiplier`` given: ``sigma = 1`` and no budget.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     clip: float = Field(1.0, description="C: l2 bound of each per-particle gradient")
-    noise_multiplier: float = Field(1.0, description="sigma: noise std is sigma * 2C")
-    delta: float = Field(1e-5, description="delta of the reported (epsilon, delta)")
+    noise_multiplier: float | None = Field(None, description="sigma: noise std is sigma times the sensitivity "
+                                           "(None with epsilon: calibrated to the budget)")
+    delta: float = Field(1e-5, description="delta of the (epsilon, delta) guarantee")
+    epsilon: float | None = Field(None, description="the campaign's budget: cumulative epsilon never exceeds it")
 
-    def __init__(self, clip: float = 1.0, noise_multiplier: float = 1.0, delta: float = 1e-5,
-                 **kw: Any) -> None:
-        super().__init__(clip=clip, noise_multiplier=noise_multiplier, delta=delta, **kw)
+    def __init__(self, clip: float = 1.0, noise_multiplier: float | None = None, delta: float = 1e-5,
+                 epsilon: float | None = None, **kw: Any) -> None:
+        if noise_multiplier is None and epsilon is None:
+            noise_multiplier = 1.0
+        super().__init__(clip=clip, noise_multiplier=noise_multiplier, delta=delta, epsilon=epsilon, **kw)
 
     @field_validator("clip")
     @classmethod
@@ -84,8 +95,8 @@ class DP(BaseModel):
 
     @field_validator("noise_multiplier")
     @classmethod
-    def _sigma(cls, v: float) -> float:
-        if not (math.isfinite(v) and v >= 0):
+    def _sigma(cls, v: float | None) -> float | None:
+        if v is not None and not (math.isfinite(v) and v >= 0):
             raise ValueError(f"noise_multiplier (sigma) must be a finite number >= 0 "
                              f"(0 = no noise, no privacy), got {v}")
         return v
@@ -97,6 +108,26 @@ class DP(BaseModel):
             raise ValueError(f"delta must satisfy 0 < delta < 1, got {v}")
         return v
 
+    @field_validator("epsilon")
+    @classmethod
+    def _epsilon(cls, v: float | None) -> float | None:
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ValueError(f"epsilon (the campaign's privacy budget) must be a finite number > 0, got {v}")
+        return v
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether ``sigma`` is known (given, or calibrated to the budget by the site)."""
+        return self.noise_multiplier is not None
+
+    @property
+    def sigma(self) -> float:
+        """``noise_multiplier``; a budget not yet calibrated (no site has planned it) is an error."""
+        if self.noise_multiplier is None:
+            raise ConfigurationError(f"DP(epsilon={self.epsilon:g}) has no noise multiplier until the site plans "
+                                     "its campaign (labfbo.privacy.budget.calibrate)")
+        return self.noise_multiplier
+
     @property
     def sensitivity(self) -> float:
         """``Delta = 2C``: l2 sensitivity of one clipped per-particle gradient."""
@@ -105,7 +136,7 @@ class DP(BaseModel):
     @property
     def noise_std(self) -> float:
         """``sigma * 2C``: std of the noise added to each coordinate."""
-        return self.noise_multiplier * self.sensitivity
+        return self.sigma * self.sensitivity
 
 
 def _as_matrix(grads: Any) -> np.ndarray:
@@ -140,7 +171,7 @@ def privatize(grads: np.ndarray, dp: DP, rng: np.random.Generator) -> np.ndarray
     if not isinstance(rng, np.random.Generator):
         raise ValidationError(f"rng must be a numpy Generator, got {type(rng).__name__}")
     clipped = clip_rows(grads, dp.clip)
-    if dp.noise_multiplier == 0:
+    if dp.sigma == 0:
         return clipped
     return clipped + rng.normal(0.0, dp.noise_std, size=clipped.shape)
 
@@ -243,7 +274,7 @@ class PrivacyLedger:
     @property
     def effective_noise_multiplier(self) -> float:
         """``sigma / sqrt(K)``: multiplier of one SVGD step's K releases as one mechanism."""
-        return self.dp.noise_multiplier / math.sqrt(self.n_particles)
+        return self.dp.sigma / math.sqrt(self.n_particles)
 
     @property
     def total_steps(self) -> int:

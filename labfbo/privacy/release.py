@@ -73,7 +73,7 @@ class Release(BaseModel):
             raise ValueError(f"a Gaussian release needs a positive l2 sensitivity, got {sensitivity!r} "
                              "(a message that cannot depend on the data is no release: declare None)")
         return cls(round=round, message=message, step=step, rows=rows, secure_aggregation=secure_aggregation,
-                   mechanism=mechanism, noise_multiplier=dp.noise_multiplier, clip=dp.clip,
+                   mechanism=mechanism, noise_multiplier=dp.sigma, clip=dp.clip,
                    sensitivity=sensitivity, noise_std=noise_std,
                    effective_noise_multiplier=noise_std / sensitivity,
                    delta=dp.delta)

@@ -132,6 +132,11 @@ class SiteLogic(ABC):
         the default is conservative: released as it is, without a finite guarantee."""
         return Release.unprotected(kind, round, step)
 
+    def planned_releases(self, horizon: int) -> dict[str, int]:
+        """How many DP releases of each message kind a campaign of ``horizon`` BO rounds makes
+        (:mod:`labfbo.privacy.budget` calibrates the noise to them). None by default."""
+        return {}
+
     def legacy_release(self, record: Mapping[str, Any]) -> Release | None:
         """A release journaled before protocols declared them (``kind``, ``round``, ``step``,
         ``dp``, ``sensitivity``; the oldest had no ``kind``: they were `gradient`'s DP scores)."""

@@ -278,7 +278,7 @@ class DistributionSite(LocalGPSite):
         return OptimumBelief(weight=weight, mean=Array.of(centre), variance=Array.of(variance), value=value,
                              probs=None if probs is None else Array.of(probs),
                              dp_clip=None if dp is None else dp.clip,
-                             dp_noise_multiplier=None if dp is None else dp.noise_multiplier)
+                             dp_noise_multiplier=None if dp is None else dp.sigma)
 
     def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
                         sensitivity: float | None) -> Release | None:
@@ -289,7 +289,11 @@ class DistributionSite(LocalGPSite):
             return super().declare_release(kind, round, step, noised, sensitivity)
         delta_l2 = belief_sensitivity(self.space.dim) if sensitivity is None else sensitivity
         return Release.gaussian(kind, round, dp, BELIEF_MECHANISM, sensitivity=delta_l2,
-                                noise_std=dp.noise_multiplier * delta_l2, step=step)
+                                noise_std=dp.sigma * delta_l2, step=step)
+
+    def planned_releases(self, horizon: int) -> dict[str, int]:
+        """One belief a round."""
+        return {"optimum_belief": horizon}
 
     def centre(self, belief: Belief, k: int) -> np.ndarray:
         """Component ``k``'s centre as a unit-cube point (its most likely choice per categorical)."""

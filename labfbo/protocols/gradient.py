@@ -158,7 +158,7 @@ class GradientSite(LocalGPSite):
         if dp is not None:
             A = privatize(A, dp, ctx.private_rng(round, request.dp_purpose))  # never from the study seed
         dp_fields = {"dp_clip": None if dp is None else dp.clip,
-                     "dp_noise_multiplier": None if dp is None else dp.noise_multiplier}
+                     "dp_noise_multiplier": None if dp is None else dp.sigma}
         if not self.options.secure_aggregation:
             return ScoreResponse(step=request.step, scores=Array.of(A), n_obs=data.n, **dp_fields)
         # the count travels inside the sum: the meta-weight needs only sum(1/n_i) and the number of sites
@@ -178,6 +178,12 @@ class GradientSite(LocalGPSite):
                                     noise_std=dp.noise_std, step=step, rows=k, secure_aggregation=masked)
         return Release.unprotected(kind, round, step, secure_aggregation=masked,
                                    rows=k if kind in ("score", "masked_score") else 1)
+
+    def planned_releases(self, horizon: int) -> dict[str, int]:
+        """One release per SVGD step: ``warmup_steps`` in the first round, ``svgd_steps`` in each later one."""
+        o = self.options
+        kind = "masked_score" if o.secure_aggregation else "score"
+        return {kind: o.warmup_steps + o.svgd_steps * max(horizon - 1, 0)}
 
     def mixture(self, data: SiteData) -> ParticleMixtureGP | None:
         """The particle-mixture model on local data (cached per particles and data)."""

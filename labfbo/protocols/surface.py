@@ -162,7 +162,7 @@ class SurfaceSite(LocalGPSite):
                                      self.context.private_rng(round, "dp-surface"))
         return SurfaceStats(count=data.n, gram=Array.of(gram), moment=Array.of(moment),
                             dp_clip=None if dp is None else dp.clip,
-                            dp_noise_multiplier=None if dp is None else dp.noise_multiplier,
+                            dp_noise_multiplier=None if dp is None else dp.sigma,
                             dp_sensitivity=None if dp is None else dp_sensitivity(self.features.norm_bound, dp.clip))
 
     def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
@@ -174,7 +174,11 @@ class SurfaceSite(LocalGPSite):
             return super().declare_release(kind, round, step, noised, sensitivity)
         delta_l2 = dp_sensitivity(self.features.norm_bound, dp.clip) if sensitivity is None else sensitivity
         return Release.gaussian(kind, round, dp, STATS_MECHANISM, sensitivity=delta_l2,
-                                noise_std=dp.noise_multiplier * delta_l2, step=step)
+                                noise_std=dp.sigma * delta_l2, step=step)
+
+    def planned_releases(self, horizon: int) -> dict[str, int]:
+        """One upload of the statistics a round."""
+        return {"surface_stats": horizon}
 
     def weights(self, totals: SurfaceTotals) -> np.ndarray | None:
         """The surface's coefficients from the others' totals (None if there are none or they do not fit)."""

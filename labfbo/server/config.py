@@ -53,6 +53,8 @@ class ServerConfig(BaseModel):
     quorum: int | None = Field(None, ge=1)
     deadline: float | None = Field(None, gt=0)
     options: dict[str, Any] = Field(default_factory=dict)
+    privacy_floor: dict[str, float] | None = Field(None, description="every site joins with DP(epsilon<=..., "
+                                                   "delta<=...): {epsilon: 4, delta: 1e-5} (labfbo.PrivacyFloor)")
     space: dict[str, Any] | None = None
     sites: dict[str, str] | list[str] = Field(
         description="site name -> SHA-256 hex digest of its token (HTTP); a plain list of names under MPI")
@@ -106,7 +108,8 @@ class ServerConfig(BaseModel):
 
         space = SearchSpace.model_validate(self.space) if self.space is not None else None
         return Coordinator(self.protocol, sites=list(self.sites), space=space, seed=self.seed, horizon=self.horizon,
-                           quorum=self.quorum, deadline=self.deadline, study=self.study, **self.options)
+                           quorum=self.quorum, deadline=self.deadline, study=self.study,
+                           privacy_floor=self.privacy_floor, **self.options)
 
     def token_digests(self) -> dict[str, str]:
         """The sites' token digests; an HTTP server refuses a config without them."""

@@ -1,0 +1,236 @@
+r"""A campaign's privacy budget: plan the releases, calibrate the noise, never go beyond it.
+
+``DP(epsilon=2.0, delta=1e-5)`` asks for a guarantee over the whole campaign, not a noise
+level. A site turns it into one in three steps:
+
+1. **Plan.** Its protocol says how many releases of each kind a campaign of ``horizon`` BO
+   rounds makes (:meth:`labfbo.protocols.SiteLogic.planned_releases`; e.g. `gradient`:
+   ``warmup_steps + svgd_steps (T - 1)`` score releases, `distribution`: one belief a round),
+   and what each declares (:meth:`~labfbo.protocols.SiteLogic.declare_release`): its effective
+   noise multiplier :math:`m_k = \sigma f_k` (``noise_std / sensitivity``), linear in the
+   configured :math:`\sigma`.
+2. **Calibrate** (:func:`calibrate`). The smallest :math:`\sigma` whose planned releases,
+   composed by the same PLD accountant as the privacy report (dp-accounting's
+   ``calibrate_dp_mechanism`` on a ``ComposedDpEvent`` of ``SelfComposedDpEvent``\ s of
+   ``GaussianDpEvent(\sigma f_k)``), give :math:`\varepsilon \le` the budget at
+   :math:`\delta`. It is a function of (budget, plan) only, so a resumed site finds the same
+   :math:`\sigma`.
+3. **Enforce** (:class:`Budget`). Before a message leaves, the site checks that the releases
+   made so far (its journal's) plus this one stay within the budget; a release that would
+   not — one more than planned, a redone step, a campaign that runs longer, an unprotected
+   message — is withheld: the site answers ``Abstain`` and continues on its own model and
+   whatever guidance the others' releases still bring it (receiving costs this site nothing).
+
+Composition is monotone (a release added never lowers the accountant's epsilon), so any
+prefix of the plan is within the budget; only beyond the plan does the check call the
+accountant.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import Counter
+from typing import Any, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from labfbo.exceptions import ConfigurationError, FederationError
+from labfbo.messages import Abstain, Message, PrivacyDeclaration
+from labfbo.privacy.dp import PLD_DISCRETIZATION, DP, composed_epsilon
+from labfbo.privacy.release import Release
+from labfbo.records import Withheld
+
+SIGMA_MAX = 1e6
+"""The largest noise multiplier calibration searches (a budget needing more is refused)."""
+
+
+def planned_epsilon(factors: Mapping[str, float], counts: Mapping[str, int], sigma: float, delta: float) -> float:
+    """Epsilon of the planned releases at noise multiplier ``sigma`` (``factors[kind] * sigma`` each)."""
+    mult: Counter[float] = Counter()
+    for kind, n in counts.items():
+        if n:
+            mult[sigma * factors[kind]] += int(n)
+    return composed_epsilon(mult, delta)
+
+
+def calibrate(factors: Mapping[str, float], counts: Mapping[str, int], epsilon: float, delta: float) -> float:
+    r"""The smallest noise multiplier :math:`\sigma` (within 1e-4 relative) whose planned releases
+    compose to at most ``epsilon`` at ``delta`` under the privacy report's PLD accountant.
+
+    ``factors[kind]``: the effective multiplier of one release of that kind at :math:`\sigma = 1`;
+    ``counts[kind]``: how many the campaign plans. No planned release: :math:`\sigma = 1`
+    (nothing will be released; the value is never used).
+    """
+    if not any(counts.values()):
+        return 1.0
+    from dp_accounting import ComposedDpEvent, GaussianDpEvent, SelfComposedDpEvent
+    from dp_accounting.mechanism_calibration import ExplicitBracketInterval, calibrate_dp_mechanism
+    from dp_accounting.pld import PLDAccountant
+
+    items = [(factors[k], int(n)) for k, n in sorted(counts.items()) if n]
+
+    def event(sigma: float) -> ComposedDpEvent:
+        return ComposedDpEvent([SelfComposedDpEvent(GaussianDpEvent(sigma * f), n) for f, n in items])
+
+    # composed Gaussians are one Gaussian of multiplier 1/sqrt(sum n/m^2): its exact sigma brackets the PLD's
+    # (whose pessimistic discretization needs a little more noise; far below it the PLD would not fit in memory)
+    exact = _gaussian_multiplier(epsilon, delta) * math.sqrt(sum(n / f ** 2 for f, n in items))
+    if exact > SIGMA_MAX:
+        raise ConfigurationError(f"a budget of epsilon={epsilon:g} at delta={delta:g} cannot cover the "
+                                 f"{sum(n for _, n in items)} planned releases even at noise multiplier {SIGMA_MAX:g}")
+    if planned_epsilon(factors, counts, exact, delta) <= epsilon:
+        return exact
+    sigma = float(calibrate_dp_mechanism(lambda: PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION),
+                                         event, epsilon, delta, ExplicitBracketInterval(exact, 2 * exact),
+                                         tol=1e-5 * exact))
+    # Brent's method returns a point within tol of the boundary: step up until the report agrees
+    while planned_epsilon(factors, counts, sigma, delta) > epsilon:
+        sigma *= 1.0001
+    return sigma
+
+
+def _gaussian_multiplier(epsilon: float, delta: float) -> float:
+    """The noise multiplier of one unit-sensitivity Gaussian that is exactly (epsilon, delta)-DP
+    (dp-accounting's continuous Gaussian privacy loss, inverted by Brent's method)."""
+    from dp_accounting.pld.privacy_loss_mechanism import GaussianPrivacyLoss
+    from scipy.optimize import brentq
+
+    def excess(log_m: float) -> float:
+        return GaussianPrivacyLoss(math.exp(log_m), sensitivity=1.0).get_delta_for_epsilon(epsilon) - delta
+
+    return math.exp(brentq(excess, math.log(1e-4), math.log(1e8), xtol=1e-10))
+
+
+class Budget:
+    """Enforces ``dp.epsilon`` over a site's releases (``plan``: the planned releases' effective
+    multipliers and counts at the calibrated sigma, within the budget by construction)."""
+
+    def __init__(self, dp: DP, plan: Mapping[float, int] | None = None) -> None:
+        if dp.epsilon is None:
+            raise ConfigurationError("a Budget needs DP(epsilon=...)")
+        self.dp = dp
+        self.plan: Counter[float] = Counter(plan or {})
+
+    @property
+    def epsilon(self) -> float:
+        return float(self.dp.epsilon)  # type: ignore[arg-type]
+
+    @property
+    def planned(self) -> int:
+        return sum(self.plan.values())
+
+    def spent(self, releases: list[Release]) -> float:
+        """Cumulative epsilon of ``releases`` (infinite once one was not private)."""
+        if any(not r.private for r in releases):
+            return math.inf
+        return composed_epsilon(Counter(r.effective_noise_multiplier for r in releases), self.dp.delta)
+
+    def allows(self, releases: list[Release], release: Release) -> bool:
+        """Whether ``release`` may leave after ``releases`` without going beyond the budget."""
+        if not release.private or any(not r.private for r in releases):
+            return False
+        used = Counter(r.effective_noise_multiplier for r in releases)
+        used[release.effective_noise_multiplier] += 1
+        if all(n <= self.plan.get(m, 0) for m, n in used.items()):
+            return True  # a prefix of the plan (composition is monotone)
+        return composed_epsilon(used, self.dp.delta) <= self.epsilon
+
+    def gate(self, answer: Message, release: Release, releases: list[Release], withheld: Sequence[Withheld],
+             site: str) -> tuple[Message, Release | None, Withheld | None]:
+        """``(answer, release, None)`` if the release fits; else ``(Abstain, None, record)``: the
+        site sends nothing computed from its data, journals the ``record`` (one per round and
+        message kind, else None) and warns the first time."""
+        if self.allows(releases, release):
+            return answer, release, None
+        abstain = Abstain(reason="privacy budget spent", round=answer.round, study=answer.study)
+        last = withheld[-1] if withheld else None
+        if last is not None and (last.round, last.message) == (answer.round, answer.kind):
+            return abstain, None, None
+        spent = self.spent(releases)
+        if last is None:
+            warnings.warn(f"site {site!r}: privacy budget spent (epsilon {spent:.3g} of {self.epsilon:g} at delta "
+                          f"{self.dp.delta:g}): from round {answer.round} on it sends nothing computed from its data "
+                          "and continues on its own model", stacklevel=3)
+        return abstain, None, Withheld(round=answer.round, message=answer.kind, step=getattr(answer, "step", None),
+                                       spent=min(spent, 1e300), budget=self.epsilon)
+
+
+def plan(logic_cls: type, space: object, options: object, context: object,
+         horizon: int | None) -> tuple[object, Budget | None]:
+    """The site's protocol options with the noise multiplier calibrated to its budget, and the
+    :class:`Budget` that enforces it (None without ``DP(epsilon=...)``).
+
+    ``logic_cls(space, options, context)`` is the protocol's site logic; its
+    :meth:`~labfbo.protocols.SiteLogic.planned_releases` and ``declare_release`` give the plan.
+    """
+    dp = getattr(options, "privacy", None)
+    if not isinstance(dp, DP) or (dp.epsilon is None and dp.calibrated):
+        return options, None
+    if horizon is None or horizon < 1:
+        if not dp.calibrated:
+            raise ConfigurationError(f"DP(epsilon={dp.epsilon:g}) plans the campaign's releases from its horizon: "
+                                     "give Optimizer(..., horizon=T) or run the coordinator with horizon=T")
+        return options, Budget(dp)
+
+    def with_sigma(sigma: float) -> object:
+        return options.model_copy(update={"privacy": dp.model_copy(update={"noise_multiplier": sigma})})  # type: ignore[attr-defined]
+
+    def factors_of(logic: object, kinds: list[str]) -> dict[str, float]:
+        out = {}
+        for kind in kinds:
+            rel = logic.declare_release(kind, 0, None, True, None)  # type: ignore[attr-defined]
+            if rel is None or not rel.private:
+                raise ConfigurationError(f"the protocol plans a release {kind!r} it does not protect with DP")
+            out[kind] = float(rel.effective_noise_multiplier)
+        return out
+
+    counts = logic_cls(space, with_sigma(dp.sigma if dp.calibrated else 1.0), context).planned_releases(horizon)
+    kinds = [k for k, n in counts.items() if n]
+    if not dp.calibrated:
+        unit = factors_of(logic_cls(space, with_sigma(1.0), context), kinds)
+        options = with_sigma(calibrate(unit, counts, float(dp.epsilon), dp.delta))  # type: ignore[arg-type]
+    resolved = options.privacy  # type: ignore[attr-defined]
+    if resolved.epsilon is None:
+        return options, None
+    at = factors_of(logic_cls(space, options, context), kinds)
+    planned = Counter({at[k]: counts[k] for k in kinds})
+    over = composed_epsilon(planned, resolved.delta)
+    if over > resolved.epsilon:  # the expert form: a fixed sigma that the budget does not cover
+        warnings.warn(f"DP(noise_multiplier={resolved.sigma:g}, epsilon={resolved.epsilon:g}): the campaign's "
+                      f"{sum(planned.values())} planned releases would spend epsilon={over:.3g}; the site will stop "
+                      "releasing when the budget is spent (leave noise_multiplier out to calibrate it)", stacklevel=3)
+        return options, Budget(resolved)
+    return options, Budget(resolved, planned)
+
+
+def declaration(dp: DP | None) -> PrivacyDeclaration | None:
+    """What a site with these DP settings declares when it joins."""
+    if dp is None:
+        return None
+    return PrivacyDeclaration(epsilon=dp.epsilon, delta=dp.delta, noise_multiplier=dp.noise_multiplier)
+
+
+class PrivacyFloor(BaseModel):
+    """The consortium's floor: every site joins with ``DP(epsilon=e, delta=d)``, ``e <= epsilon``
+    and ``d <= delta`` (``Coordinator(..., privacy_floor=PrivacyFloor(epsilon=4))``; a server's
+    config: ``privacy_floor: {epsilon: 4}``). A site without a budget is refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    epsilon: float = Field(gt=0, allow_inf_nan=False, description="the largest campaign budget a site may have")
+    delta: float = Field(1e-5, gt=0, lt=1, description="the largest delta a site may have")
+
+    def __init__(self, epsilon: float, delta: float = 1e-5, **kw: Any) -> None:
+        super().__init__(epsilon=epsilon, delta=delta, **kw)
+
+    def check(self, site: str, declared: PrivacyDeclaration | None) -> None:
+        """Refuse (FederationError naming what falls short) a site whose declaration does not meet it."""
+        want = f"the study requires DP(epsilon<={self.epsilon:g}, delta<={self.delta:g})"
+        if declared is None:
+            raise FederationError(f"site {site!r} joins without differential privacy; {want}")
+        if declared.epsilon is None:
+            raise FederationError(f"site {site!r} has a noise multiplier but no privacy budget (DP(epsilon=...)); "
+                                  f"{want}")
+        if declared.epsilon > self.epsilon or declared.delta > self.delta:
+            raise FederationError(f"site {site!r} has a privacy budget of epsilon={declared.epsilon:g} at delta="
+                                  f"{declared.delta:g}, weaker than the study's floor: {want}")
