@@ -72,7 +72,8 @@ class CampaignViews:
 
     def privacy_budget(self) -> dict[str, Any] | None:
         """The campaign's privacy budget (None without ``DP(epsilon=...)``): ``epsilon`` and
-        ``delta`` (the budget), the ``noise_multiplier`` calibrated to it, ``planned_releases``,
+        ``delta`` (the budget), the ``noise_multiplier`` calibrated to it (and the plan's smallest
+        ``effective_noise_multiplier``: a release's noise std over its sensitivity), ``planned_releases``,
         ``releases`` made, ``spent`` and ``remaining`` epsilon, and once a release was withheld
         ``exhausted`` with the round it happened (``exhausted_at_round``) and how many messages
         were withheld (one count per round and message kind)."""
@@ -82,6 +83,7 @@ class CampaignViews:
         releases, held = self.releases(), self._state.withheld
         spent = budget.spent(releases)
         return {"epsilon": budget.epsilon, "delta": budget.dp.delta, "noise_multiplier": budget.dp.sigma,
+                "effective_noise_multiplier": budget.weakest,
                 "planned_releases": budget.planned, "releases": len(releases), "spent": spent,
                 "remaining": max(budget.epsilon - spent, 0.0), "exhausted": bool(held),
                 "exhausted_at_round": held[0].round if held else None, "withheld": len(held)}

@@ -147,6 +147,12 @@ def _cmd_bench_http_join(args: argparse.Namespace) -> int:
 def _cmd_bench_privacy_utility(args: argparse.Namespace) -> int:
     from labfbo.benchmarks import privacy_utility
 
+    if args.gradient_sigmas is None and args.distribution_sigmas is None:  # campaign budgets DP(epsilon=...)
+        from labfbo.benchmarks.privacy_grid_cli import run
+
+        return run(args)
+    args.gradient_sigmas = args.gradient_sigmas or [2.0, 8.0]
+    args.distribution_sigmas = args.distribution_sigmas or [1.0, 4.0]
     jobs = privacy_utility.jobs(args.pacd_out, args.guide_out, range(args.seeds), tuple(args.gradient_sigmas),
                                 tuple(args.distribution_sigmas))
     _, results = _run_cached("privacy-utility", jobs, args.workers, f"{args.pacd_out}, {args.guide_out}")
@@ -205,7 +211,8 @@ def _cmd_privacy_audit(args: argparse.Namespace) -> int:
     else:
         sigmas, seeds, iterations = tuple(args.sigmas), list(range(args.seeds)), tuple(args.iterations)
     out = Path(args.out)
-    jobs = leakage.jobs(str(out), args.problem, sigmas, seeds, iterations, n_sites=args.sites,
+    jobs = leakage.jobs(str(out), args.problem, sigmas, seeds, iterations, epsilons=tuple(args.epsilons or ()),
+                        n_sites=args.sites,
                         n_particles=args.particles, n_init=args.n_init, clip=args.clip, restarts=args.restarts,
                         steps=args.steps, tol=args.tol, sparse_start=not args.paper_attack, acquisition=args.acquisition,
                         sequential=not (args.single_round or args.paper_attack))
@@ -371,6 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "without DP (cached, resumable)")
     au.add_argument("--problem", default="sphere", help="a 2-D problem (GUIDE functions run at dim 2)")
     au.add_argument("--sigmas", type=float, nargs="+", default=[0.0, 2.0, 8.0], help="DP noise multipliers; 0 = no DP")
+    au.add_argument("--epsilons", type=float, nargs="+", help="campaign budgets DP(epsilon=...) audited too (the "
+                    "table shows the noise multiplier each calibrated)")
     au.add_argument("--iterations", type=int, nargs="+", default=[1, 20, 60, 99], help="BO iterations attacked")
     au.add_argument("--seeds", type=int, default=3)
     au.add_argument("--sites", type=int, default=5)
@@ -455,11 +464,22 @@ def build_parser() -> argparse.ArgumentParser:
     hj.add_argument("--params", type=int, nargs="+", default=[2, 10_000, 40_000])
     hj.add_argument("--seconds", type=float, default=5.0)
     hj.set_defaults(func=_cmd_bench_http_join)
-    pu = bsub.add_parser("privacy-utility", help="DP on gradient and distribution, side by side with no DP (cached)")
+    pu = bsub.add_parser("privacy-utility", help="regret against the campaign budget DP(epsilon=...) for every "
+                         "protocol with DP, beside no DP and independent (cached)")
+    pu.add_argument("--suite", choices=["pacd", "reactions"], default="pacd")
+    pu.add_argument("--epsilons", type=float, nargs="+", help="budgets per site (default 0.5 1 2 4 8 16; "
+                    "--quick: 0.5 2 8)")
+    pu.add_argument("--protocols", nargs="+", help="protocols and mechanism variants (default: gradient "
+                    "distribution surface)")
+    pu.add_argument("--functions", nargs="+", help="pacd suite: families (default branin wing_weight)")
+    pu.add_argument("--quick", action="store_true", help="three budgets, 3 seeds")
+    pu.add_argument("--report-only", action="store_true", help="tabulate the cached runs, run nothing")
     pu.add_argument("--seeds", type=int, default=3)
-    pu.add_argument("--gradient-sigmas", type=float, nargs="+", default=[2.0, 8.0])
-    pu.add_argument("--distribution-sigmas", type=float, nargs="+", default=[1.0, 4.0])
+    pu.add_argument("--gradient-sigmas", type=float, nargs="+", default=None,
+                    help="the older fixed-noise comparison (with --distribution-sigmas): noise multipliers")
+    pu.add_argument("--distribution-sigmas", type=float, nargs="+", default=None)
     pu.add_argument("--pacd-out", default="runs/bench/pacd")
+    pu.add_argument("--reactions-out", default="runs/bench/reactions-privacy")
     pu.add_argument("--guide-out", default="runs/bench/guide")
     pu.add_argument("--workers", type=int, default=2)
     pu.set_defaults(func=_cmd_bench_privacy_utility)

@@ -42,7 +42,7 @@ import numpy as np
 from scipy.stats import qmc
 
 from labfbo.exceptions import ConfigurationError, FederationError, RoundError
-from labfbo.messages import Abstain, Array, JoinReply, JoinRequest, Message, NoGuidance
+from labfbo.messages import Abstain, Array, JoinReply, JoinRequest, Message, NoGuidance, PrivacyDeclaration
 from labfbo.privacy.budget import PrivacyFloor
 from labfbo.protocols import ConfiguredProtocol, Exchange, Finish, get_protocol, resolve
 from labfbo.seeding import rng
@@ -135,6 +135,7 @@ class Coordinator:
                                      "Coordinator(..., horizon=T) (simulate sets it to budget)")
         self.members: dict[str, int] = {}
         self.local_constraints: dict[str, list[str]] = {}  # each site's nonlinear constraints, by name only
+        self.privacy: dict[str, PrivacyDeclaration | None] = {}  # each site's DP settings as it declared them
         self.rounds: dict[int, dict[str, Message]] = {}
         self.last_round = -1  # the round clock: the last completed round
         self.contributors: dict[int, list[list[str]]] = {}
@@ -176,6 +177,7 @@ class Coordinator:
                 self.members[request.site] = len(self.members)
         index = self.members[request.site]
         self.local_constraints[request.site] = list(request.local_constraints)
+        self.privacy[request.site] = request.privacy
         design = collaborative_design(self.space, self.n_sites, request.n_init, self.seed)[index]
         return JoinReply(site_index=index, n_sites=self.n_sites, design=Array.of(design),
                          horizon=self.horizon, study=self.study, clock=self.last_round, study_seed=self.seed)

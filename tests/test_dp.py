@@ -119,7 +119,7 @@ def test_dp_defaults_and_keywords() -> None:
     ({"clip": 0.0}, "clip"), ({"clip": -1.0}, "clip"), ({"clip": math.inf}, "clip"),
     ({"noise_multiplier": -0.1}, "noise_multiplier"), ({"noise_multiplier": math.nan}, "noise_multiplier"),
     ({"delta": 0.0}, "delta"), ({"delta": 1.0}, "delta"), ({"delta": 1.5}, "delta"),
-    ({"epsilon": 1.0}, "epsilon"),
+    ({"epsilon": -1.0}, "epsilon"), ({"epsilon": math.inf}, "epsilon"), ({"budget": 1.0}, "budget"),
 ])
 def test_dp_validation(kw: dict, msg: str) -> None:
     with pytest.raises(pydantic.ValidationError, match=msg):

@@ -133,6 +133,14 @@ def test_a_resumed_site_keeps_to_the_budget_it_had_spent(tmp_path) -> None:
     for o in sites:
         assert o.epsilon() <= 0.5 and o.privacy_budget()["exhausted"]
         assert o.privacy_report()[-1]["epsilon"] <= 0.5
+    first = sites[0].privacy_budget()["exhausted_at_round"]
+    for o in sites:
+        o.close()
+    from labfbo.report import write_report  # the lab's report says it, from the journal alone
+
+    html = write_report(tmp_path / "s0", tmp_path / "s0.html").html.read_text()
+    assert "Privacy budget of the campaign: <b>ε ≤ 0.5</b> (the noise was calibrated to it)" in html
+    assert f"The budget was spent</b>: from round {first} on" in html
 
 
 @pytest.mark.integration

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -45,14 +45,17 @@ class AuditJob:
     acquisition: str = "ucb"
     sequential: bool = True
     stall_rounds: int | None = None  # the paper's PACD-BO: no escape from a stalled basin
+    epsilon: float | None = None  # a campaign budget DP(epsilon=...) instead of sigma (calibrated by the sites)
 
 
 def jobs(out: str, problem: str, sigmas: Sequence[float], seeds: Sequence[int], iterations: Sequence[int],
-         **kw: Any) -> list[AuditJob]:
-    """The study's jobs, one per (sigma, seed)."""
-    return [AuditJob(str(Path(out) / problem / f"sigma{s:g}" / f"seed{k}.json"), problem, float(s), int(k),
-                     tuple(sorted(set(int(t) for t in iterations))), **kw)
-            for s in sigmas for k in seeds]
+         epsilons: Sequence[float] = (), **kw: Any) -> list[AuditJob]:
+    """The study's jobs, one per (sigma, seed) and one per (campaign budget epsilon, seed)."""
+    its = tuple(sorted(set(int(t) for t in iterations)))
+    return ([AuditJob(str(Path(out) / problem / f"sigma{s:g}" / f"seed{k}.json"), problem, float(s), int(k), its, **kw)
+             for s in sigmas for k in seeds]
+            + [AuditJob(str(Path(out) / problem / f"eps{e:g}" / f"seed{k}.json"), problem, 0.0, int(k), its,
+                        epsilon=float(e), **kw) for e in epsilons for k in seeds])
 
 
 def campaign(problem: str, n_sites: int, seed: int, budget: int, n_init: int = 5, **options: Any) -> list[Any]:
@@ -83,9 +86,13 @@ def run_job(job: AuditJob) -> str:
 
     options: dict[str, Any] = {"n_particles": job.n_particles, "acquisition": job.acquisition,
                                "stall_rounds": job.stall_rounds}
-    if job.sigma > 0:
+    if job.epsilon is not None:
+        options["privacy"] = labfbo.DP(clip=job.clip, epsilon=job.epsilon)
+    elif job.sigma > 0:
         options["privacy"] = labfbo.DP(clip=job.clip, noise_multiplier=job.sigma)
     site = campaign(job.problem, job.n_sites, job.seed, max(job.iterations), job.n_init, **options)[0]
+    if job.epsilon is not None:  # the table and plots show the noise multiplier the budget calibrated
+        job = replace(job, sigma=float(site.privacy_budget()["noise_multiplier"]))
     rows = audit(site, job.iterations, tol=job.tol, restarts=job.restarts, steps=job.steps, seed=job.seed,
                  sparse_start=job.sparse_start, sequential=job.sequential and job.sparse_start)
     path = Path(job.path)

@@ -102,7 +102,9 @@ def run_protocol(job: ReactionJob, data: ReactionData) -> dict[str, Any]:
     from labfbo.optimizer import Optimizer
 
     names = [f"lab{i}" for i in range(len(data.labs))]
-    protocol, options = VARIANTS.get(job.method, (job.method, {}))
+    from labfbo.benchmarks.privacy_grid import reaction_variant
+
+    protocol, options = VARIANTS.get(job.method) or reaction_variant(job.method) or (job.method, {})
     coord = None if protocol == "independent" else Coordinator(
         protocol, sites=names, space=data.space, seed=job.seed, horizon=job.budget, **options)
     opts = [Optimizer(data.space, objective="maximize", protocol=protocol, coordinator=coord, site=n,
@@ -132,10 +134,12 @@ def run_protocol(job: ReactionJob, data: ReactionData) -> dict[str, Any]:
             evaluate(i, trial)
         track.mark(t + 1)
     bytes_up = sum(sum(o.ledger.round_bytes(t)[0] for t in range(job.budget)) for o in opts)
+    epsilon = [o.epsilon() for o in opts]
     for o in opts:
         o.close()
     return {"regret": track.regret().tolist(), "failed": track.failed.tolist(),
-            "ask_seconds": float(ask_s.mean()), "bytes_up_per_site_round": bytes_up / (len(opts) * job.budget)}
+            "ask_seconds": float(ask_s.mean()), "bytes_up_per_site_round": bytes_up / (len(opts) * job.budget),
+            "epsilon": epsilon}
 
 
 def run_pooled(job: ReactionJob, data: ReactionData) -> dict[str, Any]:

@@ -15,6 +15,17 @@ mechanism adds :math:`\mathcal N(0, (\sigma_{\rm DP}\Delta)^2)` to every coordin
 result is clipped back to the cube and mapped back (post-processing). One release per BO
 round: a unit-sensitivity Gaussian with multiplier :math:`\sigma_{\rm DP}`, composed over
 rounds by the same PLD accountant as `gradient` (the release ``DistributionSite`` declares).
+
+**Centre only** (``DistributionOptions(dp_belief="centre")``, :func:`privatize_centre`). The
+site releases only :math:`\mu \in [0, 1]^{d_o}` (and, on categorical columns, the choice
+probabilities, one simplex of :math:`\ell_2` diameter :math:`\sqrt 2` each), so
+
+.. math:: \Delta_{\rm centre} = \sqrt{d_o + 2 d_c} \quad (= \sqrt d \text{ on a continuous space}),
+
+against :math:`\sqrt{2d_o + 2d_c + 2}` for the full belief; at the same noise multiplier
+(the same epsilon) the noise std per coordinate :math:`\sigma_{\rm DP}\Delta` is smaller.
+Weight, standard deviations and value travel as the public constants :data:`CENTRE_WEIGHT`,
+:data:`CENTRE_SD` and :data:`CENTRE_VALUE` (no function of the data, so no release).
 """
 
 from __future__ import annotations
@@ -27,11 +38,19 @@ import numpy as np
 from labfbo.privacy.dp import DP
 
 SD_MIN, SD_MAX = 0.01, 0.5
+CENTRE_WEIGHT, CENTRE_SD, CENTRE_VALUE = 1.0, 0.1, 0.0
+"""``dp_belief="centre"``: the public weight, standard deviation (model units) and value score sent
+with the noised centre; the coordinator's aggregate is then the unweighted mixture of the centres."""
 
 
 def sensitivity(dim: int) -> float:
     """:math:`\\Delta = \\sqrt{2d + 2}`: the diameter of the normalized belief's cube."""
     return math.sqrt(2 * dim + 2)
+
+
+def centre_sensitivity(n_ordered: int, cats: Sequence[tuple[int, int, int]] = ()) -> float:
+    """:math:`\\Delta = \\sqrt{d_o + 2 d_c}`: the centre's cube and the choice simplices together."""
+    return math.sqrt(n_ordered + 2 * len(cats))
 
 
 def to_unit(weight: float, mean: np.ndarray, variance: np.ndarray, value: float, clip: float) -> np.ndarray:
@@ -79,3 +98,28 @@ def privatize_belief(weight: float, mean: np.ndarray, variance: np.ndarray, valu
     for _, k, off in cats:
         p[off:off + k] /= p[off:off + k].sum()
     return w, mu, var, v, p
+
+
+def privatize_centre(mean: np.ndarray, dp: DP, rng: np.random.Generator, probs: np.ndarray | None = None,
+                     cats: Sequence[tuple[int, int, int]] = ()) -> tuple[np.ndarray, np.ndarray | None]:
+    r"""The Gaussian mechanism on the centre alone; returns the released ``(mean, probs)``.
+
+    :math:`\mu` clipped to :math:`[0, 1]^{d_o}` and the choice probabilities get
+    :math:`\mathcal N(0, (\sigma_{m DP}\Delta)^2)` per coordinate with
+    :math:`\Delta = \sqrt{d_o + 2d_c}` (:func:`centre_sensitivity`); then :math:`\mu` is
+    clipped back to the cube and each probability vector to :math:`[10^{-6}, 1]` and
+    renormalized (post-processing).
+    """
+    mu = np.clip(np.asarray(mean, dtype=float), 0.0, 1.0)
+    p = np.zeros(0) if probs is None else np.asarray(probs, dtype=float)
+    if dp.sigma:
+        scale = dp.sigma * centre_sensitivity(len(mu), cats)
+        mu = np.clip(mu + rng.normal(0.0, scale, size=mu.shape), 0.0, 1.0)
+        if len(p):
+            p = p + rng.normal(0.0, scale, size=p.shape)
+    if probs is None:
+        return mu, None
+    p = np.clip(p, 1e-6, 1.0)
+    for _, k, off in cats:
+        p[off:off + k] /= p[off:off + k].sum()
+    return mu, p

@@ -120,6 +120,11 @@ class Budget:
     def planned(self) -> int:
         return sum(self.plan.values())
 
+    @property
+    def weakest(self) -> float | None:
+        """The smallest effective noise multiplier of the plan (noise std over sensitivity)."""
+        return min(self.plan) if self.plan else None
+
     def spent(self, releases: list[Release]) -> float:
         """Cumulative epsilon of ``releases`` (infinite once one was not private)."""
         if any(not r.private for r in releases):
@@ -199,8 +204,15 @@ def plan(logic_cls: type, space: object, options: object, context: object,
     if over > resolved.epsilon:  # the expert form: a fixed sigma that the budget does not cover
         warnings.warn(f"DP(noise_multiplier={resolved.sigma:g}, epsilon={resolved.epsilon:g}): the campaign's "
                       f"{sum(planned.values())} planned releases would spend epsilon={over:.3g}; the site will stop "
-                      "releasing when the budget is spent (leave noise_multiplier out to calibrate it)", stacklevel=3)
+                      "releasing when the budget is spent (leave noise_multiplier out to calibrate it)", stacklevel=4)
         return options, Budget(resolved)
+    weakest = min(planned)  # the least noisy release of the plan, as a multiple of its sensitivity
+    n_sites = int(getattr(context, "n_sites", 1))
+    if n_sites > 1 and weakest > n_sites / 2:
+        warnings.warn(f"DP(epsilon={resolved.epsilon:g}) over {sum(planned.values())} planned releases: each carries "
+                      f"Gaussian noise {weakest:.3g}x its sensitivity, so even the sum of all {n_sites} sites' releases "
+                      "is mostly noise: expect little or no gain from the federation at this budget (fewer releases, "
+                      "a larger budget or more sites help; docs/privacy.md)", stacklevel=4)
     return options, Budget(resolved, planned)
 
 

@@ -37,27 +37,44 @@ or TS; ``ask(n > 1)`` uses the q-acquisitions). Ablations of GUIDE's Table 3:
 ``belief="single_gaussian"``, ``value_reweighting=False``, ``merging=False``,
 ``agent_specific=False`` (one packet for all sites), ``spatial=False`` (uniform scaling
 by the domain average of :math:`G`).
+
+**Fewer releases** (``release_every=k``). A site uploads its belief only in rounds
+:math:`t \equiv 0 \pmod k` (so :math:`\lceil T/k\rceil` releases over rounds
+:math:`0..T-1`; a site without two observations in a release round waits for the next
+one) and otherwise answers ``Abstain("not a release round (release_every=k)")``. The
+belief states its ``k``; the coordinator reuses a site's last belief from round :math:`r`
+in the rounds :math:`r < t < r + k` it did not send one (post-processing of a release: no
+new privacy cost), so guidance goes on every round and is at most :math:`k - 1` rounds
+stale. Under ``DP(epsilon=...)`` fewer releases compose to the budget with less noise each.
+
+**A centre-only belief** (``dp_belief="centre"``, with ``privacy``): only :math:`\mu` (and
+the choice probabilities) are noised and released, sensitivity :math:`\sqrt{d_o + 2d_c}`
+instead of :math:`\sqrt{2d + 2}` (:mod:`labfbo.privacy.belief_dp`); weight 1, standard
+deviation 0.1 and value 0 travel as public constants, so the coordinator's merged, reweighted
+mixture is the unweighted mixture of the sites' centres (:math:`\omega \propto` sites per
+cluster, as every :math:`v' = 0`).
 """
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Literal, Mapping
+from typing import Any, Literal, Mapping
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import pdist
 from scipy.special import logsumexp
 
 from labfbo.exceptions import ProtocolError
-from labfbo.messages import Abstain, Array, Message, register
+from labfbo.messages import Abstain, Array, Message, parse, register
 from labfbo.models.figp import FIGP, GuidanceField, guidance_strength
 from labfbo.models.gp import predict
 from labfbo.models.optimum_belief import Belief, candidate_set, choice_layout, fit_belief, optimum_samples
 from labfbo.privacy import DP
-from labfbo.privacy.belief_dp import privatize_belief, sensitivity as belief_sensitivity
+from labfbo.privacy.belief_dp import (CENTRE_SD, CENTRE_VALUE, CENTRE_WEIGHT, centre_sensitivity, privatize_belief,
+                                      privatize_centre, sensitivity as belief_sensitivity)
 from labfbo.privacy.release import Release
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
@@ -98,6 +115,15 @@ class OptimumBelief(Message):
     probs: Array | None = None  # categorical columns: the choice probabilities, concatenated
     dp_clip: float | None = None  # under DP: the bound of |value|, and the noise multiplier
     dp_noise_multiplier: float | None = None
+    release_every: int | None = Field(None, ge=1, description="the site's schedule: the coordinator may reuse this "
+                                      "belief for the next k - 1 rounds (None: 1; left off the wire)")
+
+    @model_serializer(mode="wrap")
+    def _no_default_schedule(self, handler: Any) -> Any:
+        out = handler(self)
+        if self.release_every is None and isinstance(out, dict):
+            out.pop("release_every", None)  # the messages of release_every=1 are byte for byte as before
+        return out
 
     @model_validator(mode="after")
     def _shapes(self) -> "OptimumBelief":
@@ -175,6 +201,11 @@ class DistributionOptions(ModelOptions):
     agent_specific: bool = True
     spatial: bool = True
     privacy: DP | None = Field(None, description="Gaussian mechanism on the uplink (labfbo.privacy.belief_dp)")
+    release_every: int = Field(1, ge=1, description="k: upload the belief only in rounds t with t % k == 0 "
+                               "(ceil(T/k) releases; the coordinator reuses it in between)")
+    dp_belief: Literal["full", "centre"] = Field("full", description="with privacy: release the whole belief "
+                                                 "(sensitivity sqrt(2d+2)) or only its centre (sqrt(d_o + 2 d_c)), "
+                                                 "weight, sd and value then being public constants")
 
 
 # -- coordinator-side math ------------------------------------------------------------------
@@ -248,6 +279,8 @@ def draw_packet(omega: np.ndarray, P: int, gen: np.random.Generator) -> np.ndarr
 
 # -- the two sides ---------------------------------------------------------------------------
 BELIEF_MECHANISM = "Gaussian on the belief (pi, mu, sd, v) normalized to the unit cube (labfbo.privacy.belief_dp)"
+CENTRE_MECHANISM = ("Gaussian on the belief's centre mu in the unit cube and its choice probabilities; weight, sd "
+                    "and value are public constants (labfbo.privacy.belief_dp)")
 
 
 class DistributionSite(LocalGPSite):
@@ -256,21 +289,31 @@ class DistributionSite(LocalGPSite):
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
         if not isinstance(request, BeliefRequest):
             return super().answer(request, data, round)
+        o = self.options
+        if round % o.release_every:
+            return Abstain(reason=f"not a release round (release_every={o.release_every})")
         if data.n < 2:
             return Abstain(reason="fewer than two observations")
-        o = self.options
         model = self.local_model(data)
         cands = candidate_set(self.space, data.X, data.y, o.candidates, self.context.seed_for(round, "guide-candidates"))
         samples = optimum_samples(model, cands, o.M, self.context.seed_for(round, "guide-paths"))
         belief = fit_belief(samples, self.context.seed_for(round, "guide-dpgmm"), o.max_components, o.belief,
                             space=self.space)
         k = belief.top()
+        centre, probs = belief.means[k], None if belief.probs is None else belief.probs[k]
+        dp: DP | None = o.privacy
+        schedule = None if o.release_every == 1 else o.release_every
+        if dp is not None and o.dp_belief == "centre":  # the centre alone; the rest public constants
+            centre, probs = privatize_centre(centre, dp, self.context.private_rng(round, "dp-belief"), probs,
+                                             choice_layout(self.space)[1])
+            return OptimumBelief(weight=CENTRE_WEIGHT, mean=Array.of(centre),
+                                 variance=Array.of(np.full(len(centre), CENTRE_SD ** 2)), value=CENTRE_VALUE,
+                                 probs=None if probs is None else Array.of(probs), dp_clip=dp.clip,
+                                 dp_noise_multiplier=dp.sigma, release_every=schedule)
         mean, sd = predict(model, self.centre(belief, k)[None])
         y_sd = float(np.std(data.y)) or 1.0
         value = float((mean[0] - o.kappa * sd[0] - np.mean(data.y)) / y_sd)
-        weight, centre, variance = float(belief.weights[k]), belief.means[k], belief.variances[k]
-        probs = None if belief.probs is None else belief.probs[k]
-        dp: DP | None = o.privacy
+        weight, variance = float(belief.weights[k]), belief.variances[k]
         if dp is not None:  # the site-private stream, never the study seed
             gen = self.context.private_rng(round, "dp-belief")
             weight, centre, variance, value, probs = privatize_belief(weight, centre, variance, value, dp, gen,
@@ -278,22 +321,27 @@ class DistributionSite(LocalGPSite):
         return OptimumBelief(weight=weight, mean=Array.of(centre), variance=Array.of(variance), value=value,
                              probs=None if probs is None else Array.of(probs),
                              dp_clip=None if dp is None else dp.clip,
-                             dp_noise_multiplier=None if dp is None else dp.sigma)
+                             dp_noise_multiplier=None if dp is None else dp.sigma, release_every=schedule)
 
     def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
                         sensitivity: float | None) -> Release | None:
         """The belief, normalized to the unit cube, is one Gaussian mechanism of sensitivity
-        ``sqrt(2d + 2)`` (:mod:`labfbo.privacy.belief_dp`)."""
+        ``sqrt(2d + 2)``; with ``dp_belief="centre"`` ``sqrt(d_o + 2 d_c)`` (:mod:`labfbo.privacy.belief_dp`)."""
         dp = self.options.privacy
         if kind != "optimum_belief" or not noised or dp is None:
             return super().declare_release(kind, round, step, noised, sensitivity)
-        delta_l2 = belief_sensitivity(self.space.dim) if sensitivity is None else sensitivity
-        return Release.gaussian(kind, round, dp, BELIEF_MECHANISM, sensitivity=delta_l2,
-                                noise_std=dp.sigma * delta_l2, step=step)
+        if self.options.dp_belief == "centre":
+            ordered, cats = choice_layout(self.space)
+            delta_l2, mechanism = centre_sensitivity(len(ordered), cats), CENTRE_MECHANISM
+        else:
+            delta_l2, mechanism = belief_sensitivity(self.space.dim), BELIEF_MECHANISM
+        delta_l2 = delta_l2 if sensitivity is None else sensitivity
+        return Release.gaussian(kind, round, dp, mechanism, sensitivity=delta_l2, noise_std=dp.sigma * delta_l2,
+                                step=step)
 
     def planned_releases(self, horizon: int) -> dict[str, int]:
-        """One belief a round."""
-        return {"optimum_belief": horizon}
+        """One belief in each round ``t < horizon`` with ``t % release_every == 0``: ``ceil(horizon / k)``."""
+        return {"optimum_belief": -(-horizon // self.options.release_every)}
 
     def centre(self, belief: Belief, k: int) -> np.ndarray:
         """Component ``k``'s centre as a unit-cube point (its most likely choice per categorical)."""
@@ -316,15 +364,22 @@ class DistributionSite(LocalGPSite):
 
 
 class DistributionAggregator(Aggregator):
+    """Also keeps each site's last belief sent with ``release_every = k > 1`` (:attr:`held`: site ->
+    (round, belief)) and reuses it in the rounds :math:`r < t < r + k` the site sends none."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.held: dict[str, tuple[int, OptimumBelief]] = {}
+
     def open_round(self, t: int) -> Step:
         return Exchange({s: BeliefRequest() for s in self.sites})
 
-    def pool(self, responses: Mapping[str, Message]) -> Components:
+    def valid(self, responses: Mapping[str, Message]) -> dict[str, OptimumBelief]:
         """The valid uploads, in site order (a wrong shape is left out with a warning)."""
         ordered, cats = choice_layout(self.space) if self.space is not None else (None, [])
         d = None if ordered is None else len(ordered)
         n_probs = sum(k for _, k, _ in cats)
-        got = []
+        got = {}
         for s in self.sites:
             m = responses.get(s)
             if not isinstance(m, OptimumBelief):
@@ -334,7 +389,44 @@ class DistributionAggregator(Aggregator):
                 warnings.warn(f"site {s!r} sent a {m.mean.shape}/{p_shape} belief for a space with {d} ordered "
                               f"and {len(cats)} categorical columns; left out", stacklevel=2)
                 continue
-            got.append(m)
+            got[s] = m
+        return got
+
+    def with_held(self, t: int, fresh: Mapping[str, OptimumBelief]) -> dict[str, OptimumBelief]:
+        """``fresh`` and, for the sites that sent none, their held belief while it stands (roster order)."""
+        out = {}
+        for s in self.sites:
+            if s in fresh:
+                out[s] = fresh[s]
+                if fresh[s].release_every is not None and fresh[s].release_every > 1:
+                    self.held[s] = (t, fresh[s])
+                else:
+                    self.held.pop(s, None)
+            elif s in self.held:
+                r, m = self.held[s]
+                if r < t < r + (m.release_every or 1):
+                    out[s] = m
+                else:
+                    del self.held[s]
+        return out
+
+    def state(self) -> dict[str, Any]:
+        if not self.held:
+            return {}
+        return {"held": {s: {"round": r, "belief": m.model_dump(mode="json")} for s, (r, m) in self.held.items()}}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.held = {}
+        for s, h in state.get("held", {}).items():
+            m = parse(h["belief"])
+            if isinstance(m, OptimumBelief):
+                self.held[s] = (int(h["round"]), m)
+
+    def pool(self, responses: Mapping[str, Message]) -> Components:
+        """The valid uploads as a pool of components, in site order."""
+        ordered, cats = choice_layout(self.space) if self.space is not None else (None, [])
+        d = None if ordered is None else len(ordered)
+        got = list(self.valid(responses).values())
         if not got:
             return Components(np.zeros(0), np.zeros((0, d or 0)), np.zeros((0, d or 0)), np.zeros(0))
         return Components(np.array([m.weight for m in got]), np.stack([m.mean.numpy() for m in got]),
@@ -343,7 +435,7 @@ class DistributionAggregator(Aggregator):
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
         o = self.options
-        comps = self.pool(responses)
+        comps = self.pool(self.with_held(t, self.valid(responses)))
         if not len(comps):
             return Finish({})
         if o.merging:

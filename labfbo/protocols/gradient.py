@@ -18,16 +18,21 @@ escaping a stalled basin every other round from round ``stall_rounds = 10``
 Particles persist across rounds (warm start). With ``privacy=labfbo.DP(...)`` each site
 clips every per-particle score to norm :math:`C` and adds :math:`\mathcal{N}(0,
 \sigma^2(2C)^2 I)` before it leaves (Eqs. 12–13); its privacy ledger (journaled by the
-Optimizer) accounts every release.
+Optimizer) accounts every release. With ``secure_aggregation=True`` and
+``dp_noise="distributed"`` each member of a cohort of :math:`n` adds only its share,
+:math:`\mathcal{N}(0, \sigma^2(2C)^2 / \max(n - t, 1))` with :math:`t` = ``dp_colluders``, so the
+honest members' shares sum to the same noise and every release is declared and accounted as in
+local mode (:mod:`labfbo.privacy.distributed`, which states the trust assumption).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.encoding import FeatureMap
@@ -35,7 +40,7 @@ from labfbo.models.gp import loo_log_density, predict
 from labfbo.models.pacoh import AdamState, PacohConfig, init_particles, meta_score, site_score, svgd_step
 from labfbo.models.particle_mixture import ParticleMixtureGP
 from labfbo.exceptions import ConfigurationError
-from labfbo.privacy import DP, privatize, secagg
+from labfbo.privacy import DP, distributed, privatize, secagg
 from labfbo.privacy.release import Release
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
@@ -83,7 +88,7 @@ class ParticlesReply(Message):
 class GradientOptions(ModelOptions, PacohConfig):
     """The local GP's and acquisition's options (:class:`ModelOptions`), PACOH's
     (:class:`~labfbo.models.pacoh.PacohConfig`), and the protocol's own: warm-up, stall
-    escape, harm guard, DP and secure aggregation."""
+    escape, harm guard, DP, secure aggregation and where the DP noise is added."""
 
     warmup_steps: int = Field(500, ge=0, description="SVGD steps of the first round (fresh particles)")
     stall_rounds: int | None = Field(10, ge=1, description="escape a stalled basin (labfbo.acquisition): the "
@@ -92,6 +97,25 @@ class GradientOptions(ModelOptions, PacohConfig):
                              "data (leave-one-out) better than the meta-learned mixture; False: the paper")
     privacy: DP | None = None
     secure_aggregation: bool = Field(False, description="pairwise-masked sums: the coordinator sees only sum_i A_i")
+    dp_noise: Literal["local", "distributed"] = Field(
+        "local", description="local: each site adds the full DP noise; distributed (needs secure_aggregation and "
+        "privacy): each member of a cohort of n adds 1/max(n - dp_colluders, 1) of its variance "
+        "(labfbo.privacy.distributed)")
+    dp_colluders: int = Field(0, ge=0, description="distributed DP: how many other sites may collude with the "
+                              "coordinator (subtract their own noise); each site's share grows with it")
+
+    @model_validator(mode="after")
+    def _distributed_dp(self) -> "GradientOptions":
+        if self.dp_noise == "distributed":
+            if not self.secure_aggregation:
+                raise ValueError("dp_noise='distributed' needs secure_aggregation=True: each site adds only a share "
+                                 "of the DP noise, so the coordinator must see nothing but the cohort's sum")
+            if self.privacy is None:
+                raise ValueError("dp_noise='distributed' needs privacy=labfbo.DP(...): it splits that DP noise "
+                                 "among the cohort")
+        elif self.dp_colluders:
+            raise ValueError("dp_colluders applies to dp_noise='distributed' only")
+        return self
 
     def pacoh(self) -> PacohConfig:
         """The PACOH settings alone."""
@@ -155,7 +179,11 @@ class GradientSite(LocalGPSite):
         theta = torch.as_tensor(request.particles.numpy())
         A = site_score(theta, self.features.numpy(data.X), data.y, self.options.pacoh()).numpy()
         dp: DP | None = self.options.privacy
-        if dp is not None:
+        if dp is not None and self.options.dp_noise == "distributed":  # this member's share (secure sum only)
+            n, t = len(request.cohort or {}), self.options.dp_colluders
+            A = distributed.privatize_share(A, dp, ctx.private_rng(round, distributed.share_purpose(
+                request.dp_purpose, n, t)), n, t)
+        elif dp is not None:
             A = privatize(A, dp, ctx.private_rng(round, request.dp_purpose))  # never from the study seed
         dp_fields = {"dp_clip": None if dp is None else dp.clip,
                      "dp_noise_multiplier": None if dp is None else dp.sigma}
@@ -169,12 +197,18 @@ class GradientSite(LocalGPSite):
     def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
                         sensitivity: float | None) -> Release | None:
         """One SVGD step's K score rows are one Gaussian mechanism: l2 sensitivity ``2C sqrt(K)``,
-        noise std ``sigma 2C`` per coordinate (effective multiplier ``sigma / sqrt(K)``)."""
+        noise std ``sigma 2C`` per coordinate (effective multiplier ``sigma / sqrt(K)``).
+
+        With ``dp_noise="distributed"`` that is the mechanism on the secure sum as the coordinator
+        (and up to ``dp_colluders`` sites) see it: the honest members' shares total ``sigma 2C``
+        whatever the cohort's size, so the declaration does not depend on it."""
         if kind in _KEY_MATERIAL:
             return None
         masked, dp, k = kind == "masked_score", self.options.privacy, self.options.n_particles
         if kind in ("score", "masked_score") and noised and dp is not None:
-            return Release.gaussian(kind, round, dp, SCORE_MECHANISM, sensitivity=dp.sensitivity * k ** 0.5,
+            shared = masked and self.options.dp_noise == "distributed"
+            how = distributed.mechanism(self.options.dp_colluders) if shared else SCORE_MECHANISM
+            return Release.gaussian(kind, round, dp, how, sensitivity=dp.sensitivity * k ** 0.5,
                                     noise_std=dp.noise_std, step=step, rows=k, secure_aggregation=masked)
         return Release.unprotected(kind, round, step, secure_aggregation=masked,
                                    rows=k if kind in ("score", "masked_score") else 1)
@@ -303,6 +337,13 @@ class GradientAggregator(Aggregator):
         return self._request()
 
     def _on_secure(self, responses: Mapping[str, Message]) -> Step:
+        if self.options.dp_noise == "distributed":  # a share relies on the others': never unmask unequal ones
+            stated = {(m.dp_noise_multiplier, m.dp_clip) for m in responses.values() if isinstance(m, MaskedScores)}
+            if len(stated) > 1:
+                warnings.warn(f"gradient: the cohort of step {self.step} stated different DP noise {sorted(stated)}; "
+                              "with distributed noise one member's smaller share weakens the others' guarantee, so "
+                              "this round ends without unmasking the sum", stacklevel=2)
+                return self._finish()
         out = self.secure.on_responses(self.step, digest(self._sent), self.particles.numel() + 2, responses)
         if isinstance(out, str):
             return self._request() if out == "redo" else self._finish()
@@ -318,7 +359,7 @@ class GradientProtocol(Protocol):
     name = "gradient"
     federated = True
     shared_options = ("n_particles", "hidden", "feature_dim", "learn_mean", "prior_std", "beta_meta", "lam",
-                      "secure_aggregation")
+                      "secure_aggregation", "dp_noise", "dp_colluders")  # a noise share relies on the others'
     Options = GradientOptions
     site_logic = GradientSite
     aggregator = GradientAggregator
@@ -328,3 +369,8 @@ class GradientProtocol(Protocol):
         if getattr(options, "secure_aggregation", False) and n_sites < MIN_COHORT:
             raise ConfigurationError(f"secure aggregation needs at least {MIN_COHORT} sites (got {n_sites}): with "
                                      "two, each site could recover the other's exact scores from the particle update")
+        t = getattr(options, "dp_colluders", 0)
+        if getattr(options, "dp_noise", "local") == "distributed" and n_sites - t < 2:
+            raise ConfigurationError(f"dp_colluders={t} with {n_sites} sites leaves at most one honest member in any "
+                                     "cohort: every site would add the full noise; use dp_noise='local' or fewer "
+                                     "colluders")

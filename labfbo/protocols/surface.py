@@ -24,18 +24,27 @@ the site's GP (the engine's kernel, :mod:`labfbo.models.gp`) gets the prior mean
 :math:`a + c\,\phi(x)^\top w` with :math:`c \sim \mathcal N(1, 0.3^2)` fitted with the
 kernel, and the configured acquisition (qLogNEI by default) is maximized. Without totals
 (the first round, a missed round, no other contributor) the site proposes from its own GP.
+
+**Fewer releases** (``release_every=k``). A site uploads its statistics only in rounds
+:math:`t \equiv 0 \pmod k` — :math:`\lceil T/k\rceil` releases over rounds :math:`0..T-1`
+(a site without two observations in a release round waits for the next one) — and
+otherwise answers ``Abstain("not a release round (release_every=k)")``. The statistics
+state their ``k``; the coordinator reuses a site's last statistics from round :math:`r` in
+the rounds :math:`r < t < r + k` it sent none (post-processing: no new privacy cost), so the
+totals keep coming every round, at most :math:`k - 1` rounds stale. Under
+``DP(epsilon=...)`` fewer releases compose to the budget with less noise each.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Literal, Mapping
+from typing import Any, Literal, Mapping
 
 import numpy as np
 from botorch.models.model import Model
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
 
-from labfbo.messages import Abstain, Array, Message, register
+from labfbo.messages import Abstain, Array, Message, parse, register
 from labfbo.models.gp import fit_local_gp, predict
 from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, packed_size, privatize,
                                    ridge_weights, site_statistics, symmetric)
@@ -86,6 +95,15 @@ class SurfaceStats(Message):
     dp_clip: float | None = None  # under DP: the bound of |z|, the noise multiplier and the l2 sensitivity
     dp_noise_multiplier: float | None = None
     dp_sensitivity: float | None = None
+    release_every: int | None = Field(None, ge=1, description="the site's schedule: the coordinator may reuse these "
+                                      "statistics for the next k - 1 rounds (None: 1; left off the wire)")
+
+    @model_serializer(mode="wrap")
+    def _no_default_schedule(self, handler: Any) -> Any:
+        out = handler(self)
+        if self.release_every is None and isinstance(out, dict):
+            out.pop("release_every", None)  # the messages of release_every=1 are byte for byte as before
+        return out
 
     @model_validator(mode="after")
     def _shapes(self) -> "SurfaceStats":
@@ -125,6 +143,8 @@ class SurfaceOptions(ModelOptions):
                                   "columns added to the quadratic (a kernel ridge surface; the basis is a function "
                                   "of the space)")
     fourier_lengthscale: float = Field(0.2, gt=0, description="their RBF lengthscale in unit-cube units")
+    release_every: int = Field(1, ge=1, description="k: upload the statistics only in rounds t with t % k == 0 "
+                               "(ceil(T/k) releases; the coordinator reuses them in between)")
 
     @model_validator(mode="after")
     def _no_warping(self) -> "SurfaceOptions":
@@ -153,6 +173,9 @@ class SurfaceSite(LocalGPSite):
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
         if not isinstance(request, SurfaceRequest):
             return super().answer(request, data, round)
+        k = self.options.release_every
+        if round % k:
+            return Abstain(reason=f"not a release round (release_every={k})")
         if data.n < 2:
             return Abstain(reason="fewer than two observations")
         dp: DP | None = self.options.privacy
@@ -163,7 +186,8 @@ class SurfaceSite(LocalGPSite):
         return SurfaceStats(count=data.n, gram=Array.of(gram), moment=Array.of(moment),
                             dp_clip=None if dp is None else dp.clip,
                             dp_noise_multiplier=None if dp is None else dp.sigma,
-                            dp_sensitivity=None if dp is None else dp_sensitivity(self.features.norm_bound, dp.clip))
+                            dp_sensitivity=None if dp is None else dp_sensitivity(self.features.norm_bound, dp.clip),
+                            release_every=None if k == 1 else k)
 
     def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
                         sensitivity: float | None) -> Release | None:
@@ -177,8 +201,8 @@ class SurfaceSite(LocalGPSite):
                                 noise_std=dp.sigma * delta_l2, step=step)
 
     def planned_releases(self, horizon: int) -> dict[str, int]:
-        """One upload of the statistics a round."""
-        return {"surface_stats": horizon}
+        """One upload in each round ``t < horizon`` with ``t % release_every == 0``: ``ceil(horizon / k)``."""
+        return {"surface_stats": -(-horizon // self.options.release_every)}
 
     def weights(self, totals: SurfaceTotals) -> np.ndarray | None:
         """The surface's coefficients from the others' totals (None if there are none or they do not fit)."""
@@ -234,8 +258,45 @@ def leave_one_out(stats: Mapping[str, SurfaceStats], sites: list[str]) -> dict[s
 
 
 class SurfaceAggregator(Aggregator):
+    """Also keeps each site's last statistics sent with ``release_every = k > 1`` (:attr:`held`:
+    site -> (round, statistics)) and reuses them in the rounds :math:`r < t < r + k` the site sends none."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.held: dict[str, tuple[int, SurfaceStats]] = {}
+
     def open_round(self, t: int) -> Step:
         return Exchange({s: SurfaceRequest() for s in self.sites})
+
+    def with_held(self, t: int, fresh: Mapping[str, SurfaceStats]) -> dict[str, SurfaceStats]:
+        """``fresh`` and, for the sites that sent none, their held statistics while they stand (roster order)."""
+        out = {}
+        for s in self.sites:
+            if s in fresh:
+                out[s] = fresh[s]
+                if fresh[s].release_every is not None and fresh[s].release_every > 1:
+                    self.held[s] = (t, fresh[s])
+                else:
+                    self.held.pop(s, None)
+            elif s in self.held:
+                r, m = self.held[s]
+                if r < t < r + (m.release_every or 1):
+                    out[s] = m
+                else:
+                    del self.held[s]
+        return out
+
+    def state(self) -> dict[str, Any]:
+        if not self.held:
+            return {}
+        return {"held": {s: {"round": r, "stats": m.model_dump(mode="json")} for s, (r, m) in self.held.items()}}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.held = {}
+        for s, h in state.get("held", {}).items():
+            m = parse(h["stats"])
+            if isinstance(m, SurfaceStats):
+                self.held[s] = (int(h["round"]), m)
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
         stats = {s: m for s, m in responses.items() if isinstance(m, SurfaceStats)}
@@ -246,6 +307,7 @@ class SurfaceAggregator(Aggregator):
         if wrong:
             warnings.warn(f"surface: ignoring statistics of {wrong} (expected {p} features)", stacklevel=2)
             stats = {s: m for s, m in stats.items() if s not in wrong}
+        stats = self.with_held(t, stats)
         return Finish(leave_one_out(stats, self.sites) if stats else {})
 
 

@@ -39,6 +39,16 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _budget(campaign: Campaign) -> dict[str, Any] | None:
+    """The campaign's privacy budget (``DP(epsilon=...)`` in the journal's options) and what was withheld."""
+    dp = (campaign.header.options or {}).get("privacy") or {}
+    if not isinstance(dp, dict) or dp.get("epsilon") is None:
+        return None
+    held = campaign.state.withheld
+    return {"epsilon": dp["epsilon"], "calibrated": dp.get("noise_multiplier") is None, "withheld": len(held),
+            "first_round": held[0].round if held else None}
+
+
 def _privacy(campaign: Campaign) -> tuple[list[dict[str, Any]], list[float], int]:
     """Per-round DP rows (releases, mechanism, noise multiplier, cumulative epsilon), the
     cumulative epsilon after each release, and the number of old (version-1) records."""
@@ -181,7 +191,7 @@ def build(campaign: Campaign, path: str | os.PathLike[str], objective_label: str
                 "infeasible": sum(e.state == "complete" and not e.feasible for e in exps),
                 "initial": sum(e.initial for e in exps), "historical": sum(e.source == "historical" for e in exps)},
         traffic=_traffic(campaign), dp_rows=dp_rows, legacy=legacy, guidance=_guidance(campaign),
-        epsilon=epsilons[-1] if epsilons else None,
+        epsilon=epsilons[-1] if epsilons else None, budget=_budget(campaign),
         outcome_names=campaign.spec.names if campaign.spec is not None else [],
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     path.parent.mkdir(parents=True, exist_ok=True)

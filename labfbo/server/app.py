@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel
 
 from labfbo.exceptions import FederationError, LabFBOError, ProtocolError
-from labfbo.messages import Array, JoinRequest, Message, parse
+from labfbo.messages import Array, JoinRequest, Message, PrivacyDeclaration, parse
 from labfbo.server.config import ServerConfig, TokenBook, new_token
 from labfbo.server.engine import Conflict, RoundEngine
 from labfbo.server.store import AuditLog, Store
@@ -93,6 +93,7 @@ class Status(BaseModel):
     round_errors: dict[int, str]
     waiting_for: dict[str, list[str]] = {}  # open exchange "round/seq" -> sites that have not answered
     local_constraints: dict[str, list[str]] = {}  # each site's own nonlinear constraints, by name only
+    privacy: dict[str, PrivacyDeclaration | None] = {}  # each site's DP budget and delta as it declared them
 
 
 def check_payload(msg: Message, max_items: int) -> None:
@@ -285,7 +286,8 @@ class CoordinatorServer:
                 return Status(study=cfg.study, protocol=cfg.protocol, members=sorted(self.coordinator.members),
                               rounds_done=sorted(self.engine.published & set(self.coordinator.rounds)),
                               round_errors=dict(self.engine.errors), waiting_for=waiting,
-                              local_constraints=dict(self.coordinator.local_constraints))
+                              local_constraints=dict(self.coordinator.local_constraints),
+                              privacy=dict(self.coordinator.privacy))
 
         @app.post("/v1/admin/sites/{site}/token", response_model=Rotated, dependencies=[Depends(self.admin_auth)],
                   responses=_answers(401, 404))

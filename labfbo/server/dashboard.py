@@ -174,6 +174,7 @@ class _Account:
     exposed: bool = False         # a release without DP noise: no finite epsilon
     unknown: str | None = None    # why its epsilon is not known
     done: tuple[int, float] | None = None  # (releases accounted, epsilon) of the last accountant run
+    budget_spent: bool = False    # it abstained because its privacy budget was spent
 
 
 class PrivacyView:
@@ -201,6 +202,9 @@ class PrivacyView:
     def record(self, site: str, msg: Message) -> None:
         """An accepted answer (the engine's hook, its lock held): kind, round and DP fields only."""
         if isinstance(msg, Abstain):
+            if msg.reason == "privacy budget spent":
+                with self.lock:
+                    self.accounts.setdefault(site, _Account()).budget_spent = True
             return
         step = getattr(msg, "step", None)
         rec = (msg.kind, max(int(msg.round), 0), step if isinstance(step, int) else None,
@@ -263,7 +267,17 @@ class PrivacyView:
                     acc.exposed = True
 
     def epsilon(self, site: str) -> tuple[float | None, str]:
-        """``(finite epsilon or None, the text the page shows)``."""
+        """``(finite epsilon or None, the text the page shows)``, with the budget the site declared
+        when it joined (``DP(epsilon=...)``) and whether it has spent it."""
+        eps, text = self._epsilon(site)
+        declared = self.coord.privacy.get(site)
+        if declared is not None and declared.epsilon is not None:
+            with self.lock:
+                spent = self.accounts.get(site, _Account()).budget_spent
+            text += f"; budget ε ≤ {declared.epsilon:g}" + (" — spent: it releases nothing more" if spent else "")
+        return eps, text
+
+    def _epsilon(self, site: str) -> tuple[float | None, str]:
         self._declare(site)
         with self.lock:
             acc = self.accounts[site]

@@ -10,16 +10,18 @@ import labfbo
 FAST = {"num_restarts": 2, "raw_samples": 32}
 EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_steps": 5, "svgd_steps": 2},
          "gradient-sa": {"warmup_steps": 5, "svgd_steps": 2, "secure_aggregation": True},  # masked uplink
-         "consensus": {}, "independent": {}, "surface": {}}
+         "consensus": {}, "independent": {}, "surface": {},
+         "surface-budget": {"privacy": labfbo.DP(epsilon=1.0)}}  # a campaign budget, calibrated at every rank
 
 out = {}
 for protocol in sys.argv[1:]:
-    kw = dict(problem="branin", protocol=protocol.removesuffix("-sa"), n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
+    kw = dict(problem="branin", protocol=protocol.removesuffix("-sa").removesuffix("-budget"), n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
     res = labfbo.simulate(transport="mpi", **kw)
     if res is not None:
         local = labfbo.simulate(**kw)
         out[protocol] = {"mpi": res.proposals.tolist(), "local": local.proposals.tolist(),
                          "bytes_mpi": res.bytes_up.tolist(), "bytes_local": local.bytes_up.tolist(),
-                         "regret_equal": bool(np.array_equal(res.simple_regret, local.simple_regret))}
+                         "regret_equal": bool(np.array_equal(res.simple_regret, local.simple_regret)),
+                         "epsilon_mpi": res.epsilon, "epsilon_local": local.epsilon}
 if out:
     print("RESULT " + json.dumps(out))
