@@ -150,6 +150,35 @@ def test_the_coordinators_epsilon_is_the_sites_own(protocol: str) -> None:
         assert eps == pytest.approx(o.epsilon()) and text == f"{o.epsilon():.3g} at δ = 1e-06 ({n} releases)"
 
 
+def test_the_dashboard_shows_each_sites_budget_and_when_it_is_spent() -> None:
+    import types
+
+    from campaign import run_campaign
+    from labfbo.server.dashboard import PrivacyView
+
+    kw = {"num_restarts": 2, "raw_samples": 32, "fourier_features": 4}
+    coord = labfbo.Coordinator("surface", sites=["a", "b"], seed=0, space=SPACE, horizon=1,
+                               privacy=labfbo.DP(epsilon=1.0, delta=1e-6), **kw)
+    view = PrivacyView(types.SimpleNamespace(coordinator=coord))
+    opts = [labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site=s, seed=0, n_init=3,
+                             privacy=labfbo.DP(epsilon=1.0, delta=1e-6) if s == "a" else labfbo.DP(delta=1e-6), **kw)
+            for s in "ab"]
+    with pytest.warns(UserWarning, match="privacy budget spent"):
+        run_campaign(opts, lambda i, p: p["x"] ** 2 + 0.1 * i, 3, 3)
+    for o in opts:
+        for msg in o.sent_messages()[1:]:
+            view.record(o.site, msg)
+    texts = {}
+    for o in opts:
+        view.epsilon(o.site)
+        while view.worker is not None:
+            time.sleep(0.02)
+        texts[o.site] = view.epsilon(o.site)[1]
+    assert opts[0].privacy_budget()["exhausted"]
+    assert texts["a"].endswith("; budget ε ≤ 1 — spent: it releases nothing more")
+    assert "budget" not in texts["b"]  # a noise multiplier, no budget declared
+
+
 # ------------------------------------------------------------------ the page in Chromium, during a campaign
 @pytest.fixture
 def toy():

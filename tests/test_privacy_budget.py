@@ -183,3 +183,13 @@ def test_the_budget_holds_over_http_with_the_same_proposals_as_local() -> None:
     local, http = labfbo.simulate(**kw), labfbo.simulate(transport="http", **kw)
     np.testing.assert_array_equal(http.proposals, local.proposals)
     assert max(http.epsilon) <= 1.5 and http.epsilon == local.epsilon
+
+
+def test_a_servers_config_sets_the_floor() -> None:
+    from labfbo.server.config import ServerConfig
+
+    cfg = ServerConfig(protocol="surface", horizon=3, sites=SITES, privacy_floor={"epsilon": 2.0, "delta": 1e-6})
+    coord = cfg.coordinator()
+    assert coord.privacy_floor == labfbo.PrivacyFloor(epsilon=2.0, delta=1e-6)
+    with pytest.raises(labfbo.FederationError, match="weaker than the study's floor"):
+        labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site="s0", privacy=labfbo.DP(epsilon=2.0))

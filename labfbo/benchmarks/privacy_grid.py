@@ -35,6 +35,11 @@ PRIVATE: dict[str, tuple[str, dict[str, Any], float]] = {
     "gradient": ("gradient", {}, 1.0),
     "distribution": ("distribution", {}, 3.0),
     "surface": ("surface", {}, 2.0),
+    # the mechanisms that spend a budget on fewer or less noisy releases (docs/privacy.md)
+    "gradient-lean": ("gradient", {"warmup_steps": 50, "svgd_steps": 2}, 1.0),  # 108 releases over T = 30, not 1,080
+    "gradient-distributed": ("gradient", {"secure_aggregation": True, "dp_noise": "distributed"}, 1.0),
+    "surface-every5": ("surface", {"release_every": 5}, 2.0),
+    "distribution-centre": ("distribution", {"dp_belief": "centre", "release_every": 5}, 3.0),
 }
 PACD_FUNCTIONS = ("branin", "wing_weight")
 NON_PRIVATE = {"independent": "Independent (labfbo defaults)", "gradient": "PACD-BO (labfbo defaults)",

@@ -5,7 +5,7 @@ level. A site turns it into one in three steps:
 
 1. **Plan.** Its protocol says how many releases of each kind a campaign of ``horizon`` BO
    rounds makes (:meth:`labfbo.protocols.SiteLogic.planned_releases`; e.g. `gradient`:
-   ``warmup_steps + svgd_steps (T - 1)`` score releases, `distribution`: one belief a round),
+   ``warmup_steps + svgd_steps (T - 1)`` score releases, `distribution`: one belief every ``release_every`` rounds),
    and what each declares (:meth:`~labfbo.protocols.SiteLogic.declare_release`): its effective
    noise multiplier :math:`m_k = \sigma f_k` (``noise_std / sensitivity``), linear in the
    configured :math:`\sigma`.
