@@ -13,7 +13,8 @@ in one run, with the same designs and seeds:
   rounds); metric: yield regret after 10 and 20 (``--quick``: 3 seeds).
 
 The *gain kept* of a private row is ``(R_independent - R_dp) / (R_independent - R_nonprivate)``
-(undefined when the protocol has no non-private gain to keep).
+(means over seeds; undefined when the non-private gain is not larger than one standard error
+of the difference, i.e. within the seed-to-seed spread).
 """
 
 from __future__ import annotations
@@ -82,11 +83,15 @@ def _mean_sd(values: Sequence[float]) -> str:
     return f"{a.mean():.3g} ± {a.std():.2g}" if len(a) else ""
 
 
-def _kept(alone: float, plain: float, private: float) -> str:
-    gain = alone - plain
-    if not gain > 0:
-        return "— (no gain)"
-    return f"{100 * (alone - private) / gain:.0f} %"
+def _kept(alone: Sequence[float], plain: Sequence[float], private: Sequence[float]) -> str:
+    """The share of the non-private gain over independent that the private row keeps; none when the
+    non-private gain is not larger than one standard error of the difference (seed-to-seed spread)."""
+    a, p, q = (np.asarray(v, dtype=float) for v in (alone, plain, private))
+    gain = a.mean() - p.mean()
+    se = float(np.sqrt(a.var(ddof=1) / len(a) + p.var(ddof=1) / len(p))) if min(len(a), len(p)) > 1 else 0.0
+    if not gain > se:
+        return "— (no gain beyond the spread)"
+    return f"{100 * (a.mean() - q.mean()) / gain:.0f} %"
 
 
 def pacd_summary(results: Sequence[Any], jobs: Sequence[Job]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -110,7 +115,6 @@ def pacd_table(summary: dict[tuple[str, str], dict[str, Any]], names: Sequence[s
         alone = summary.get((fn, NON_PRIVATE["independent"]))
         if alone is None:
             continue
-        a_final, a_auc = np.mean(alone["final"]), np.mean(alone["auc"])
         lines.append(f"| {fn} | independent | {len(alone['final'])} | {_mean_sd(alone['final'])} | | "
                      f"{_mean_sd(alone['auc'])} | | — |")
         for name in names:
@@ -121,8 +125,8 @@ def pacd_table(summary: dict[tuple[str, str], dict[str, Any]], names: Sequence[s
                     continue
                 kept_f = kept_a = ""
                 if eps is not None and plain is not None:
-                    kept_f = _kept(a_final, np.mean(plain["final"]), np.mean(row["final"]))
-                    kept_a = _kept(a_auc, np.mean(plain["auc"]), np.mean(row["auc"]))
+                    kept_f = _kept(alone["final"], plain["final"], row["final"])
+                    kept_a = _kept(alone["auc"], plain["auc"], row["auc"])
                 spent = f"{max(row['eps']):.3g}" if row["eps"] else "— (no DP)"
                 lines.append(f"| {fn} | {label(name, eps) if eps is not None else name + ' (no DP)'} | "
                              f"{len(row['final'])} | {_mean_sd(row['final'])} | {kept_f} | {_mean_sd(row['auc'])} | "
@@ -174,7 +178,7 @@ def reaction_table(summary: dict[str, dict[str, Any]], names: Sequence[str], eps
         for eps, row in rows:
             if row is None:
                 continue
-            kept = {k: (_kept(np.mean(alone[k]), np.mean(plain[k]), np.mean(row[k]))
+            kept = {k: (_kept(alone[k], plain[k], row[k])
                         if eps is not None and plain is not None else "") for k in ("@10", "@20")}
             spent = f"{max(row['eps']):.3g}" if row["eps"] else "— (no DP)"
             lines.append(f"| {name + ' (no DP)' if eps is None else label(name, eps)} | {len(row['@10'])} | "
