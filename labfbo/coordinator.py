@@ -43,7 +43,7 @@ from scipy.stats import qmc
 
 from labfbo.exceptions import ConfigurationError, FederationError, RoundError
 from labfbo.messages import Abstain, Array, JoinReply, JoinRequest, Message, NoGuidance, PrivacyDeclaration
-from labfbo.privacy.budget import PrivacyFloor
+from labfbo.privacy.budget import BUDGET_SPENT, PrivacyFloor
 from labfbo.protocols import ConfiguredProtocol, Exchange, Finish, get_protocol, resolve
 from labfbo.seeding import rng
 from labfbo.space import SearchSpace
@@ -154,8 +154,11 @@ class Coordinator:
             self.space = space
         ours = {k: v for k, v in self.options.model_dump(mode="json").items()
                 if k in self.protocol_cls.shared_options}
-        if request.shared_options != ours:
-            theirs = {k: request.shared_options.get(k, "<not set>") for k in {*ours, *request.shared_options}}
+        fields = type(self.options).model_fields  # an option a site does not send has its default (older sites)
+        sent = {**{k: fields[k].default for k in ours if k not in request.shared_options and k in fields
+                   and fields[k].default == ours[k]}, **request.shared_options}
+        if sent != ours:
+            theirs = {k: sent.get(k, "<not set>") for k in {*ours, *sent}}
             ours = {k: ours.get(k, "<not set>") for k in theirs}
             diff = sorted(k for k in theirs if theirs[k] != ours[k])
             raise FederationError(f"site {request.site!r} has protocol options that differ from the study's: "
@@ -284,6 +287,9 @@ class Coordinator:
                 raise RoundError(f"round {t}: {len(answered)} of {len(requests)} sites answered, "
                                  f"quorum is {self.quorum}; failures: {failed}")
             contrib = {s: m for s, m in answered.items() if not isinstance(m, Abstain)}
+            for s, m in answered.items():
+                if isinstance(m, Abstain) and m.reason == BUDGET_SPENT:
+                    agg.retire(s)  # it releases nothing more: no secure sum waits for it again
             contributions.append(sorted(contrib))
             step = agg.on_responses(t, contrib)
         else:

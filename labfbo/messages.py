@@ -13,7 +13,7 @@ import base64
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from labfbo.exceptions import ProtocolError
 
@@ -153,6 +153,7 @@ class PrivacyDeclaration(BaseModel):
     epsilon: float | None = Field(None, gt=0, allow_inf_nan=False)
     delta: float = Field(gt=0, lt=1)
     noise_multiplier: float | None = Field(None, ge=0, allow_inf_nan=False)
+    clip: float | None = Field(None, gt=0, allow_inf_nan=False)
 
 
 @register
@@ -170,6 +171,13 @@ class JoinRequest(Message):
         default_factory=list, max_length=1000,
         description="names of the site's own nonlinear constraints (their code never leaves the site)")
     privacy: PrivacyDeclaration | None = Field(None, description="the site's DP settings (None: no DP)")
+
+    @model_serializer(mode="wrap")
+    def _no_unset_privacy(self, handler: Any) -> Any:
+        out = handler(self)
+        if self.privacy is None and isinstance(out, dict):
+            out.pop("privacy", None)  # a join without DP is byte for byte as before (and old coordinators read it)
+        return out
 
 
 @register

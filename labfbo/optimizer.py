@@ -28,7 +28,7 @@ from labfbo.campaign_views import CampaignViews
 from labfbo.privacy.budget import declaration, plan as plan_budget
 from labfbo.records import (Ask, Enqueue, Fail, GuidanceReceived, Header, Historical, Join, Note, Released, Tell,
                             Traffic, dump_record, parse_record)
-from labfbo.protocols import ConfiguredProtocol, SiteContext, SiteData, get_protocol, resolve
+from labfbo.protocols import ConfiguredProtocol, SiteContext, SiteData, get_protocol, resolve, shared_of
 from labfbo.seeding import rng, stable_hash
 from labfbo.site import SiteLedger, build_site_data, dedupe, history_record
 from labfbo.site_state import SiteState
@@ -173,8 +173,7 @@ class Optimizer(CampaignViews):
                               space_hash=self.space.fingerprint(), space=self.space.model_dump(mode="json"),
                               n_init=self.n_init, local_constraints=[g.name for g in self.space.local_constraints],
                               privacy=declaration(getattr(self.options, "privacy", None)),
-                              shared_options={k: v for k, v in self.options.model_dump(mode="json").items()
-                                              if k in self.protocol_cls.shared_options})
+                              shared_options=shared_of(self.protocol_cls, self.options))
             self.ledger.record_sent(req)
             reply = self._link.join(req, self._handle)
             self.ledger.record_received(reply)

@@ -175,7 +175,7 @@ def test_the_dashboard_shows_each_sites_budget_and_when_it_is_spent() -> None:
             time.sleep(0.02)
         texts[o.site] = view.epsilon(o.site)[1]
     assert opts[0].privacy_budget()["exhausted"]
-    assert texts["a"].endswith("; budget ε ≤ 1 — spent: it releases nothing more")
+    assert texts["a"].endswith("; budget ε ≤ 1 at δ = 1e-06 — spent: it releases nothing more")
     assert "budget" not in texts["b"]  # a noise multiplier, no budget declared
 
 

@@ -96,3 +96,17 @@ def test_a_federated_journal_of_the_previous_format_gives_the_same_privacy_repor
                 assert got[key] == pytest.approx(value, rel=1e-12), key
             else:
                 assert got[key] == value, key
+
+
+def test_a_federated_journal_with_dp_of_the_previous_format_resumes() -> None:
+    """DP settings journaled before budgets existed (no ``epsilon`` key) are the same settings: the
+    header an optimizer writes for them today passes the resume check against the old journal's."""
+    from labfbo.journal import check_header, read_records
+    from labfbo.privacy import DP
+    from labfbo.records import parse_record
+
+    head = parse_record(read_records(GOLDEN / "journals" / "gradient-dp-sa.jsonl", repair=False)[0][0])
+    dp = DP(**head.options["privacy"])
+    ours = head.model_copy(update={"options": {**head.options, "privacy": dp.model_dump(mode="json")}})
+    check_header(head, ours)  # raised "resume with the same setting" when the dump added "epsilon": null
+    assert "epsilon" not in dp.model_dump() and DP(epsilon=2.0).model_dump()["epsilon"] == 2.0

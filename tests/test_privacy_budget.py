@@ -193,3 +193,41 @@ def test_a_servers_config_sets_the_floor() -> None:
     assert coord.privacy_floor == labfbo.PrivacyFloor(epsilon=2.0, delta=1e-6)
     with pytest.raises(labfbo.FederationError, match="weaker than the study's floor"):
         labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site="s0", privacy=labfbo.DP(epsilon=2.0))
+
+
+def test_a_round_answered_again_from_other_data_draws_fresh_noise() -> None:
+    """The DP noise stream is keyed by the data it protects: the same data repeats its bytes (a
+    resend reveals nothing), other data (a round re-answered after a restart) draws fresh noise."""
+    from labfbo.protocols import SiteContext, SiteData, get_protocol, parse_options
+    from labfbo.protocols.surface import SurfaceRequest
+
+    proto = get_protocol("surface")
+    logic = proto.site_logic(SPACE, parse_options(proto, {"privacy": labfbo.DP(noise_multiplier=1.0)}),
+                             SiteContext(site="s0", secret=5))
+    gen = np.random.default_rng(0)
+    X, y = gen.random((6, 2)), gen.random(6)
+    five, six = (SiteData(space=SPACE, X=X[:n], y=y[:n], yvar=None, pending=np.zeros((0, 2))) for n in (5, 6))
+    a, b, c = (logic.answer(SurfaceRequest(), d, 0) for d in (five, five, six))
+    assert a.moment.numpy().tolist() == b.moment.numpy().tolist()
+    clean5, clean6 = (proto.site_logic(SPACE, parse_options(proto, {}), SiteContext(site="s0")).answer(
+        SurfaceRequest(), d, 0).moment.numpy() for d in (five, six))
+    noise5, noise6 = a.moment.numpy() - clean5, c.moment.numpy() - clean6
+    assert not np.allclose(noise5, noise6)
+
+
+@pytest.mark.integration
+def test_a_spent_member_of_a_secure_sum_costs_the_others_nothing_after_it_retires() -> None:
+    """Under secure aggregation a site that spent its budget abstains; the coordinator leaves it out
+    of every later cohort, so the others' steps are not redone (and charged) round after round."""
+    opts = {**FAST, **PROTOCOLS["gradient-sa"]}
+    coord = labfbo.Coordinator("gradient", sites=SITES + ["s3"], seed=0, horizon=5, **opts)
+    sites = [labfbo.Optimizer(SPACE, protocol="gradient", coordinator=coord, site=s, seed=0, n_init=3, secret=11 + i,
+                              horizon=2 if i == 0 else 5, privacy=labfbo.DP(epsilon=1.0), **opts)
+             for i, s in enumerate(SITES + ["s3"])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run_campaign(sites, lambda i, p: _f(i % 3, p), 3, rounds=5)
+    assert sites[0].privacy_budget()["exhausted_at_round"] == 2 and "s0" in coord.aggregator().secure.retired
+    for o in sites[1:]:  # warm-up 4 steps, then 2 a round: the round s0 ran out in was redone once, no other
+        per_round = Counter(r.round for r in o.releases())
+        assert [per_round[t] for t in range(4)] == [4, 2, 3, 2] and o.epsilon() <= 1.0

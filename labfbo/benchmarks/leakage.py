@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -91,14 +91,14 @@ def run_job(job: AuditJob) -> str:
     elif job.sigma > 0:
         options["privacy"] = labfbo.DP(clip=job.clip, noise_multiplier=job.sigma)
     site = campaign(job.problem, job.n_sites, job.seed, max(job.iterations), job.n_init, **options)[0]
-    if job.epsilon is not None:  # the table and plots show the noise multiplier the budget calibrated
-        job = replace(job, sigma=float(site.privacy_budget()["noise_multiplier"]))
+    # the table and plots show the noise multiplier a budget calibrated (the job, the cache's key, stays as asked)
+    calibrated = float(site.privacy_budget()["noise_multiplier"]) if job.epsilon is not None else None
     rows = audit(site, job.iterations, tol=job.tol, restarts=job.restarts, steps=job.steps, seed=job.seed,
                  sparse_start=job.sparse_start, sequential=job.sequential and job.sparse_start)
     path = Path(job.path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"job": asdict(job), "epsilon": site.epsilon(), "rows": rows}))
+    tmp.write_text(json.dumps({"job": asdict(job), "sigma": calibrated, "epsilon": site.epsilon(), "rows": rows}))
     os.replace(tmp, path)
     return job.path
 
@@ -115,11 +115,16 @@ def run_jobs(todo: Sequence[AuditJob], workers: int = 1,
     return [json.loads(Path(j.path).read_text()) for j in todo]
 
 
+def _sigma(res: dict[str, Any]) -> float:
+    """The campaign's noise multiplier: as configured, or as its budget calibrated it."""
+    return float(res["sigma"]) if res.get("sigma") is not None else float(res["job"]["sigma"])
+
+
 def _cells(results: Sequence[dict[str, Any]]) -> dict[tuple[float, int], dict[str, list[float]]]:
     cells: dict[tuple[float, int], dict[str, list[float]]] = {}
     for res in results:
         for row in res["rows"]:
-            cell = cells.setdefault((res["job"]["sigma"], row["iteration"]), {m: [] for m in (*METRICS, "n")})
+            cell = cells.setdefault((_sigma(res), row["iteration"]), {m: [] for m in (*METRICS, "n")})
             for m in (*METRICS, "n"):
                 cell[m].append(row[m])
     return cells
@@ -145,7 +150,7 @@ def table(results: Sequence[dict[str, Any]]) -> str:
                      f"{_fmt(c['optimum_guess'])} ({np.mean(c['optimum_guess_chance']):.2f}) |")
     eps = {}
     for res in results:
-        eps.setdefault(res["job"]["sigma"], []).append(res["epsilon"])
+        eps.setdefault(_sigma(res), []).append(res["epsilon"])
     notes = [f"σ = {s:g}: site 0's ε = {np.mean([e if e is not None else math.inf for e in v]):.1f} "
              f"at δ = 1e-5 after the campaign" for s, v in sorted(eps.items()) if s > 0]
     return "\n".join(lines) + ("\n\n" + "; ".join(notes) + "." if notes else "")
@@ -167,7 +172,7 @@ def plot(results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     shown = [s for s in (sigmas[0], sigmas[-1])][: 1 if len(sigmas) == 1 else 2]
     fig, axes = plt.subplots(len(shown), len(its), figsize=(3.0 * len(its), 3.0 * len(shown)), squeeze=False)
     for i, s in enumerate(shown):
-        res = next(r for r in results if r["job"]["sigma"] == s and r["job"]["seed"] == first)
+        res = next(r for r in results if _sigma(r) == s and r["job"]["seed"] == first)
         for j, row in enumerate(sorted(res["rows"], key=lambda r: r["iteration"])):
             ax = axes[i][j]
             Xt, Xh = np.asarray(row["X_true"]), np.asarray(row["X_hat"])

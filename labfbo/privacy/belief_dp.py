@@ -105,7 +105,7 @@ def privatize_centre(mean: np.ndarray, dp: DP, rng: np.random.Generator, probs: 
     r"""The Gaussian mechanism on the centre alone; returns the released ``(mean, probs)``.
 
     :math:`\mu` clipped to :math:`[0, 1]^{d_o}` and the choice probabilities get
-    :math:`\mathcal N(0, (\sigma_{m DP}\Delta)^2)` per coordinate with
+    :math:`\mathcal N(0, (\sigma_{\rm DP}\Delta)^2)` per coordinate with
     :math:`\Delta = \sqrt{d_o + 2d_c}` (:func:`centre_sensitivity`); then :math:`\mu` is
     clipped back to the cube and each probability vector to :math:`[10^{-6}, 1]` and
     renormalized (post-processing).

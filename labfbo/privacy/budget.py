@@ -41,6 +41,9 @@ from labfbo.privacy.dp import PLD_DISCRETIZATION, DP, composed_epsilon
 from labfbo.privacy.release import Release
 from labfbo.records import Withheld
 
+BUDGET_SPENT = "privacy budget spent"
+"""The reason of the ``Abstain`` a site sends instead of a release beyond its budget."""
+
 SIGMA_MAX = 1e6
 """The largest noise multiplier calibration searches (a budget needing more is refused)."""
 
@@ -148,7 +151,7 @@ class Budget:
         message kind, else None) and warns the first time."""
         if self.allows(releases, release):
             return answer, release, None
-        abstain = Abstain(reason="privacy budget spent", round=answer.round, study=answer.study)
+        abstain = Abstain(reason=BUDGET_SPENT, round=answer.round, study=answer.study)
         last = withheld[-1] if withheld else None
         if last is not None and (last.round, last.message) == (answer.round, answer.kind):
             return abstain, None, None
@@ -199,7 +202,11 @@ def plan(logic_cls: type, space: object, options: object, context: object,
     if resolved.epsilon is None:
         return options, None
     at = factors_of(logic_cls(space, options, context), kinds)
-    planned = Counter({at[k]: counts[k] for k in kinds})
+    planned: Counter[float] = Counter()
+    for k in kinds:
+        planned[at[k]] += int(counts[k])
+    if not planned:  # nothing to plan (e.g. no SVGD step at all): every release is checked as it comes
+        return options, Budget(resolved)
     over = composed_epsilon(planned, resolved.delta)
     if over > resolved.epsilon:  # the expert form: a fixed sigma that the budget does not cover
         warnings.warn(f"DP(noise_multiplier={resolved.sigma:g}, epsilon={resolved.epsilon:g}): the campaign's "
@@ -207,10 +214,15 @@ def plan(logic_cls: type, space: object, options: object, context: object,
                       "releasing when the budget is spent (leave noise_multiplier out to calibrate it)", stacklevel=4)
         return options, Budget(resolved)
     weakest = min(planned)  # the least noisy release of the plan, as a multiple of its sensitivity
-    n_sites = int(getattr(context, "n_sites", 1))
-    if n_sites > 1 and weakest > n_sites / 2:
+    n = int(getattr(context, "n_sites", 1))
+    # the sum of n releases: signal up to n*Delta/2 against noise sqrt(n)*m*Delta (local noise), or
+    # sqrt(n/h)*m*Delta with distributed shares among h honest members: mostly noise once m exceeds this
+    h = max(n - int(getattr(options, "dp_colluders", 0)), 1)
+    distributed = getattr(options, "dp_noise", "local") == "distributed"
+    bound = math.sqrt(n * h) / 2 if distributed else math.sqrt(n) / 2
+    if n > 1 and weakest > bound:
         warnings.warn(f"DP(epsilon={resolved.epsilon:g}) over {sum(planned.values())} planned releases: each carries "
-                      f"Gaussian noise {weakest:.3g}x its sensitivity, so even the sum of all {n_sites} sites' releases "
+                      f"Gaussian noise {weakest:.3g}x its sensitivity, so even the sum of all {n} sites' releases "
                       "is mostly noise: expect little or no gain from the federation at this budget (fewer releases, "
                       "a larger budget or more sites help; docs/privacy.md)", stacklevel=4)
     return options, Budget(resolved, planned)
@@ -220,7 +232,7 @@ def declaration(dp: DP | None) -> PrivacyDeclaration | None:
     """What a site with these DP settings declares when it joins."""
     if dp is None:
         return None
-    return PrivacyDeclaration(epsilon=dp.epsilon, delta=dp.delta, noise_multiplier=dp.noise_multiplier)
+    return PrivacyDeclaration(epsilon=dp.epsilon, delta=dp.delta, noise_multiplier=dp.noise_multiplier, clip=dp.clip)
 
 
 class PrivacyFloor(BaseModel):

@@ -47,7 +47,7 @@ import math
 from typing import Any, Literal, Mapping
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from labfbo.exceptions import ConfigurationError, ValidationError
 
@@ -84,6 +84,13 @@ class DP(BaseModel):
         if noise_multiplier is None and epsilon is None:
             noise_multiplier = 1.0
         super().__init__(clip=clip, noise_multiplier=noise_multiplier, delta=delta, epsilon=epsilon, **kw)
+
+    @model_serializer(mode="wrap")
+    def _no_unset_budget(self, handler: Any) -> Any:
+        out = handler(self)
+        if self.epsilon is None and isinstance(out, dict):
+            out.pop("epsilon", None)  # without a budget, the settings dump as before budgets existed (journals)
+        return out
 
     @field_validator("clip")
     @classmethod

@@ -56,9 +56,17 @@ def parse_options(protocol: type[Protocol], options: dict[str, Any]) -> BaseMode
         raise ConfigurationError(f"invalid options for protocol {protocol.name!r}: {problems}") from None
 
 
+def shared_of(protocol: type[Protocol], options: BaseModel) -> dict[str, Any]:
+    """The options a site sends in its join for the coordinator to compare (``shared_options``;
+    a ``later_shared_options`` one only when it is not at its default)."""
+    fields = type(options).model_fields
+    return {k: v for k, v in options.model_dump(mode="json").items() if k in protocol.shared_options
+            and not (k in protocol.later_shared_options and k in fields and v == fields[k].default)}
+
+
 from labfbo.protocols.configured import (Centralized, ConfiguredProtocol, Consensus, Distribution,  # noqa: E402
                                          Gradient, Independent, Pooled, Surface, resolve)
 
 __all__ = ["Aggregator", "Centralized", "ConfiguredProtocol", "Consensus", "Distribution", "Exchange", "Finish",
            "Gradient", "Independent", "Pooled", "Protocol", "SiteContext", "SiteData", "SiteLogic", "Step",
-           "Surface", "available_protocols", "get_protocol", "parse_options", "register_protocol", "resolve"]
+           "Surface", "available_protocols", "get_protocol", "parse_options", "register_protocol", "resolve", "shared_of"]

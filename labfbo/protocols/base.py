@@ -17,6 +17,7 @@ use the number of sites that actually contributed.
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Sequence
@@ -60,6 +61,12 @@ class SiteData:
         """Identifies the observations (for caching fitted models)."""
         parts = [self.X.tobytes(), self.y.tobytes(), b"" if self.yvar is None else self.yvar.tobytes()]
         return b"|".join(parts)
+
+    def digest(self) -> str:
+        """A short hash of :meth:`key`: keys a DP noise stream to the data it protects, so an answer
+        recomputed from the same data repeats its bytes and one from other data draws fresh noise
+        (the same draw on two datasets would reveal their difference)."""
+        return hashlib.sha256(self.key()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -175,6 +182,10 @@ class Aggregator(ABC):
         """Next step given the responses of the sites that answered the last exchange."""
         raise ProtocolError(f"{type(self).__name__} sent no requests in round {t}")
 
+    def retire(self, site: str) -> None:
+        """``site`` has spent its privacy budget and will release nothing more: leave it out of
+        what needs every member (e.g. a secure sum's cohort). Nothing by default."""
+
     def state(self) -> dict[str, Any]:
         """What the aggregator carries from round to round (JSON-able), for durable coordinators."""
         return {}
@@ -195,6 +206,9 @@ class Protocol:
     aggregator: ClassVar[type[Aggregator] | None] = None  # None: no coordinator rounds
     needs_horizon: ClassVar[bool] = False       # the coordinator needs the planned number of rounds
     shared_options: ClassVar[tuple[str, ...]] = ()  # options every site must share with the coordinator
+    # shared options added after the first release: a join leaves them out while they are at their default,
+    # so it reads as before (and a coordinator fills in the default of one a site does not send)
+    later_shared_options: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def check_study(cls, options: BaseModel, n_sites: int) -> None:

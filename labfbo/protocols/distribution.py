@@ -207,6 +207,12 @@ class DistributionOptions(ModelOptions):
                                                  "(sensitivity sqrt(2d+2)) or only its centre (sqrt(d_o + 2 d_c)), "
                                                  "weight, sd and value then being public constants")
 
+    @model_validator(mode="after")
+    def _centre_needs_dp(self) -> "DistributionOptions":
+        if self.dp_belief == "centre" and self.privacy is None:
+            raise ValueError("dp_belief='centre' lowers the sensitivity of a DP release: it needs privacy=labfbo.DP(...)")
+        return self
+
 
 # -- coordinator-side math ------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -304,7 +310,8 @@ class DistributionSite(LocalGPSite):
         dp: DP | None = o.privacy
         schedule = None if o.release_every == 1 else o.release_every
         if dp is not None and o.dp_belief == "centre":  # the centre alone; the rest public constants
-            centre, probs = privatize_centre(centre, dp, self.context.private_rng(round, "dp-belief"), probs,
+            gen = self.context.private_rng(round, f"dp-belief/{data.digest()}")
+            centre, probs = privatize_centre(centre, dp, gen, probs,
                                              choice_layout(self.space)[1])
             return OptimumBelief(weight=CENTRE_WEIGHT, mean=Array.of(centre),
                                  variance=Array.of(np.full(len(centre), CENTRE_SD ** 2)), value=CENTRE_VALUE,
@@ -315,7 +322,7 @@ class DistributionSite(LocalGPSite):
         value = float((mean[0] - o.kappa * sd[0] - np.mean(data.y)) / y_sd)
         weight, variance = float(belief.weights[k]), belief.variances[k]
         if dp is not None:  # the site-private stream, never the study seed
-            gen = self.context.private_rng(round, "dp-belief")
+            gen = self.context.private_rng(round, f"dp-belief/{data.digest()}")
             weight, centre, variance, value, probs = privatize_belief(weight, centre, variance, value, dp, gen,
                                                                       probs, choice_layout(self.space)[1])
         return OptimumBelief(weight=weight, mean=Array.of(centre), variance=Array.of(variance), value=value,

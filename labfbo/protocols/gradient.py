@@ -182,9 +182,10 @@ class GradientSite(LocalGPSite):
         if dp is not None and self.options.dp_noise == "distributed":  # this member's share (secure sum only)
             n, t = len(request.cohort or {}), self.options.dp_colluders
             A = distributed.privatize_share(A, dp, ctx.private_rng(round, distributed.share_purpose(
-                request.dp_purpose, n, t)), n, t)
+                f"{request.dp_purpose}/{data.digest()}", n, t)), n, t)
         elif dp is not None:
-            A = privatize(A, dp, ctx.private_rng(round, request.dp_purpose))  # never from the study seed
+            # never from the study seed; keyed by the data too (a round answered again after a restart)
+            A = privatize(A, dp, ctx.private_rng(round, f"{request.dp_purpose}/{data.digest()}"))
         dp_fields = {"dp_clip": None if dp is None else dp.clip,
                      "dp_noise_multiplier": None if dp is None else dp.sigma}
         if not self.options.secure_aggregation:
@@ -298,10 +299,16 @@ class GradientAggregator(Aggregator):
         reply = ParticlesReply(particles=Array.of(self.particles.numpy()))
         return Finish({s: reply for s in self.sites})
 
+    def retire(self, site: str) -> None:
+        self.secure.retired.add(site)
+
     def state(self) -> dict[str, Any]:
         adam = {k: Array.of(v.numpy()).model_dump(mode="json") for k, v in (self.adam or {}).items()}
-        return {"particles": Array.of(self.particles.numpy()).model_dump(mode="json"), "trained": self.trained,
-                "keys": self.secure.keys, "adam": adam}
+        out = {"particles": Array.of(self.particles.numpy()).model_dump(mode="json"), "trained": self.trained,
+               "keys": self.secure.keys, "adam": adam}
+        if self.secure.retired:  # absent when none: a snapshot reads as before
+            out["retired"] = sorted(self.secure.retired)
+        return out
 
     def restore(self, state: dict[str, Any]) -> None:
         if state:
@@ -310,6 +317,7 @@ class GradientAggregator(Aggregator):
             adam = state.get("adam") or {}
             self.adam = {k: torch.as_tensor(Array.model_validate(v).numpy()) for k, v in adam.items()} or None
             self.secure.keys = dict(state.get("keys", {}))
+            self.secure.retired = set(state.get("retired", ()))
 
     def steps_in_round(self) -> int:
         """``warmup_steps`` until the particles have been trained once, then ``svgd_steps``."""
@@ -360,6 +368,7 @@ class GradientProtocol(Protocol):
     federated = True
     shared_options = ("n_particles", "hidden", "feature_dim", "learn_mean", "prior_std", "beta_meta", "lam",
                       "secure_aggregation", "dp_noise", "dp_colluders")  # a noise share relies on the others'
+    later_shared_options = ("dp_noise", "dp_colluders")
     Options = GradientOptions
     site_logic = GradientSite
     aggregator = GradientAggregator

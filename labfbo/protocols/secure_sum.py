@@ -121,6 +121,7 @@ class SecureSum:
         self.uploads: dict[str, np.ndarray] = {}
         self.keys_asked = False  # keys are asked at most once per round
         self.redone = 0  # steps asked again because a member dropped out
+        self.retired: set[str] = set()  # members that spent their privacy budget: never in a cohort again
 
     def reset(self) -> None:
         self.cohort, self.phase, self.uploads, self.keys_asked = [], "start", {}, False
@@ -139,7 +140,7 @@ class SecureSum:
         secure sum this round."""
         missing = [] if self.keys_asked else [s for s in self.sites if s not in self.keys]
         self.keys_asked = True
-        self.cohort = self.cohort or [s for s in self.sites if s in self.keys]
+        self.cohort = self.cohort or [s for s in self.sites if s in self.keys and s not in self.retired]
         if len(self.cohort) < MIN_COHORT:
             if missing:  # a keys-only exchange, then the cohort is formed again
                 self.phase = "keys"

@@ -182,7 +182,7 @@ class SurfaceSite(LocalGPSite):
         gram, moment = site_statistics(self.features.of_unit(data.X), data.y, None if dp is None else dp.clip)
         if dp is not None:  # the site-private stream, never the study seed
             gram, moment = privatize(gram, moment, dp, self.features.norm_bound,
-                                     self.context.private_rng(round, "dp-surface"))
+                                     self.context.private_rng(round, f"dp-surface/{data.digest()}"))
         return SurfaceStats(count=data.n, gram=Array.of(gram), moment=Array.of(moment),
                             dp_clip=None if dp is None else dp.clip,
                             dp_noise_multiplier=None if dp is None else dp.sigma,

@@ -46,6 +46,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel
 
 from labfbo.messages import Abstain, Message
+from labfbo.privacy.budget import BUDGET_SPENT
 from labfbo.progress import human_bytes
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ class PrivacyView:
     def record(self, site: str, msg: Message) -> None:
         """An accepted answer (the engine's hook, its lock held): kind, round and DP fields only."""
         if isinstance(msg, Abstain):
-            if msg.reason == "privacy budget spent":
+            if msg.reason == BUDGET_SPENT:
                 with self.lock:
                     self.accounts.setdefault(site, _Account()).budget_spent = True
             return
@@ -274,7 +275,8 @@ class PrivacyView:
         if declared is not None and declared.epsilon is not None:
             with self.lock:
                 spent = self.accounts.get(site, _Account()).budget_spent
-            text += f"; budget ε ≤ {declared.epsilon:g}" + (" — spent: it releases nothing more" if spent else "")
+            text += (f"; budget ε ≤ {declared.epsilon:g} at δ = {declared.delta:g}"
+                     + (" — spent: it releases nothing more" if spent else ""))
         return eps, text
 
     def _epsilon(self, site: str) -> tuple[float | None, str]:
