@@ -231,3 +231,27 @@ def test_a_spent_member_of_a_secure_sum_costs_the_others_nothing_after_it_retire
     for o in sites[1:]:  # warm-up 4 steps, then 2 a round: the round s0 ran out in was redone once, no other
         per_round = Counter(r.round for r in o.releases())
         assert [per_round[t] for t in range(4)] == [4, 2, 3, 2] and o.epsilon() <= 1.0
+
+
+def test_a_surface_drowned_in_dp_noise_is_not_trusted() -> None:
+    """The coordinator states the DP noise of the others' sums (from what each contributor declared);
+    a site uses the surface only while that noise is small against the sums' scale."""
+    from labfbo.messages import Array
+    from labfbo.protocols import SiteContext, get_protocol, parse_options
+    from labfbo.protocols.surface import NOISE_GUARD, SurfaceStats, leave_one_out
+
+    proto = get_protocol("surface")
+    logic = proto.site_logic(SPACE, parse_options(proto, {"fourier_features": 4}), SiteContext(site="s0"))
+    p = logic.features.p
+    gram, moment = np.eye(p)[np.triu_indices(p)], np.full(p, 0.1)
+    stats = {s: SurfaceStats(count=10, gram=Array.of(gram), moment=Array.of(moment), dp_clip=1.0,
+                             dp_noise_multiplier=sigma, dp_sensitivity=2.0)
+             for s, sigma in zip(SITES, (0.1, 0.1, 0.1))}
+    totals = leave_one_out(stats, SITES)["s0"]
+    assert totals.noise_sd == pytest.approx(np.sqrt(2) * 10 * 0.1 * 2.0) and totals.count == 20
+    assert logic.weights(totals) is not None  # noise 2.8 against sums of 20: used
+    loud = leave_one_out({s: m.model_copy(update={"dp_noise_multiplier": 5.0}) for s, m in stats.items()}, SITES)["s0"]
+    assert loud.noise_sd > NOISE_GUARD * loud.count and logic.weights(loud) is None  # drowned: the site's own GP
+    plain = leave_one_out({s: m.model_copy(update={"dp_noise_multiplier": None, "dp_sensitivity": None,
+                                                   "dp_clip": None}) for s, m in stats.items()}, SITES)["s0"]
+    assert plain.noise_sd is None and "noise_sd" not in plain.model_dump_json()

@@ -124,6 +124,15 @@ class SurfaceTotals(Message):
     count: int = Field(ge=0)
     gram: Array
     moment: Array
+    noise_sd: float | None = Field(None, ge=0, allow_inf_nan=False, description="the DP noise std per entry of the "
+                                   "sums, from what the contributors stated: sqrt(sum_j (n_j sigma_j Delta_j)^2)")
+
+    @model_serializer(mode="wrap")
+    def _no_unset_noise(self, handler: Any) -> Any:
+        out = handler(self)
+        if self.noise_sd is None and isinstance(out, dict):
+            out.pop("noise_sd", None)  # totals without DP noise are byte for byte as before
+        return out
 
     @model_validator(mode="after")
     def _shapes(self) -> "SurfaceTotals":
@@ -157,6 +166,11 @@ class SurfaceOptions(ModelOptions):
 # -- the two sides ---------------------------------------------------------------------------
 STATS_MECHANISM = ("Gaussian on the averaged ridge statistics (G/n, h/n), values clipped to [-C, C] "
                    "(labfbo.models.surface); the count n is released exactly")
+
+
+NOISE_GUARD = 0.25
+"""The largest DP noise std per entry of the others' sums, relative to their count, at which a
+site still uses their surface (the averaged statistics are of order 1, so the sums of order the count)."""
 
 
 class SurfaceSite(LocalGPSite):
@@ -205,8 +219,13 @@ class SurfaceSite(LocalGPSite):
         return {"surface_stats": -(-horizon // self.options.release_every)}
 
     def weights(self, totals: SurfaceTotals) -> np.ndarray | None:
-        """The surface's coefficients from the others' totals (None if there are none or they do not fit)."""
+        """The surface's coefficients from the others' totals (None if there are none, they do not fit,
+        or their DP noise swamps them: a noise std per entry above :data:`NOISE_GUARD` times the
+        others' count, the scale of the sums — a trusted noise surface misleads, so the site then
+        proposes from its own GP)."""
         if totals.sites == 0 or totals.moment.shape[0] != self.features.p:
+            return None
+        if totals.noise_sd is not None and totals.noise_sd > NOISE_GUARD * max(totals.count, 1):
             return None
         G = symmetric(totals.gram.numpy(), self.features.p)
         return ridge_weights(G, totals.moment.numpy(), self.options.ridge)
@@ -252,8 +271,11 @@ def leave_one_out(stats: Mapping[str, SurfaceStats], sites: list[str]) -> dict[s
         gram, moment = np.zeros(packed_size(p)), np.zeros(p)
         for o in others:
             gram, moment = gram + G[o], moment + h[o]
+        noised = [(stats[o].count * stats[o].dp_noise_multiplier * stats[o].dp_sensitivity) ** 2 for o in others
+                  if stats[o].dp_noise_multiplier is not None and stats[o].dp_sensitivity is not None]
         out[s] = SurfaceTotals(sites=len(others), count=sum(stats[o].count for o in others),
-                               gram=Array.of(gram), moment=Array.of(moment))
+                               gram=Array.of(gram), moment=Array.of(moment),
+                               noise_sd=float(np.sqrt(sum(noised))) if noised else None)
     return out
 
 
