@@ -37,7 +37,7 @@ import math
 import numpy as np
 
 from labfbo.exceptions import ValidationError
-from labfbo.privacy.dp import DP, clip_rows
+from labfbo.privacy.dp import DP, privatize
 
 
 def honest_members(cohort: int, colluders: int) -> int:
@@ -67,12 +67,7 @@ def privatize_share(grads: np.ndarray, dp: DP, rng: np.random.Generator, cohort:
     """
     if not isinstance(dp, DP):
         raise ValidationError(f"dp must be a labfbo DP, got {type(dp).__name__}")
-    if not isinstance(rng, np.random.Generator):
-        raise ValidationError(f"rng must be a numpy Generator, got {type(rng).__name__}")
-    clipped = clip_rows(grads, dp.clip)
-    if dp.sigma == 0:
-        return clipped
-    return clipped + rng.normal(0.0, share_std(dp, cohort, colluders), size=clipped.shape)
+    return privatize(grads, dp, rng, share_std(dp, cohort, colluders))
 
 
 def mechanism(colluders: int) -> str:

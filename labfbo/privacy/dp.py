@@ -167,8 +167,9 @@ def clip_rows(grads: np.ndarray, clip: float) -> np.ndarray:
     return g * scale
 
 
-def privatize(grads: np.ndarray, dp: DP, rng: np.random.Generator) -> np.ndarray:
-    """Eqs. 12-13: clip each row to ``dp.clip``, add ``N(0, (sigma * 2C)^2)`` to every entry.
+def privatize(grads: np.ndarray, dp: DP, rng: np.random.Generator, noise_std: float | None = None) -> np.ndarray:
+    """Eqs. 12-13: clip each row to ``dp.clip``, add ``N(0, (sigma * 2C)^2)`` to every entry
+    (``noise_std``: another std, e.g. a member's share of distributed noise).
 
     With ``noise_multiplier == 0`` the result is exactly :func:`clip_rows` and ``rng`` is
     not used.
@@ -180,7 +181,7 @@ def privatize(grads: np.ndarray, dp: DP, rng: np.random.Generator) -> np.ndarray
     clipped = clip_rows(grads, dp.clip)
     if dp.sigma == 0:
         return clipped
-    return clipped + rng.normal(0.0, dp.noise_std, size=clipped.shape)
+    return clipped + rng.normal(0.0, dp.noise_std if noise_std is None else noise_std, size=clipped.shape)
 
 
 def _accountant(accountant: str) -> Any:

@@ -68,7 +68,7 @@ from scipy.spatial.distance import pdist
 from scipy.special import logsumexp
 
 from labfbo.exceptions import ProtocolError
-from labfbo.messages import Abstain, Array, Message, parse, register
+from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.figp import FIGP, GuidanceField, guidance_strength
 from labfbo.models.gp import predict
 from labfbo.models.optimum_belief import Belief, candidate_set, choice_layout, fit_belief, optimum_samples
@@ -76,6 +76,7 @@ from labfbo.privacy import DP
 from labfbo.privacy.belief_dp import (CENTRE_SD, CENTRE_VALUE, CENTRE_WEIGHT, centre_sensitivity, privatize_belief,
                                       privatize_centre, sensitivity as belief_sensitivity)
 from labfbo.privacy.release import Release
+from labfbo.protocols.held import HeldReleases, ReusesReleases
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.seeding import rng
@@ -370,13 +371,13 @@ class DistributionSite(LocalGPSite):
         return self.propose_with(self.figp(data, guidance, round), data, n, round)
 
 
-class DistributionAggregator(Aggregator):
+class DistributionAggregator(ReusesReleases, Aggregator):
     """Also keeps each site's last belief sent with ``release_every = k > 1`` (:attr:`held`: site ->
     (round, belief)) and reuses it in the rounds :math:`r < t < r + k` the site sends none."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.held: dict[str, tuple[int, OptimumBelief]] = {}
+        self.reuse: HeldReleases[OptimumBelief] = HeldReleases(self.sites, OptimumBelief, "belief")
 
     def open_round(self, t: int) -> Step:
         return Exchange({s: BeliefRequest() for s in self.sites})
@@ -399,35 +400,6 @@ class DistributionAggregator(Aggregator):
             got[s] = m
         return got
 
-    def with_held(self, t: int, fresh: Mapping[str, OptimumBelief]) -> dict[str, OptimumBelief]:
-        """``fresh`` and, for the sites that sent none, their held belief while it stands (roster order)."""
-        out = {}
-        for s in self.sites:
-            if s in fresh:
-                out[s] = fresh[s]
-                if fresh[s].release_every is not None and fresh[s].release_every > 1:
-                    self.held[s] = (t, fresh[s])
-                else:
-                    self.held.pop(s, None)
-            elif s in self.held:
-                r, m = self.held[s]
-                if r < t < r + (m.release_every or 1):
-                    out[s] = m
-                else:
-                    del self.held[s]
-        return out
-
-    def state(self) -> dict[str, Any]:
-        if not self.held:
-            return {}
-        return {"held": {s: {"round": r, "belief": m.model_dump(mode="json")} for s, (r, m) in self.held.items()}}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        self.held = {}
-        for s, h in state.get("held", {}).items():
-            m = parse(h["belief"])
-            if isinstance(m, OptimumBelief):
-                self.held[s] = (int(h["round"]), m)
 
     def pool(self, responses: Mapping[str, Message]) -> Components:
         """The valid uploads as a pool of components, in site order."""
@@ -442,7 +414,7 @@ class DistributionAggregator(Aggregator):
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
         o = self.options
-        comps = self.pool(self.with_held(t, self.valid(responses)))
+        comps = self.pool(self.reuse.merge(t, self.valid(responses)))
         if not len(comps):
             return Finish({})
         if o.merging:

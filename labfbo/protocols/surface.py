@@ -44,12 +44,13 @@ import numpy as np
 from botorch.models.model import Model
 from pydantic import Field, model_serializer, model_validator
 
-from labfbo.messages import Abstain, Array, Message, parse, register
+from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.gp import fit_local_gp, predict
 from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, packed_size, privatize,
                                    ridge_weights, site_statistics, symmetric)
 from labfbo.privacy import DP
 from labfbo.privacy.release import Release
+from labfbo.protocols.held import HeldReleases, ReusesReleases
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.space import SearchSpace
@@ -279,46 +280,17 @@ def leave_one_out(stats: Mapping[str, SurfaceStats], sites: list[str]) -> dict[s
     return out
 
 
-class SurfaceAggregator(Aggregator):
+class SurfaceAggregator(ReusesReleases, Aggregator):
     """Also keeps each site's last statistics sent with ``release_every = k > 1`` (:attr:`held`:
     site -> (round, statistics)) and reuses them in the rounds :math:`r < t < r + k` the site sends none."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.held: dict[str, tuple[int, SurfaceStats]] = {}
+        self.reuse: HeldReleases[SurfaceStats] = HeldReleases(self.sites, SurfaceStats, "stats")
 
     def open_round(self, t: int) -> Step:
         return Exchange({s: SurfaceRequest() for s in self.sites})
 
-    def with_held(self, t: int, fresh: Mapping[str, SurfaceStats]) -> dict[str, SurfaceStats]:
-        """``fresh`` and, for the sites that sent none, their held statistics while they stand (roster order)."""
-        out = {}
-        for s in self.sites:
-            if s in fresh:
-                out[s] = fresh[s]
-                if fresh[s].release_every is not None and fresh[s].release_every > 1:
-                    self.held[s] = (t, fresh[s])
-                else:
-                    self.held.pop(s, None)
-            elif s in self.held:
-                r, m = self.held[s]
-                if r < t < r + (m.release_every or 1):
-                    out[s] = m
-                else:
-                    del self.held[s]
-        return out
-
-    def state(self) -> dict[str, Any]:
-        if not self.held:
-            return {}
-        return {"held": {s: {"round": r, "stats": m.model_dump(mode="json")} for s, (r, m) in self.held.items()}}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        self.held = {}
-        for s, h in state.get("held", {}).items():
-            m = parse(h["stats"])
-            if isinstance(m, SurfaceStats):
-                self.held[s] = (int(h["round"]), m)
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
         stats = {s: m for s, m in responses.items() if isinstance(m, SurfaceStats)}
@@ -329,7 +301,7 @@ class SurfaceAggregator(Aggregator):
         if wrong:
             warnings.warn(f"surface: ignoring statistics of {wrong} (expected {p} features)", stacklevel=2)
             stats = {s: m for s, m in stats.items() if s not in wrong}
-        stats = self.with_held(t, stats)
+        stats = self.reuse.merge(t, stats)
         return Finish(leave_one_out(stats, self.sites) if stats else {})
 
 
