@@ -194,6 +194,7 @@ def plot(panels: dict[str, dict[str, Any]], path: Path) -> Path:
     ...}, "plain": {variant: float}}``.
     """
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -207,6 +208,10 @@ def plot(panels: dict[str, dict[str, Any]], path: Path) -> Path:
                 ax.axhline(p["plain"][name], color=colour, ls="--", lw=1, label=f"{name}, no DP")
         ax.axhline(p["independent"], color="0.4", lw=2, label="independent (no federation)")
         ax.set_xscale("log")
+        ticks = sorted({e for eps, _ in p["rows"].values() for e in eps})
+        if ticks:  # the budgets themselves, no crowded minor labels
+            ax.set_xticks(ticks, [f"{e:g}" for e in ticks])
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_yscale("log" if p.get("log") else "linear")
         ax.set_xlabel("campaign budget ε per site (δ = 1e-5)")
         ax.set_ylabel(p["ylabel"])
