@@ -213,7 +213,12 @@ def test_the_multiobjective_bench_measures_hypervolume_and_lists_its_runs() -> N
     assert mo.hypervolume(problem, [{"f1": 20.0, "f2": 1.0}]) == 0.0  # beyond the reference point
     c2 = mo._botorch_problem("c2dtlz2")
     assert mo.hypervolume(c2, [{"f1": 0.1, "f2": 0.1, "slack": -0.01}]) == 0.0  # infeasible: not counted
+    dtlz = mo.shifted_dtlz2(np.array([0.05, -0.1, 0.02, 0.0, 0.08]))
+    front = [dtlz.evaluate(np.r_[a, 0.5 + np.array([0.05, -0.1, 0.02, 0.0, 0.08])]) for a in np.linspace(0, 1, 200)]
+    assert mo.hypervolume(dtlz, front) / dtlz.max_hv == pytest.approx(1.0, abs=0.01)  # the shift keeps the front
+    assert mo.hypervolume(dtlz, [dtlz.evaluate(np.full(6, 0.5))]) < 0.9 * dtlz.max_hv
     quick = mo.jobs("out", quick=True, seeds=[0, 1])
+    assert {j.problem for j in quick if j.part == "family"} == set(mo.FAMILIES)
     assert {j.part for j in quick} == {"single", "constrained", "family"}
     assert "gradient" not in {j.method for j in quick if j.part == "family"}
     assert len({j.path for j in quick}) == len(quick)

@@ -163,3 +163,79 @@ def test_upper_and_symmetric_round_trip() -> None:
     A = A + A.T
     np.testing.assert_allclose(symmetric(upper(A), 4), A)
     assert torch.is_tensor(SurfaceFeatures(SPACE)(torch.zeros(2, 3, dtype=torch.float64)))
+
+
+# -- several objectives: one surface per objective ----------------------------------------------------
+TWO = [labfbo.Objective("yield", "maximize"), labfbo.Objective("cost", "minimize")]
+
+
+def _two(i: int, p: dict) -> dict:
+    return {"yield": _f(i, p), "cost": (p["x"] - 0.2) ** 2 + 0.3 * p["t"] + 0.05 * i}
+
+
+def test_several_objectives_give_one_moment_and_one_surface_each() -> None:
+    feats = SurfaceFeatures(SPACE)
+    gen = np.random.default_rng(3)
+    X = np.c_[gen.random((12, 2)), gen.integers(0, 3, 12) / 2]
+    Y = gen.normal(size=(12, 2)) * [1.0, 50.0] + [0.0, 7.0]
+    g, H = site_statistics(feats.of_unit(X), Y, clip=1.5)
+    assert H.shape == (2, feats.p)
+    for j in range(2):  # each objective standardized and clipped on its own, the same Gram matrix
+        gj, hj = site_statistics(feats.of_unit(X), Y[:, j], clip=1.5)
+        np.testing.assert_array_equal(g, gj)
+        np.testing.assert_allclose(H[j], hj, atol=1e-15)
+    G = symmetric(g, feats.p)
+    W = ridge_weights(G, H, 0.5)
+    np.testing.assert_allclose(W[1], ridge_weights(G, H[1], 0.5), atol=1e-12)
+    # the DP sensitivity counts every moment: 2 sqrt(P^2 + m C^2 P)
+    assert dp_sensitivity(7.0, 1.5, 2) == pytest.approx(2 * np.sqrt(49 + 2 * 1.5 ** 2 * 7))
+    stats = {s: SurfaceStats(count=12, gram=Array.of(g), moment=Array.of(H)) for s in SITES}
+    totals = leave_one_out(stats, SITES)
+    assert totals["lab-a"].moment.shape == (2, feats.p)
+    np.testing.assert_allclose(totals["lab-a"].moment.numpy(), 24 * H)
+    with pytest.raises(ValueError, match="one per objective"):
+        SurfaceStats(count=12, gram=Array.of(g), moment=Array.of(np.zeros((1, feats.p))))
+
+
+@pytest.mark.integration  # a multi-site campaign with qLogNEHVI asks
+def test_several_objectives_federate_each_objective_and_keep_the_hypervolume_acquisition() -> None:
+    from labfbo.models.surface import SurfaceMean
+
+    coord = labfbo.Coordinator("surface", sites=SITES, space=SPACE, seed=5, horizon=3, **FAST)
+    sites = [labfbo.Optimizer(SPACE, objective=TWO, protocol="surface", coordinator=coord, site=s, seed=5, n_init=3,
+                              **FAST) for s in SITES]
+    for i, o in enumerate(sites):
+        for t in o.ask(n=3):
+            o.tell(t, _two(i, t.params))
+    for _ in range(2):
+        for i, (o, t) in enumerate(zip(sites, [o.ask() for o in sites])):
+            o.tell(t, _two(i, t.params))
+    stats = [m for m in sites[0].sent_messages() if isinstance(m, SurfaceStats)]
+    assert stats and all(m.moment.shape == (2, stats[0].p) for m in stats)
+    logic = sites[0]._logic
+    assert logic._weights is not None and logic._weights.shape == (2, stats[0].p)
+    data = sites[0].site_data()
+    for j in range(2):  # the proposal's models: each objective's GP on its own surface
+        assert isinstance(logic.outcome_model(data, j).mean_module, SurfaceMean)
+    pred = sites[0].predict([{"x": 0.6, "t": 0.3, "base": "b"}, {"x": 0.6, "t": 0.3, "base": "c"}])
+    assert pred["yield"][0][0] > pred["yield"][0][1]            # the partners' main effect of the base
+    assert all(len(o.observations) == 5 for o in sites)
+
+
+def test_sites_must_agree_on_how_several_objectives_federate() -> None:
+    coord = labfbo.Coordinator("surface", sites=SITES, space=SPACE, seed=0)
+    with pytest.raises(labfbo.FederationError, match="multi_objective"):
+        labfbo.Optimizer(SPACE, objective=TWO, protocol="surface", coordinator=coord, site="lab-a",
+                         multi_objective="parego")
+    # statistics of another shape than the majority's are left out, with a warning
+    from labfbo.protocols.surface import SurfaceAggregator, SurfaceOptions
+
+    agg = SurfaceAggregator(SurfaceOptions(fourier_features=0), SITES, 0, None, SPACE)
+    p = SurfaceFeatures(SPACE).p
+    two = {s: SurfaceStats(count=4, gram=Array.of(np.ones(p * (p + 1) // 2)), moment=Array.of(np.ones((2, p))))
+           for s in SITES[:2]}
+    one = SurfaceStats(count=4, gram=Array.of(np.ones(p * (p + 1) // 2)), moment=Array.of(np.ones(p)))
+    with pytest.warns(UserWarning, match="lab-c"):
+        replies = agg.on_responses(0, {**two, "lab-c": one}).replies
+    assert replies["lab-c"].sites == 2 and replies["lab-c"].moment.shape == (2, p)
+    assert replies["lab-a"].sites == 1

@@ -41,9 +41,19 @@ from labfbo.space import Real, SearchSpace
 
 SINGLE = ("branin_currin", "c2dtlz2")
 SINGLE_METHODS = ("labfbo", "botorch", "random")
-FAMILY_PROTOCOLS = ("independent", "distribution", "consensus", "surface", "gradient")
-QUICK_PROTOCOLS = ("independent", "distribution", "consensus", "surface")
-FAMILY_SITES, FAMILY_INIT, FAMILY_ITERS = 5, 4, 20
+FAMILY_PROTOCOLS = ("independent", "distribution", "consensus", "surface", "surface-parego", "gradient")
+QUICK_PROTOCOLS = ("independent", "distribution", "consensus", "surface", "surface-parego")
+#: family arms that are a protocol with options: name -> (protocol, options)
+ARMS: dict[str, tuple[str, dict[str, Any]]] = {"surface-parego": ("surface", {"multi_objective": "parego"})}
+#: the cache version of an arm whose behaviour changed (v3: surface shares one surface per objective)
+ARM_VERSION = {"surface": "family-v3"}
+FAMILY_SITES, FAMILY_ITERS = 5, 20
+#: the federated families: name -> (initial points per site, shift dimensions, the linear parameter constraint)
+FAMILIES: dict[str, tuple[int, int, tuple[dict[str, float], float]]] = {
+    "branin_currin": (4, 2, ({"x0": 1.0, "x1": 1.0}, 1.6)),
+    "dtlz2_6d": (6, 5, ({"x1": 1.0, "x2": 1.0}, 1.5)),
+}
+FAMILY_INIT = FAMILIES["branin_currin"][0]
 CHECKPOINTS = (20, 40)
 
 
@@ -92,6 +102,23 @@ def _botorch_problem(name: str, shift: np.ndarray | None = None) -> MOProblem:
     return MOProblem(name, d, n_init, objs, cons, evaluate, float(f.max_hv))
 
 
+def shifted_dtlz2(shift: np.ndarray, dim: int = 6) -> MOProblem:
+    r"""DTLZ2 (Deb et al. 2002; two objectives, minimized) in ``dim`` parameters whose distance
+    variables' optimum sits at :math:`0.5 + \delta` instead of 0.5:
+    :math:`f_{1,2} = (1 + g)\,(\cos, \sin)(\pi x_0 / 2)`, :math:`g = \sum_{i \ge 1} (x_i - 0.5 - \delta_i)^2`.
+    The Pareto front (and the maximal hypervolume, reference point 1.1) is DTLZ2's for every
+    :math:`|\delta_i| \le 0.5`: the sites share the front and differ in where it is reached."""
+    delta = np.asarray(shift, dtype=np.float64).reshape(dim - 1)
+
+    def evaluate(x: np.ndarray) -> dict[str, float]:
+        u = np.asarray(x, dtype=np.float64).reshape(dim)
+        g = float(np.sum((u[1:] - 0.5 - delta) ** 2))
+        return {"f1": (1 + g) * float(np.cos(np.pi * u[0] / 2)), "f2": (1 + g) * float(np.sin(np.pi * u[0] / 2))}
+
+    objs = (Objective("f1", "minimize", threshold=1.1), Objective("f2", "minimize", threshold=1.1))
+    return MOProblem("dtlz2_6d", dim, 6, objs, (), evaluate, 1.1 ** 2 - np.pi / 4)
+
+
 def hypervolume(problem: MOProblem, outcomes: list[dict[str, float]]) -> float:
     """Dominated hypervolume of the feasible outcomes (maximization orientation, thresholds as the
     reference point)."""
@@ -136,10 +163,11 @@ def jobs(out: str, quick: bool, seeds: Sequence[int]) -> list[MOJob]:
         for s in seeds:
             result.append(MOJob(f"{out}/constrained/gramacy/{m}-{key}/seed{s}.json", "constrained", "gramacy", m, s,
                                 20))
-    for m in QUICK_PROTOCOLS if quick else FAMILY_PROTOCOLS:
-        for s in seeds:
-            result.append(MOJob(f"{out}/family/branin_currin/{m}-{fkey}/seed{s}.json", "family", "branin_currin", m,
-                                s, FAMILY_ITERS))
+    for fam in FAMILIES:
+        for m in QUICK_PROTOCOLS if quick else FAMILY_PROTOCOLS:
+            mkey = hashlib.sha256(ARM_VERSION[m].encode()).hexdigest()[:6] if m in ARM_VERSION else fkey
+            for s in seeds:
+                result.append(MOJob(f"{out}/family/{fam}/{m}-{mkey}/seed{s}.json", "family", fam, m, s, FAMILY_ITERS))
     return result
 
 
@@ -212,20 +240,24 @@ def _run_family(job: MOJob) -> dict[str, Any]:
     import labfbo
     from labfbo.constraints import LinearConstraint
 
-    rng = np.random.default_rng(np.random.SeedSequence([job.seed, stable_hash("mo-family")]))
-    shifts = rng.uniform(-0.1, 0.1, size=(FAMILY_SITES, 2))
-    problems = [_botorch_problem("branin_currin", shift=s) for s in shifts]
-    space = problems[0].space([LinearConstraint({"x0": 1.0, "x1": 1.0}, "<=", 1.6)])
+    n_init, k, (coefs, rhs) = FAMILIES[job.problem]
+    tag = "mo-family" if job.problem == "branin_currin" else f"mo-family/{job.problem}"
+    rng = np.random.default_rng(np.random.SeedSequence([job.seed, stable_hash(tag)]))
+    shifts = rng.uniform(-0.1, 0.1, size=(FAMILY_SITES, k))
+    problems = [_botorch_problem(job.problem, shift=s) if job.problem == "branin_currin" else shifted_dtlz2(s)
+                for s in shifts]
+    space = problems[0].space([LinearConstraint(coefs, "<=", rhs)])
     names = [f"site{i}" for i in range(FAMILY_SITES)]
-    federated = job.method != "independent"
-    coord = labfbo.Coordinator(job.method, sites=names, seed=job.seed, horizon=job.budget) if federated else None
-    sites = [labfbo.Optimizer(space, objective=list(problems[0].objectives), protocol=job.method, coordinator=coord,
-                              site=s, seed=job.seed, n_init=FAMILY_INIT if federated else 0, secret=1000 + i)
-             for i, s in enumerate(names)]
+    protocol, options = ARMS.get(job.method, (job.method, {}))
+    federated = protocol != "independent"
+    coord = labfbo.Coordinator(protocol, sites=names, seed=job.seed, horizon=job.budget, **options) if federated else None
+    sites = [labfbo.Optimizer(space, objective=list(problems[0].objectives), protocol=protocol, coordinator=coord,
+                              site=s, seed=job.seed, n_init=n_init if federated else 0, secret=1000 + i,
+                              **options) for i, s in enumerate(names)]
     if not federated:  # the same starting points as the federated arms: the study's collaborative design
         from labfbo.coordinator import collaborative_design
 
-        cells = collaborative_design(space, FAMILY_SITES, FAMILY_INIT, job.seed)
+        cells = collaborative_design(space, FAMILY_SITES, n_init, job.seed)
         for o, rows in zip(sites, cells):
             for params in space.decode(rows):
                 o.enqueue(params)
@@ -239,7 +271,7 @@ def _run_family(job: MOJob) -> dict[str, Any]:
         sites[i].tell(tr, outcomes[i][-1])
 
     for i, o in enumerate(sites):
-        for tr in (o.ask(n=FAMILY_INIT) if federated else o.pending):
+        for tr in (o.ask(n=n_init) if federated else o.pending):
             run(i, tr)
     for _ in range(job.budget):
         t0 = time.perf_counter()
@@ -249,7 +281,7 @@ def _run_family(job: MOJob) -> dict[str, Any]:
             run(i, tr)
     for o in sites:
         o.close()
-    hv = [[hypervolume(problems[i], outcomes[i][: FAMILY_INIT + k]) / problems[i].max_hv
+    hv = [[hypervolume(problems[i], outcomes[i][: n_init + k]) / problems[i].max_hv
            for k in range(job.budget + 1)] for i in range(len(names))]
     return {"hv": hv, "violations": violations, "ask_seconds": times, "shifts": shifts.tolist()}
 
@@ -286,15 +318,16 @@ def report(records: list[dict[str, Any]]) -> str:
             bests = [r["best_feasible"][-1] for r in rs if r["best_feasible"][-1] is not None]
             lines.append(f"| {m} | {len(rs)} | {_ms([r['infeasible_after_design'] for r in rs])} | "
                          f"{_ms(bests) if bests else '—'} ({len(bests)} of {len(rs)} seeds found one) |")
-    lines += ["", f"**Federated family** — {FAMILY_SITES} shifted BraninCurrin sites, {FAMILY_INIT} initial points "
-              f"+ {FAMILY_ITERS}, linear parameter constraint x0 + x1 <= 1.6: hypervolume per site after 10 and 20 "
-              "iterations (mean over sites, mean ± s.e. over seeds); proposals that broke the parameter constraint",
-              "", "| protocol | seeds | HV of the design | HV after 10 | HV after 20 | violations | s / site-ask |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += ["", f"**Federated families** — {FAMILY_SITES} related sites (shifted BraninCurrin: 4 initial points, "
+              f"x0 + x1 <= 1.6; shifted DTLZ2 in 6-D: 6 initial points, x1 + x2 <= 1.5) + {FAMILY_ITERS} rounds: "
+              "hypervolume per site after 10 and 20 iterations (mean over sites, mean ± s.e. over seeds); proposals "
+              "that broke the parameter constraint", "",
+              "| family | protocol | seeds | HV of the design | HV after 10 | HV after 20 | violations | s / site-ask |",
+              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for (part, prob, m), rs in sorted(by.items()):
         if part == "family":
             h0, h10, h20 = ([np.mean([h[k] for h in r["hv"]]) for r in rs] for k in (0, 10, -1))
-            lines.append(f"| {m} | {len(rs)} | {_ms(h0)} | {_ms(h10)} | {_ms(h20)} | "
+            lines.append(f"| {prob} | {m} | {len(rs)} | {_ms(h0)} | {_ms(h10)} | {_ms(h20)} | "
                          f"{sum(r['violations'] for r in rs)} | "
                          f"{np.median(np.concatenate([r['ask_seconds'] for r in rs])):.2f} |")
     return "\n".join(lines)

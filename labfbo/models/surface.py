@@ -127,34 +127,40 @@ def standardized(y: np.ndarray) -> np.ndarray:
 
 def site_statistics(Phi: np.ndarray, y: np.ndarray, clip: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     r"""``(upper(G/n), h/n)`` of a site's features ``Phi (n, p)`` and values ``y (n,)``; with
-    ``clip`` the standardized values are clipped to :math:`[-C, C]` first."""
-    z = standardized(np.asarray(y, dtype=np.float64))
+    ``clip`` the standardized values are clipped to :math:`[-C, C]` first. Several outcomes,
+    ``y (n, m)``: each column standardized on its own, ``h/n`` of shape ``(m, p)``."""
+    Y = np.asarray(y, dtype=np.float64)
+    Z = np.stack([standardized(col) for col in np.atleast_2d(Y.T)], axis=1) if Y.ndim == 2 else standardized(Y)
     if clip is not None:
-        z = np.clip(z, -clip, clip)
-    n = len(z)
-    return upper(Phi.T @ Phi) / n, Phi.T @ z / n
+        Z = np.clip(Z, -clip, clip)
+    n = Z.shape[0]
+    return upper(Phi.T @ Phi) / n, (Phi.T @ Z).T / n
 
 
-def dp_sensitivity(norm_bound: float, clip: float) -> float:
-    r""":math:`\ell_2` sensitivity of ``(upper(\bar G), \bar h)`` when the site's whole dataset may
-    change (task level): :math:`\lVert\bar G\rVert_F \le P` and :math:`\lVert\bar h\rVert \le C\sqrt P`,
-    so :math:`\Delta = 2\sqrt{P^2 + C^2 P}`."""
-    return 2.0 * math.sqrt(norm_bound ** 2 + clip ** 2 * norm_bound)
+def dp_sensitivity(norm_bound: float, clip: float, outcomes: int = 1) -> float:
+    r""":math:`\ell_2` sensitivity of ``(upper(\bar G), \bar h_1, \dots, \bar h_m)`` when the site's
+    whole dataset may change (task level): :math:`\lVert\bar G\rVert_F \le P` and each
+    :math:`\lVert\bar h_j\rVert \le C\sqrt P`, so :math:`\Delta = 2\sqrt{P^2 + m C^2 P}`
+    (:math:`m` = ``outcomes``, one moment per modelled outcome)."""
+    return 2.0 * math.sqrt(norm_bound ** 2 + outcomes * clip ** 2 * norm_bound)
 
 
 def privatize(gram: np.ndarray, moment: np.ndarray, dp: DP, norm_bound: float,
               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """The Gaussian mechanism on the averaged statistics (std ``noise_multiplier * sensitivity``)."""
-    scale = dp.sigma * dp_sensitivity(norm_bound, dp.clip)
+    scale = dp.sigma * dp_sensitivity(norm_bound, dp.clip, 1 if moment.ndim == 1 else moment.shape[0])
     if scale == 0:
         return gram, moment
     return gram + rng.normal(0.0, scale, gram.shape), moment + rng.normal(0.0, scale, moment.shape)
 
 
 def ridge_weights(G: np.ndarray, h: np.ndarray, ridge: float) -> np.ndarray:
-    r""":math:`w = (G_+ + \lambda I)^{-1} h`, :math:`G_+` the PSD part of the symmetric ``G``."""
+    r""":math:`w = (G_+ + \lambda I)^{-1} h`, :math:`G_+` the PSD part of the symmetric ``G``;
+    ``h (m, p)`` (one moment per outcome) gives ``w (m, p)``."""
     vals, vecs = np.linalg.eigh(0.5 * (G + G.T))
-    return vecs @ ((vecs.T @ h) / (np.clip(vals, 0.0, None) + ridge))
+    H = np.atleast_2d(h).T
+    W = vecs @ ((vecs.T @ H) / (np.clip(vals, 0.0, None) + ridge)[:, None])
+    return W.T.reshape(np.shape(h))
 
 
 class SurfaceMean(Mean):

@@ -33,10 +33,17 @@ state their ``k``; the coordinator reuses a site's last statistics from round :m
 the rounds :math:`r < t < r + k` it sent none (post-processing: no new privacy cost), so the
 totals keep coming every round, at most :math:`k - 1` rounds stale. Under
 ``DP(epsilon=...)`` fewer releases compose to the budget with less noise each.
+
+**Several objectives** (``multi_objective="hypervolume"``, the default): one moment
+:math:`\bar h_{i,k}` per objective :math:`k` beside the one :math:`\bar G_i`, one surface
+:math:`w_k` per objective, each objective's GP on its own surface, and the site maximizes
+qLogNEHVI over them (outcome constraints on their plain local GPs). ``"parego"``: the round's
+shared Chebyshev scalarization, as the other federated protocols.
 """
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from typing import Any, Literal, Mapping
 
@@ -70,10 +77,15 @@ def _finite(*arrays: Array) -> None:
             raise ValueError("statistics must be finite")
 
 
+MAX_OBJECTIVES = 16  # moments per message: one per objective (several objectives, multi_objective="hypervolume")
+
+
 def _check_shapes(gram: Array, moment: Array, bound: float) -> None:
-    if len(moment.shape) != 1 or gram.shape != (packed_size(moment.shape[0]),):
-        raise ValueError(f"moment must be a (p,) vector and gram its (p(p+1)/2,) upper triangle, "
-                         f"got {moment.shape} and {gram.shape}")
+    shape = moment.shape
+    if not (len(shape) == 1 or (len(shape) == 2 and 2 <= shape[0] <= MAX_OBJECTIVES)) \
+            or gram.shape != (packed_size(shape[-1]),):
+        raise ValueError(f"moment must be a (p,) vector (or (m, p), one per objective, 2 <= m <= {MAX_OBJECTIVES}) "
+                         f"and gram its (p(p+1)/2,) upper triangle, got {shape} and {gram.shape}")
     _finite(gram, moment)
     if max(float(np.abs(gram.numpy()).max(initial=0.0)), float(np.abs(moment.numpy()).max(initial=0.0))) > bound:
         raise ValueError(f"statistics must be at most {bound:g} in absolute value")
@@ -87,7 +99,8 @@ MAX_AVERAGE = 1e9  # |entry| of an average: <= 1 without DP, DP noise far below 
 @register
 class SurfaceStats(Message):
     r"""Site -> coordinator: :math:`\bar G` (upper triangle), :math:`\bar h` and :math:`n`
-    (``p(p+1)/2 + p + 1`` scalars)."""
+    (``p(p+1)/2 + p + 1`` scalars); with several objectives one :math:`\bar h_j` per objective
+    (``moment`` of shape ``(m, p)``)."""
 
     kind: Literal["surface_stats"] = "surface_stats"
     count: int = Field(ge=2, le=MAX_COUNT)
@@ -113,7 +126,7 @@ class SurfaceStats(Message):
 
     @property
     def p(self) -> int:
-        return int(self.moment.shape[0])
+        return int(self.moment.shape[-1])
 
 
 @register
@@ -155,6 +168,10 @@ class SurfaceOptions(ModelOptions):
     fourier_lengthscale: float = Field(0.2, gt=0, description="their RBF lengthscale in unit-cube units")
     release_every: int = Field(1, ge=1, description="k: upload the statistics only in rounds t with t % k == 0 "
                                "(ceil(T/k) releases; the coordinator reuses them in between)")
+    multi_objective: Literal["hypervolume", "parego"] = Field(
+        "hypervolume", description="several objectives: 'hypervolume' shares one surface per objective and each "
+        "site maximizes qLogNEHVI over its GPs on them; 'parego' shares the surface of the round's random "
+        "Chebyshev scalarization (as gradient, distribution and consensus do)")
 
     @model_validator(mode="after")
     def _no_warping(self) -> "SurfaceOptions":
@@ -184,6 +201,15 @@ class SurfaceSite(LocalGPSite):
     def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
         super().__init__(space, options, context)
         self.features = features(space, options)
+        self._objective_models: dict[int, tuple[bytes, Model]] = {}  # objective -> (data + surface key, its GP)
+
+    def objectives(self, data: SiteData) -> int:
+        """How many surfaces the site shares: one per objective under several objectives with
+        ``multi_objective="hypervolume"``, else 1 (the objective, or the round's ParEGO target)."""
+        spec = self.context.outcomes
+        if spec is None or not spec.multi or data.Y is None or self.options.multi_objective != "hypervolume":
+            return 1
+        return len(spec.objectives)
 
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
         if not isinstance(request, SurfaceRequest):
@@ -194,14 +220,17 @@ class SurfaceSite(LocalGPSite):
         if data.n < 2:
             return Abstain(reason="fewer than two observations")
         dp: DP | None = self.options.privacy
-        gram, moment = site_statistics(self.features.of_unit(data.X), data.y, None if dp is None else dp.clip)
-        if dp is not None:  # the site-private stream, never the study seed
+        m = self.objectives(data)
+        values = data.y if m == 1 else data.Y[:, :m]  # type: ignore[index]
+        gram, moment = site_statistics(self.features.of_unit(data.X), values, None if dp is None else dp.clip)
+        if dp is not None:  # the site-private stream, never the study seed; keyed by every value it protects
+            digest = data.digest() if m == 1 else hashlib.sha256(data.key() + values.tobytes()).hexdigest()[:16]
             gram, moment = privatize(gram, moment, dp, self.features.norm_bound,
-                                     self.context.private_rng(round, f"dp-surface/{data.digest()}"))
+                                     self.context.private_rng(round, f"dp-surface/{digest}"))
         return SurfaceStats(count=data.n, gram=Array.of(gram), moment=Array.of(moment),
                             dp_clip=None if dp is None else dp.clip,
                             dp_noise_multiplier=None if dp is None else dp.sigma,
-                            dp_sensitivity=None if dp is None else dp_sensitivity(self.features.norm_bound, dp.clip),
+                            dp_sensitivity=None if dp is None else dp_sensitivity(self.features.norm_bound, dp.clip, m),
                             release_every=None if k == 1 else k)
 
     def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
@@ -219,12 +248,14 @@ class SurfaceSite(LocalGPSite):
         """One upload in each round ``t < horizon`` with ``t % release_every == 0``: ``ceil(horizon / k)``."""
         return {"surface_stats": -(-horizon // self.options.release_every)}
 
-    def weights(self, totals: SurfaceTotals) -> np.ndarray | None:
-        """The surface's coefficients from the others' totals (None if there are none, they do not fit,
-        or their DP noise swamps them: a noise std per entry above :data:`NOISE_GUARD` times the
-        others' count, the scale of the sums — a trusted noise surface misleads, so the site then
-        proposes from its own GP)."""
-        if totals.sites == 0 or totals.moment.shape[0] != self.features.p:
+    def weights(self, totals: SurfaceTotals, objectives: int = 1) -> np.ndarray | None:
+        """The surface's coefficients from the others' totals, ``(p,)`` (or ``(m, p)``, one surface per
+        objective); None if there are none, they do not fit (another shape than ``objectives``
+        asks for), or their DP noise swamps them: a noise std per entry above :data:`NOISE_GUARD`
+        times the others' count, the scale of the sums — a trusted noise surface misleads, so the
+        site then proposes from its own GP."""
+        expected = (self.features.p,) if objectives == 1 else (objectives, self.features.p)
+        if totals.sites == 0 or tuple(totals.moment.shape) != expected:
             return None
         if totals.noise_sd is not None and totals.noise_sd > NOISE_GUARD * max(totals.count, 1):
             return None
@@ -243,14 +274,34 @@ class SurfaceSite(LocalGPSite):
         return self._surface_model
 
     def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
-        w = self._weights = self.weights(guidance) if isinstance(guidance, SurfaceTotals) else None
+        m = self.objectives(data)
+        w = self._weights = self.weights(guidance, m) if isinstance(guidance, SurfaceTotals) else None
         if w is None or data.n < 2:
+            self._weights = None
+            return self.propose_local(data, n, round)
+        if m > 1:  # qLogNEHVI over the objectives' GPs on their surfaces (outcome_model)
             return self.propose_local(data, n, round)
         return self.propose_with(self.surface_model(data, w), data, n, round)
 
+    def outcome_model(self, data: SiteData, j: int) -> Model:
+        """With one surface per objective: objective ``j``'s GP with its surface as prior mean
+        (its agreement scale fitted on the site's own values of that objective); else the local GP."""
+        w = self._weights
+        if w is None or w.ndim != 2 or j >= w.shape[0] or data.Y is None or data.n < 2:
+            return super().outcome_model(data, j)
+        key = data.X.tobytes() + data.Y[:, j].tobytes() + w[j].tobytes()
+        models = self._objective_models
+        if j not in models or models[j][0] != key:
+            o = self.options
+            var = None if data.Yvar is None or np.isnan(data.Yvar[:, j]).any() else data.Yvar[:, j]
+            models[j] = (key, fit_local_gp(data.X, data.Y[:, j], var, space=self.space, options=o,
+                                           seed=self.context.seed_for(data.n, f"gp-fit/{j}"),
+                                           mean_module=SurfaceMean(self.features, w[j], o.scale_mean, o.scale_sd)))
+        return models[j][1]
+
     def predict(self, data: SiteData, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The model of the last proposal: with the last surface received, or the plain GP."""
-        if self._weights is None or data.n < 2:
+        if self._weights is None or self._weights.ndim != 1 or data.n < 2:
             return super().predict(data, X)
         return predict(self.surface_model(data, self._weights), X)
 
@@ -263,13 +314,14 @@ def features(space: SearchSpace, options: SurfaceOptions) -> SurfaceFeatures:
 def leave_one_out(stats: Mapping[str, SurfaceStats], sites: list[str]) -> dict[str, SurfaceTotals]:
     """Each site's totals over the *other* contributors (count-weighted sums of their averages),
     summed in roster order whatever order the answers arrived in (the same bits on every transport)."""
-    p = next(iter(stats.values())).p if stats else 0
+    shape = tuple(next(iter(stats.values())).moment.shape) if stats else (0,)
+    p = shape[-1]
     G = {s: stats[s].count * stats[s].gram.numpy() for s in sites if s in stats}
     h = {s: stats[s].count * stats[s].moment.numpy() for s in sites if s in stats}
     out = {}
     for s in sites:
         others = [o for o in G if o != s]
-        gram, moment = np.zeros(packed_size(p)), np.zeros(p)
+        gram, moment = np.zeros(packed_size(p)), np.zeros(shape)
         for o in others:
             gram, moment = gram + G[o], moment + h[o]
         noised = [(stats[o].count * stats[o].dp_noise_multiplier * stats[o].dp_sensitivity) ** 2 for o in others
@@ -297,9 +349,12 @@ class SurfaceAggregator(ReusesReleases, Aggregator):
         if self.space is not None and not hasattr(self, "_p"):
             self._p = features(self.space, self.options).p  # the basis is drawn once, not every round
         p = getattr(self, "_p", None)
-        wrong = sorted(s for s, m in stats.items() if p is not None and m.p != p)
+        shapes = [tuple(stats[s].moment.shape) for s in self.sites if s in stats]
+        common = max(shapes, key=shapes.count) if shapes else None  # the most frequent (first in roster order)
+        wrong = sorted(s for s, m in stats.items() if (p is not None and m.p != p) or tuple(m.moment.shape) != common)
         if wrong:
-            warnings.warn(f"surface: ignoring statistics of {wrong} (expected {p} features)", stacklevel=2)
+            warnings.warn(f"surface: ignoring statistics of {wrong} (expected {p} features and moments of shape "
+                          f"{common}: one per objective)", stacklevel=2)
             stats = {s: m for s, m in stats.items() if s not in wrong}
         stats = self.reuse.merge(t, stats)
         return Finish(leave_one_out(stats, self.sites) if stats else {})
@@ -311,4 +366,5 @@ class SurfaceProtocol(Protocol):
     Options = SurfaceOptions
     site_logic = SurfaceSite
     aggregator = SurfaceAggregator
-    shared_options = ("fourier_features", "fourier_lengthscale")
+    shared_options = ("fourier_features", "fourier_lengthscale", "multi_objective")
+    later_shared_options = ("multi_objective",)
