@@ -17,7 +17,8 @@ exchanges for the objective).
 BoTorch's ``get_chebyshev_scalarization``), its weights :math:`w \sim` uniform on the
 simplex drawn from ``(study seed, t)``. All sites share the round's weights, so the
 protocol keeps exchanging one model of one function per round, and over rounds the
-sites sweep the Pareto front together. ``independent`` uses qLogNEHVI instead.
+sites sweep the Pareto front together. ``independent`` uses qLogNEHVI instead, and so does
+``surface`` by default (one shared surface per objective, :mod:`labfbo.protocols.surface`).
 """
 
 from __future__ import annotations
