@@ -1,7 +1,8 @@
 """Every model that crosses a site boundary. This module *is* the privacy boundary.
 
 A message is a pydantic model with a ``kind`` tag and a schema ``version``; arrays travel
-as :class:`Array` (dtype, shape, base64 of little-endian bytes — never pickle). Anything
+as :class:`Array` (dtype, shape, base64 of little-endian bytes — never pickle; on the wire
+the base64 becomes raw bytes, see :mod:`labfbo.wire`). Anything
 a site sends is one of the classes registered here (protocol modules register their own
 with :func:`register`), so ``opt.sent_messages()`` lists exactly what left the site, and
 :func:`parse` refuses anything unknown.
@@ -15,10 +16,11 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
+from labfbo import wire
 from labfbo.exceptions import ProtocolError
 
 SCHEMA_VERSION = 1
-_ALLOWED_DTYPES = ("float64", "float32", "int64", "int32", "bool", "uint8", "uint64")
+_ALLOWED_DTYPES = ("float64", "float32", "int64", "int32", "int8", "bool", "uint8", "uint64")
 
 
 class Array(BaseModel):
@@ -77,9 +79,14 @@ class Message(BaseModel):
                                      f"got {data[name]!r}")
         return data
 
+    def to_wire(self) -> bytes:
+        """The message as every transport sends it: a :mod:`labfbo.wire` frame (its JSON with
+        the arrays as raw bytes)."""
+        return wire.pack_json(self.model_dump_json())
+
     def nbytes(self) -> int:
-        """Size of the message on the wire (its JSON encoding, UTF-8)."""
-        return len(self.model_dump_json().encode())
+        """Size of the message on the wire (its frame)."""
+        return wire.frame_size(self.model_dump_json())
 
     def summary(self, max_items: int = 64) -> dict[str, Any]:
         """Its fields for a person to read: scalars and short lists as they are, each array as
@@ -116,8 +123,10 @@ def register(cls: M) -> M:
 
 
 def parse(data: str | bytes | dict[str, Any]) -> Message:
-    """Decode a JSON message (or its dict) into its registered class."""
-    if isinstance(data, (str, bytes)):
+    """Decode a message — a wire frame, its JSON text or that JSON's dict — into its registered class."""
+    if wire.is_frame(data):
+        data = wire.unpack(data)  # type: ignore[arg-type]
+    elif isinstance(data, (str, bytes)):
         import json
 
         try:

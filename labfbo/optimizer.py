@@ -482,9 +482,10 @@ class Optimizer(CampaignViews):
             raise LabFBOError(f"site {self.site!r} was closed; reopen it from its journal to continue")
         return self._state.clock.guidance(self._link, self.ledger, self.site, self._results(), self._state.position, timeout)
 
-    def _handle(self, request_json: str) -> str:
-        """Answer a coordinator request from local data (called by the transport, maybe from its thread)."""
-        request = parse(request_json)
+    def _handle(self, request_bytes: bytes | str) -> bytes:
+        """Answer a coordinator request (a wire frame, or its JSON) from local data (called by the
+        transport, maybe from its thread); the answer's frame."""
+        request = parse(request_bytes)
         with self._lock:
             with _COMPUTE:
                 self.ledger.record_received(request)
@@ -506,7 +507,7 @@ class Optimizer(CampaignViews):
             self.ledger.record_sent(answer)
             if len(self.ledger.unjournaled) >= TRAFFIC_BATCH:  # a long exchange (gradient's warm-up)
                 self._commit(Traffic(messages=self.ledger.take()))
-        return answer.model_dump_json()
+        return answer.to_wire()
 
     def __repr__(self) -> str:
         return (f"Optimizer(site={self.site!r}, protocol={self.protocol!r}, objective={self.objective!r}, "

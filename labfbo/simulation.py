@@ -12,7 +12,7 @@ Every site runs a real :class:`~labfbo.Optimizer` connected to one
   iterations (PACD-BO's early-convergence AUC);
 * ``proposals[i, t]``: the evaluated point in user units, in the space's parameter
   order (categoricals as their choice index);
-* ``bytes_up`` / ``bytes_down``: JSON bytes the site sent / received in round ``t``.
+* ``bytes_up`` / ``bytes_down``: bytes (wire frames) the site sent / received in round ``t``.
 """
 
 from __future__ import annotations

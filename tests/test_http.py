@@ -127,6 +127,17 @@ def test_auth_conflicts_and_limits(study) -> None:
     for body in (huge, deep, b"\xff\xfe", utf16, *unhashable):
         assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=body, headers=_h(tokens["b"]),
                              timeout=10).status_code == 422
+    # frames: site b reads its request as one; damaged frames and non-finite arrays in frames are refused
+    framed = {**_h(tokens["b"]), "Accept": labfbo.wire.MEDIA_TYPE}
+    r = requests.get(f"{url}/v1/sites/b/work", params={"wait": 5}, headers=framed, timeout=20)
+    assert r.headers["content-type"] == labfbo.wire.MEDIA_TYPE and r.headers["X-Labfbo-Work"] == "request"
+    assert int(r.headers["X-Labfbo-Seq"]) == seq and labfbo.messages.parse(r.content).round == 0
+    post_frame = {**_h(tokens["b"]), "Content-Type": labfbo.wire.MEDIA_TYPE}
+    for body in (labfbo.wire.pack_json(belief)[:-3], labfbo.wire.pack_json(bad), b"LFBW\x01\xff\xff\xff\xff{}"):
+        assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=body, headers=post_frame,
+                             timeout=10).status_code == 422
+    assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=labfbo.wire.pack_json(belief), headers=post_frame,
+                         timeout=10).json() == {"accepted": True, "repeat": False}
     one = SPACE.model_dump(mode="json")["params"][0]
     wide = {"kind": "join", "site": "b", "protocol": "distribution", "space_hash": "0" * 64, "n_init": 1,
             "space": {"params": [{**one, "name": f"x{i}"} for i in range(40_000)]}}

@@ -54,10 +54,10 @@ def test_messages_round_trip_through_parse():
     ]
     for m in msgs:
         assert m.version == SCHEMA_VERSION
-        for wire in (m.model_dump_json(), m.model_dump_json().encode(), json.loads(m.model_dump_json())):
+        for wire in (m.model_dump_json(), m.model_dump_json().encode(), json.loads(m.model_dump_json()), m.to_wire()):
             back = parse(wire)
             assert type(back) is type(m) and back == m
-        assert m.nbytes() == len(m.model_dump_json().encode()) > 0
+        assert m.nbytes() == len(m.to_wire()) > 0
 
 
 def test_parse_refuses_unknown_kinds_and_newer_versions():

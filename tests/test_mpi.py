@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-PROTOCOLS = ["independent", "consensus", "distribution", "gradient", "gradient-sa", "surface", "surface-budget"]
+PROTOCOLS = ["independent", "consensus", "distribution", "gradient", "gradient-sa", "gradient-compact", "surface",
+             "surface-budget"]
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
 pytestmark = [pytest.mark.integration,  # mpiexec subprocesses
               pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (pip install 'labfbo[mpi]')")]

@@ -70,6 +70,8 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     # ablations (only with --methods): the stalled-basin escape on Independent, and off on PACD-BO
     "Independent-escape": ("independent", {"stall_rounds": 10, **PAPER_ACQ}),
     "PACD-BO-paper": ("gradient", {"stall_rounds": None, "harm_guard": False, **PAPER_ACQ}),
+    # the compact wire's cost in regret (8-bit scores and particle changes, labfbo.protocols.gradient_wire)
+    "PACD-BO (compact wire)": ("gradient", {"wire": "compact"}),
 }
 DEFAULT_METHODS = ("Independent", "PACOH-BO", "PACD-BO", "CBOC-U", "CBOC-L", "Independent (labfbo defaults)",
                    "PACD-BO (labfbo defaults)", "CBOC-U (labfbo defaults)")

@@ -32,7 +32,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, model_serializer, model_validator
 
 from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.encoding import FeatureMap
@@ -43,6 +43,8 @@ from labfbo.exceptions import ConfigurationError
 from labfbo.privacy import DP, distributed, privatize, secagg
 from labfbo.privacy.release import Release
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
+from labfbo.protocols.gradient_wire import (MISSED, CoordinatorWire, ParticlesDelta, SiteWire, dequantize, quantize,
+                                            without_unset_scale)
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.protocols.secure_sum import (MIN_COHORT, KeyRequest, MaskedScores, PublicKeyShare, SecureSum,
                                          UnmaskRequest, check_cohort, digest, reveal, upload)
@@ -62,12 +64,20 @@ class ParticlesRequest(Message):
     def dp_purpose(self) -> str:
         """The DP noise stream of this request: keyed by the step *and* the particles, so an answer
         to other particles never reuses noise (their difference would cancel it)."""
-        return f"dp-noise/{self.step}/{digest(self.particles)[:32]}"
+        return dp_purpose(self.step, self.particles)
+
+
+def dp_purpose(step: int, particles: Array) -> str:
+    """The DP noise stream of one step's particles (as the site holds them)."""
+    return f"dp-noise/{step}/{digest(particles)[:32]}"
 
 
 @register
 class ScoreResponse(Message):
-    """Site -> coordinator: per-particle scores ``A_ik`` (K, P) and the site's data count."""
+    """Site -> coordinator: per-particle scores ``A_ik`` (K, P) and the site's data count.
+
+    With ``wire="compact"``, ``scores`` holds int8 codes and ``scale`` their block scales
+    (:mod:`labfbo.protocols.gradient_wire`); :meth:`values` reads either."""
 
     kind: Literal["score"] = "score"
     step: int
@@ -75,6 +85,15 @@ class ScoreResponse(Message):
     n_obs: int
     dp_clip: float | None = None
     dp_noise_multiplier: float | None = None
+    scale: Array | None = None
+
+    @model_serializer(mode="wrap")
+    def _lossless_as_before(self, handler: Any) -> Any:
+        return without_unset_scale(handler(self), self.scale)
+
+    def values(self) -> np.ndarray:
+        """The scores, float64 (decoded from the compact wire's codes if they came so)."""
+        return self.scores.numpy() if self.scale is None else dequantize(self.scores, self.scale)
 
 
 @register
@@ -103,6 +122,9 @@ class GradientOptions(ModelOptions, PacohConfig):
         "(labfbo.privacy.distributed)")
     dp_colluders: int = Field(0, ge=0, description="distributed DP: how many other sites may collude with the "
                               "coordinator (subtract their own noise); each site's share grows with it")
+    wire: Literal["lossless", "compact"] = Field(
+        "lossless", description="compact: 8-bit stochastically rounded scores up and particle changes down, about "
+        "an eighth of the bytes (labfbo.protocols.gradient_wire); lossless: float64")
 
     @model_validator(mode="after")
     def _distributed_dp(self) -> "GradientOptions":
@@ -115,6 +137,9 @@ class GradientOptions(ModelOptions, PacohConfig):
                                  "among the cohort")
         elif self.dp_colluders:
             raise ValueError("dp_colluders applies to dp_noise='distributed' only")
+        if self.wire == "compact" and self.secure_aggregation:
+            raise ValueError("wire='compact' does not combine with secure_aggregation: the masked sums need the "
+                             "exact scores")
         return self
 
     def pacoh(self) -> PacohConfig:
@@ -163,6 +188,7 @@ class GradientSite(LocalGPSite):
     def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
         super().__init__(space, options, context)
         self.features = FeatureMap(space, one_hot=True)  # what the meta-learned feature map reads
+        self.wire = SiteWire()  # the compact wire's reference particles
 
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
         ctx = self.context
@@ -170,24 +196,35 @@ class GradientSite(LocalGPSite):
             return PublicKeyShare(public_key=secagg.public_key(ctx.key_seed))
         if isinstance(request, UnmaskRequest):
             return reveal(request, ctx.site, ctx.key_seed, request.study, round)
-        if not isinstance(request, ParticlesRequest):
+        if not isinstance(request, (ParticlesRequest, ParticlesDelta)):
             return super().answer(request, data, round)
+        if isinstance(request, ParticlesDelta) or self.options.wire == "compact":  # tracked even without data
+            held = self.wire.particles(request, round)
+            if held is None:
+                return Abstain(reason=MISSED)
+            purpose = request.dp_purpose if isinstance(request, ParticlesRequest) else dp_purpose(
+                request.step, Array.of(held))
+        else:
+            held, purpose = request.particles.numpy(), request.dp_purpose
         if data.n == 0:
             return Abstain(reason="no observations yet")
-        if self.options.secure_aggregation and (refusal := check_cohort(request.cohort, ctx.site, ctx.key_seed)):
+        if isinstance(request, ParticlesRequest) and self.options.secure_aggregation and (
+                refusal := check_cohort(request.cohort, ctx.site, ctx.key_seed)):
             return refusal
-        theta = torch.as_tensor(request.particles.numpy())
-        A = site_score(theta, self.features.numpy(data.X), data.y, self.options.pacoh()).numpy()
+        A = site_score(torch.as_tensor(held), self.features.numpy(data.X), data.y, self.options.pacoh()).numpy()
         dp: DP | None = self.options.privacy
         if dp is not None and self.options.dp_noise == "distributed":  # this member's share (secure sum only)
             n, t = len(request.cohort or {}), self.options.dp_colluders
             A = distributed.privatize_share(A, dp, ctx.private_rng(round, distributed.share_purpose(
-                f"{request.dp_purpose}/{data.digest()}", n, t)), n, t)
+                f"{purpose}/{data.digest()}", n, t)), n, t)
         elif dp is not None:
             # never from the study seed; keyed by the data too (a round answered again after a restart)
-            A = privatize(A, dp, ctx.private_rng(round, f"{request.dp_purpose}/{data.digest()}"))
+            A = privatize(A, dp, ctx.private_rng(round, f"{purpose}/{data.digest()}"))
         dp_fields = {"dp_clip": None if dp is None else dp.clip,
                      "dp_noise_multiplier": None if dp is None else dp.sigma}
+        if self.options.wire == "compact":  # stochastic rounding: the same codes on every transport
+            codes, scale = quantize(A, rng(ctx.seed, ctx.site_index, round, f"wire/{request.step}"))
+            return ScoreResponse(step=request.step, scores=codes, scale=scale, n_obs=data.n, **dp_fields)
         if not self.options.secure_aggregation:
             return ScoreResponse(step=request.step, scores=Array.of(A), n_obs=data.n, **dp_fields)
         # the count travels inside the sum: the meta-weight needs only sum(1/n_i) and the number of sites
@@ -279,12 +316,19 @@ class GradientAggregator(Aggregator):
         self.updated = False  # some step of this round changed the particles
         self.secure = SecureSum(self.sites)
         self._sent: Array | None = None  # the particles of the exchange in progress, as sent
+        self.wire = CoordinatorWire(seed) if options.wire == "compact" else None
+        self.round = 0
 
     @property
     def redone(self) -> int:
         return self.secure.redone
 
     def _request(self) -> Step:
+        if self.wire is not None:
+            delta, full = self.wire.request(self.particles.numpy(), self.step, self.round)
+            if delta is not None:
+                return Exchange({s: delta for s in self.sites})
+            return Exchange({s: ParticlesRequest(step=self.step, particles=full) for s in self.sites})
         particles = self._sent = Array.of(self.particles.numpy())  # encoded once; the secure sum hashes it
         if not self.options.secure_aggregation:
             msg = ParticlesRequest(step=self.step, particles=particles)
@@ -324,7 +368,9 @@ class GradientAggregator(Aggregator):
         return self.options.warmup_steps if not self.trained else self.cfg.svgd_steps
 
     def open_round(self, t: int) -> Step:
-        self.step, self.updated = 0, False
+        self.step, self.updated, self.round = 0, False, t
+        if self.wire is not None:
+            self.wire.reset()
         self.secure.reset()
         return self._request() if self.steps_in_round() else self._finish()
 
@@ -332,8 +378,10 @@ class GradientAggregator(Aggregator):
         if self.options.secure_aggregation:
             return self._on_secure(responses)
         answers = [responses[s] for s in self.sites if isinstance(responses.get(s), ScoreResponse)]
+        if self.wire is not None and any(isinstance(m, Abstain) and m.reason == MISSED for m in responses.values()):
+            self.wire.reset()  # a site lost the thread: the next step goes in full
         if answers:
-            self.particles, self.adam = meta_step(self.particles, [torch.as_tensor(a.scores.numpy()) for a in answers],
+            self.particles, self.adam = meta_step(self.particles, [torch.as_tensor(a.values()) for a in answers],
                                                   [a.n_obs for a in answers], self.cfg, self.adam)
         return self._next(bool(answers))
 
@@ -367,8 +415,8 @@ class GradientProtocol(Protocol):
     name = "gradient"
     federated = True
     shared_options = ("n_particles", "hidden", "feature_dim", "learn_mean", "prior_std", "beta_meta", "lam",
-                      "secure_aggregation", "dp_noise", "dp_colluders")  # a noise share relies on the others'
-    later_shared_options = ("dp_noise", "dp_colluders")
+                      "secure_aggregation", "dp_noise", "dp_colluders", "wire")  # a noise share relies on the others'
+    later_shared_options = ("dp_noise", "dp_colluders", "wire")
     Options = GradientOptions
     site_logic = GradientSite
     aggregator = GradientAggregator

@@ -5,9 +5,12 @@ Routes (all under ``/v1``; bearer tokens in ``Authorization``):
 * ``POST /v1/join`` — a site joins (its token must belong to the site it names).
 * ``GET /v1/sites/{site}/work?round=t&wait=s`` — long-poll (≤ 30 s): a request to
   answer, the site's guidance of round ``t`` (asking for it starts the round), an error,
-  or ``wait``.
-* ``POST /v1/sites/{site}/answers/{seq}`` — the site's answer to exchange ``seq``;
-  idempotent on an identical body, 409 on a different one or a closed exchange.
+  or ``wait``. A client that sends ``Accept: application/x-labfbo-frame`` gets a request
+  or guidance as a :mod:`labfbo.wire` frame (the body; type, seq and round in
+  ``X-Labfbo-*`` headers); others get the JSON envelope.
+* ``POST /v1/sites/{site}/answers/{seq}`` — the site's answer to exchange ``seq`` (a frame
+  with that content type, or JSON); idempotent on an identical body, 409 on a different
+  one or a closed exchange.
 * ``GET /v1/health``; ``GET /v1/admin/status`` and ``POST /v1/admin/sites/{site}/token``
   (rotate a site's token without a restart) with the admin token.
 * ``GET /dashboard``: the operator's live page (admin token, session cookie;
@@ -26,12 +29,13 @@ import math
 import threading
 from typing import Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exception_handlers import http_exception_handler
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel
 
+from labfbo import wire
 from labfbo.exceptions import FederationError, LabFBOError, ProtocolError
 from labfbo.messages import Array, JoinRequest, Message, PrivacyDeclaration, parse
 from labfbo.server.config import ServerConfig, TokenBook, new_token
@@ -135,8 +139,15 @@ def read_json(body: bytes) -> Any:
 
 
 def read_message(body: bytes | Any, max_items: int) -> Message:
-    """A checked message from a request body (or its already-loaded JSON); 422 if it is not one."""
-    data = read_json(body) if isinstance(body, (bytes, str)) else body
+    """A checked message from a request body — a wire frame, JSON, or already-loaded JSON; 422
+    if it is not one."""
+    if wire.is_frame(body):
+        try:
+            data = wire.unpack(body)
+        except ProtocolError as exc:
+            raise HTTPException(422, str(exc)) from None
+    else:
+        data = read_json(body) if isinstance(body, (bytes, str)) else body
     try:
         msg = parse(data)
         check_payload(msg, max_items)
@@ -218,7 +229,9 @@ class CoordinatorServer:
             return {"status": "ok", "study": cfg.study}
 
         body_doc = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
-            "type": "object", "description": "a labfbo message (see labfbo.messages): kind, version, round, ..."}}}}}
+            "type": "object", "description": "a labfbo message (see labfbo.messages): kind, version, round, ..."}},
+            wire.MEDIA_TYPE: {"schema": {"type": "string", "format": "binary",
+                                         "description": "the same message as a labfbo.wire frame"}}}}}
 
         @app.post("/v1/join", response_model=Envelope, openapi_extra=body_doc, responses=_answers(401, 403, 409))
         async def join(request: Request, site: str = Depends(self.site_auth)) -> Envelope:
@@ -226,17 +239,29 @@ class CoordinatorServer:
             # never holds up the other sites' requests
             return await run_in_threadpool(self._join, await request.body(), site)
 
-        @app.get("/v1/sites/{site}/work", response_model=Work, responses=_answers(401, 403, 409))
+        frame_doc = {200: {"description": "with Accept: " + wire.MEDIA_TYPE + ", a request or guidance as a frame",
+                           "content": {wire.MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}}}}
+
+        @app.get("/v1/sites/{site}/work", response_model=Work, responses={**_answers(401, 403, 409), **frame_doc})
         async def work(site: str, request: Request, round: int | None = Query(None, ge=0, le=10**9),
-                 wait: float = Query(0.0, ge=0.0, le=30.0), me: str = Depends(self.site_auth)) -> Work:
+                       wait: float = Query(0.0, ge=0.0, le=30.0), me: str = Depends(self.site_auth)) -> Any:
             self._own(me, site)
             if site not in self.coordinator.members:
                 raise HTTPException(409, f"site {site!r} has not joined")
             request.state.round = round
             try:
-                return Work(**await self.engine.apoll(site, round, min(wait, cfg.poll_wait_max)))
+                got = await self.engine.apoll(site, round, min(wait, cfg.poll_wait_max))
             except Conflict as exc:
                 raise HTTPException(409, str(exc)) from None
+            frame = got.get("message")
+            if not isinstance(frame, bytes):
+                return Work(**got)
+            if wire.MEDIA_TYPE in request.headers.get("accept", ""):
+                head = {"X-Labfbo-Work": got["type"], "X-Labfbo-Round": str(got["round"])}
+                if got.get("seq") is not None:
+                    head["X-Labfbo-Seq"] = str(got["seq"])
+                return Response(content=frame, media_type=wire.MEDIA_TYPE, headers=head)
+            return Work(**{**got, "message": parse(frame).model_dump_json()})  # a JSON-only client
 
         @app.post("/v1/sites/{site}/rounds/{round}/want", response_model=Accepted, status_code=202,
                   responses=_answers(401, 403, 409))
@@ -264,7 +289,7 @@ class CoordinatorServer:
         async def answer(site: str, seq: int, request: Request, me: str = Depends(self.site_auth)) -> Accepted:
             self._own(me, site)
             body = await request.body()
-            report = read_json(body)
+            report = body if wire.is_frame(body) else read_json(body)
             if isinstance(report, dict) and "error" in report and "kind" not in report:  # the site failed
                 try:
                     self.engine.fail(site, seq, f"{report.get('error')}: {report.get('message', '')}")
@@ -273,7 +298,7 @@ class CoordinatorServer:
                 return Accepted(accepted=True)
             msg = read_message(report, cfg.max_array_items)
             try:
-                new = self.engine.submit(site, seq, body.decode(), msg)
+                new = self.engine.submit(site, seq, body, msg)
             except Conflict as exc:
                 raise HTTPException(409, str(exc)) from None
             return Accepted(accepted=True, repeat=not new)
@@ -316,7 +341,10 @@ class CoordinatorServer:
     def _join(self, body: bytes, site: str) -> Envelope:
         """A join (in a worker thread): its size is checked on the raw JSON, before any message
         or space is built from it."""
-        data = read_json(body)
+        try:
+            data = wire.unpack(body) if wire.is_frame(body) else read_json(body)
+        except ProtocolError as exc:
+            raise HTTPException(422, str(exc)) from None
         space = data.get("space") if isinstance(data, dict) else None
         params = space.get("params") if isinstance(space, dict) else None
         limit = min(MAX_PARAMS, self.config.max_params)

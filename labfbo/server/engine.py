@@ -31,8 +31,8 @@ class Conflict(FederationError):
 class _Exchange:
     seq: int
     round: int
-    requests: dict[str, str]                       # site -> request JSON
-    answers: dict[str, str] = field(default_factory=dict)   # site -> response JSON (for idempotency)
+    requests: dict[str, bytes]                     # site -> the request's wire frame
+    answers: dict[str, bytes] = field(default_factory=dict)  # site -> the answer's body as received (idempotency)
     parsed: dict[str, Message] = field(default_factory=dict)  # site -> the same, parsed once
     failures: dict[str, str] = field(default_factory=dict)  # site -> why it could not answer
     closed: bool = False
@@ -140,8 +140,9 @@ class RoundEngine:
         t = self.asked.get(site) if t is None else t
         if t is None:
             return None
+        message: bytes | str
         if t <= self.done():  # the current guidance (a site behind the clock catches up)
-            kind, message = "guidance", self.coord.rounds[self.done()][site].model_dump_json()
+            kind, message = "guidance", self.coord.rounds[self.done()][site].to_wire()
         elif t in self.errors:
             kind, message = "error", self.errors[t]
         else:
@@ -150,7 +151,7 @@ class RoundEngine:
             del self.asked[site]
         stats = self._site(site)
         if kind == "guidance" and stats.guided != self.done():  # once per round, as the site's ledger counts
-            stats.sent, stats.guided = stats.sent + len(message.encode()), self.done()
+            stats.sent, stats.guided = stats.sent + len(message), self.done()
         return {"type": kind, "round": t, "message": message}
 
     def poll(self, site: str, t: int | None, wait: float) -> dict[str, Any]:
@@ -211,11 +212,13 @@ class RoundEngine:
                 except RuntimeError:  # its loop has closed
                     self.waiters[site].discard((loop, event))
 
-    def submit(self, site: str, seq: int, body: str, msg: Message | None = None) -> bool:
-        """Record ``site``'s answer to exchange ``seq``; True if new, False if a repeat.
+    def submit(self, site: str, seq: int, body: bytes | str, msg: Message | None = None) -> bool:
+        """Record ``site``'s answer to exchange ``seq`` (its frame or JSON); True if new, False if
+        a repeat.
 
         ``msg`` is ``body`` already parsed (and checked) by the caller, if it was.
         """
+        body = body.encode() if isinstance(body, str) else bytes(body)
         with self.cv:
             ex = self.exchanges.get(seq)
             if ex is None or site not in ex.requests:
@@ -232,7 +235,7 @@ class RoundEngine:
             ex.answers[site] = body
             ex.parsed[site] = msg
             stats = self._site(site)
-            stats.received += len(body.encode())
+            stats.received += msg.nbytes()  # its size as a frame, whatever the client sent
             stats.answers += 1
             if self.on_answer is not None:
                 self.on_answer(site, msg)
@@ -304,9 +307,9 @@ class RoundEngine:
         with self.cv:
             self.seq += 1
             t = next(iter(requests.values())).round if requests else -1
-            ex = _Exchange(self.seq, t, {s: m.model_dump_json() for s, m in requests.items()})
-            for s, text in ex.requests.items():
-                self._site(s).sent += len(text.encode())
+            ex = _Exchange(self.seq, t, {s: m.to_wire() for s, m in requests.items()})
+            for s, frame in ex.requests.items():
+                self._site(s).sent += len(frame)
             self.exchanges = {k: v for k, v in self.exchanges.items() if not v.closed or k > self.seq - 64}
             self.exchanges[ex.seq] = ex
             self._notify(list(ex.requests))

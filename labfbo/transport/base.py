@@ -1,9 +1,10 @@
 """The transport interface: it moves messages and knows nothing of protocols.
 
 A site sees the coordinator through a :class:`SiteLink`; it registers a handler (a
-callable from request JSON to response JSON that answers from the site's local data) and
-asks for its guidance of round ``t``. Messages cross as JSON text so every transport —
-in-process included — passes exactly the bytes a network would.
+callable from a request's bytes to its answer's bytes that answers from the site's local
+data) and asks for its guidance of round ``t``. Messages cross as :mod:`labfbo.wire`
+frames (a JSON header, the arrays as raw bytes) so every transport — in-process included —
+passes exactly the bytes a network would.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import Callable
 
 from labfbo.messages import JoinReply, JoinRequest
 
-Handler = Callable[[str], str]
-"""Site-side request handler: request JSON -> response JSON."""
+Handler = Callable[[bytes], bytes]
+"""Site-side request handler: the request's frame -> the answer's frame (or the JSON of an error)."""
 
 
 class SiteLink(ABC):
@@ -27,8 +28,8 @@ class SiteLink(ABC):
         """Join the study and register the handler that answers coordinator requests."""
 
     @abstractmethod
-    def guidance(self, round: int, timeout: float | None = None) -> str:
-        """The JSON of this site's reply for BO round ``round`` (waits for the round)."""
+    def guidance(self, round: int, timeout: float | None = None) -> bytes:
+        """The frame of this site's reply for BO round ``round`` (waits for the round)."""
 
     def close(self) -> None:
         """Leave (the site may rejoin later)."""

@@ -25,6 +25,7 @@ import threading
 import time
 from typing import Any
 
+from labfbo import wire
 from labfbo.exceptions import ConfigurationError, FederationError, RoundError
 from labfbo.messages import JoinReply, JoinRequest, parse
 from labfbo.transport.base import Handler, SiteLink
@@ -38,6 +39,12 @@ class Refused(FederationError):
 
 class Unreachable(FederationError):
     """No answer from the coordinator after every retry (network down, server restarting)."""
+
+
+def _content_type(body: bytes | None) -> dict[str, str] | None:
+    if body is None:
+        return None
+    return {"Content-Type": wire.MEDIA_TYPE if wire.is_frame(body) else "application/json"}
 
 
 class HTTPCoordinator:
@@ -66,15 +73,17 @@ class HTTPLink(SiteLink):
         self.session.headers["Authorization"] = f"Bearer {cfg.token}"
         self.handler: Handler | None = None
         self.lock = threading.Condition()
-        self.results: dict[int, tuple[str, str]] = {}  # round -> ("guidance" | "error", text)
+        self.results: dict[int, tuple[str, bytes | str]] = {}  # round -> ("guidance", frame) | ("error", why)
         self.agent: threading.Thread | None = None
         self.closed = False
         self.agent_error: BaseException | None = None
         self.waiting: int | None = None  # the round whose guidance ask() waits for
 
     # -- plumbing ------------------------------------------------------------------------------
-    def _call(self, method: str, path: str, *, json_body: str | None = None,
-              params: dict[str, Any] | None = None, read_timeout: float | None = None) -> Any:
+    def _call(self, method: str, path: str, *, body: bytes | None = None,
+              params: dict[str, Any] | None = None, read_timeout: float | None = None,
+              accept: str | None = None) -> Any:
+        """The answer's JSON, or — a frame — ``{"type", "seq", "round", "message": frame}``."""
         import requests
 
         # Not urllib3's Retry on the session: a closing link must stop retrying at once (a Retry
@@ -85,13 +94,18 @@ class HTTPLink(SiteLink):
         for attempt in range(self.cfg.retries):
             try:
                 resp = self.session.request(
-                    method, url, data=json_body.encode() if json_body is not None else None, params=params,
-                    headers={"Content-Type": "application/json"} if json_body is not None else None,
+                    method, url, data=body, params=params,
+                    headers={**(_content_type(body) or {}), **({"Accept": accept} if accept else {})},
                     timeout=(self.cfg.timeout, (read_timeout or 0) + self.cfg.timeout), verify=self.cfg.verify)
             except requests.RequestException as exc:
                 err: BaseException = exc
             else:
                 if resp.status_code < 400:
+                    if resp.headers.get("content-type", "").startswith(wire.MEDIA_TYPE):
+                        h = resp.headers
+                        return {"type": h.get("X-Labfbo-Work"), "round": int(h.get("X-Labfbo-Round", -1)),
+                                "seq": int(h["X-Labfbo-Seq"]) if "X-Labfbo-Seq" in h else None,
+                                "message": resp.content}
                     return resp.json()
                 if resp.status_code < 500:
                     detail = resp.json().get("detail", resp.text) if resp.headers.get(
@@ -106,7 +120,7 @@ class HTTPLink(SiteLink):
 
     # -- SiteLink ---------------------------------------------------------------------------------
     def join(self, request: JoinRequest, handler: Handler) -> JoinReply:
-        reply = parse(self._call("POST", "/v1/join", json_body=request.model_dump_json())["message"])
+        reply = parse(self._call("POST", "/v1/join", body=request.to_wire())["message"])
         if not isinstance(reply, JoinReply):
             raise FederationError(f"unexpected join answer {reply.kind!r}")
         self.handler = handler
@@ -115,7 +129,7 @@ class HTTPLink(SiteLink):
             self.agent.start()
         return reply
 
-    def guidance(self, round: int, timeout: float | None = None) -> str:
+    def guidance(self, round: int, timeout: float | None = None) -> bytes:
         """Wait for round ``round``'s guidance (the agent receives it).
 
         The agent polls with this round on every poll, so a restarted coordinator learns
@@ -148,8 +162,8 @@ class HTTPLink(SiteLink):
             finally:
                 self.waiting = None
         if kind == "error":
-            raise RoundError(f"coordinator: round {round} failed: {text}")
-        return text
+            raise RoundError(f"coordinator: round {round} failed: {text!s}")
+        return text if isinstance(text, bytes) else text.encode()
 
     def close(self) -> None:
         """Leave: the coordinator stops waiting for this site; the agent stops."""
@@ -180,7 +194,8 @@ class HTTPLink(SiteLink):
             if waiting is not None:
                 params["round"] = waiting
             try:
-                work = self._call("GET", f"/v1/sites/{self.site}/work", params=params, read_timeout=self.cfg.poll_wait)
+                work = self._call("GET", f"/v1/sites/{self.site}/work", params=params, read_timeout=self.cfg.poll_wait,
+                                  accept=wire.MEDIA_TYPE)
                 self._do(work)
             except Exception as exc:  # noqa: BLE001 - reported to the waiting ask(), then retried
                 with self.lock:
@@ -203,9 +218,9 @@ class HTTPLink(SiteLink):
             try:
                 answer = self.handler(work["message"])
             except Exception as exc:  # noqa: BLE001 - report it: the exchange must not wait for us
-                answer = json.dumps({"error": type(exc).__name__, "message": str(exc)[:500]})
+                answer = json.dumps({"error": type(exc).__name__, "message": str(exc)[:500]}).encode()
             try:
-                self._call("POST", f"/v1/sites/{self.site}/answers/{int(work['seq'])}", json_body=answer)
+                self._call("POST", f"/v1/sites/{self.site}/answers/{int(work['seq'])}", body=answer)
             except Refused as exc:
                 if "409" not in str(exc):
                     raise

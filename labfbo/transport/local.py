@@ -3,9 +3,9 @@
 No threads: when a site asks for its guidance of the next round and the round has not run
 yet, the coordinator runs it then, calling every site's registered handler in turn (a
 site that asks for a round already run gets the current guidance, see
-:mod:`labfbo.coordinator`). Every
-message still crosses as JSON text (what a network would carry), so byte counts and the
-privacy boundary are the same as on the MPI and HTTP transports.
+:mod:`labfbo.coordinator`). Every message still crosses as a wire frame (what a network
+would carry), so byte counts and the privacy boundary are the same as on the MPI and HTTP
+transports.
 
 A handler that raises, or that answers after the coordinator's ``deadline`` once the
 quorum is met, is left out of that exchange.
@@ -44,7 +44,7 @@ class LocalTransport:
                 out[site] = FederationError(f"site {site!r} is not connected")
                 continue
             try:
-                answer = parse(handler(request.model_dump_json()))
+                answer = parse(handler(request.to_wire()))
             except Exception as exc:  # a failing site is left out of the exchange
                 out[site] = exc
                 continue
@@ -60,22 +60,22 @@ class LocalLink(SiteLink):
         self.site = site
 
     def join(self, request: JoinRequest, handler: Handler) -> JoinReply:
-        request = parse(request.model_dump_json())  # type: ignore[assignment]
+        request = parse(request.to_wire())  # type: ignore[assignment]
         reply = self.transport.coordinator.join(request)
         self.transport.handlers[self.site] = handler
-        return parse(reply.model_dump_json())  # type: ignore[return-value]
+        return parse(reply.to_wire())  # type: ignore[return-value]
 
-    def guidance(self, round: int, timeout: float | None = None) -> str:
+    def guidance(self, round: int, timeout: float | None = None) -> bytes:
         """Round ``round``'s guidance: run now if it is the next round (every site answers from
         the data it has now); a round already run gives the current guidance."""
         coord = self.transport.coordinator
         coord.check_round(self.site, round)
         if round <= coord.last_round:
-            return coord.current_guidance(self.site).model_dump_json()
+            return coord.current_guidance(self.site).to_wire()
         missing = coord.n_sites - len(coord.members)
         if missing:  # in one thread nobody else can join while this site waits
             raise RoundError(f"waiting for {missing} more site(s) to join before round {round}")
-        return coord.run_round(round, self.transport.gather)[self.site].model_dump_json()
+        return coord.run_round(round, self.transport.gather)[self.site].to_wire()
 
     def close(self) -> None:
         self.transport.handlers.pop(self.site, None)

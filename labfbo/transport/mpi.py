@@ -13,9 +13,9 @@ the whole job when one rank raises, instead of leaving the others waiting)::
                                site=names[rank - 1], seed=0)
         ...  # ask / tell as usual
 
-Messages travel as the same JSON text as on every other transport, in ``uint8`` numpy
-buffers with mpi4py's buffer (uppercase) calls ``Send`` / ``Recv`` after an ``Iprobe``
-for the size. Collectives (``Bcast`` / ``Gatherv``) are not used: each site runs its own
+Messages travel as the same :mod:`labfbo.wire` frames as on every other transport, in
+``uint8`` numpy buffers with mpi4py's buffer (uppercase) calls ``Send`` / ``Recv`` after an
+``Iprobe`` for the size (small control messages — a guidance request, an error — are JSON). Collectives (``Bcast`` / ``Gatherv``) are not used: each site runs its own
 lab script, rounds must tolerate stragglers (quorum and deadline), and a collective would
 block every rank on the slowest one. Waiting uses ``Iprobe`` with short sleeps (1 ms,
 growing to 20 ms), so an idle rank does not spin a core.
@@ -35,6 +35,7 @@ import numpy as np
 
 from labfbo.coordinator import Coordinator, RoundGate
 from labfbo.exceptions import FederationError, LabFBOError, RoundError
+from labfbo import wire
 from labfbo.messages import JoinReply, JoinRequest, Message, parse
 from labfbo.transport.base import Handler, SiteLink
 
@@ -52,8 +53,12 @@ def _comm(comm: Any = None) -> Any:
     return MPI.COMM_WORLD
 
 
-def _send(comm: Any, text: str, dest: int, tag: int) -> None:
-    comm.Send(np.frombuffer(text.encode(), dtype=np.uint8), dest=dest, tag=tag)
+def _bytes(data: bytes | str) -> bytes:
+    return data.encode() if isinstance(data, str) else data
+
+
+def _send(comm: Any, data: bytes | str, dest: int, tag: int) -> None:
+    comm.Send(np.frombuffer(_bytes(data), dtype=np.uint8), dest=dest, tag=tag)
 
 
 class _Outbox:
@@ -66,14 +71,14 @@ class _Outbox:
         self.comm = comm
         self.pending: list[tuple[Any, np.ndarray]] = []
 
-    def send(self, text: str, dest: int, tag: int) -> None:
-        buf = np.frombuffer(text.encode(), dtype=np.uint8).copy()
+    def send(self, data: bytes | str, dest: int, tag: int) -> None:
+        buf = np.frombuffer(_bytes(data), dtype=np.uint8).copy()
         self.pending.append((self.comm.Isend(buf, dest=dest, tag=tag), buf))
         self.pending = [(r, b) for r, b in self.pending if not r.Test()]
 
 
-def _recv(comm: Any, source: int, tag: int, timeout: float | None = None) -> tuple[str, int, int]:
-    """Wait (probe + short sleeps) for one message; returns ``(text, source, tag)``."""
+def _recv(comm: Any, source: int, tag: int, timeout: float | None = None) -> tuple[bytes, int, int]:
+    """Wait (probe + short sleeps) for one message; returns ``(bytes, source, tag)``."""
     from mpi4py import MPI
 
     status = MPI.Status()
@@ -86,24 +91,24 @@ def _recv(comm: Any, source: int, tag: int, timeout: float | None = None) -> tup
     buf = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
     src, tg = status.Get_source(), status.Get_tag()
     comm.Recv(buf, source=src, tag=tg)
-    return buf.tobytes().decode(), src, tg
+    return buf.tobytes(), src, tg
 
 
-def _envelope(seq: int, body: str) -> str:
-    return f"{seq}\n{body}"
+def _envelope(seq: int, body: bytes) -> bytes:
+    return f"{seq}\n".encode() + body
 
 
-def _open(text: str) -> tuple[int, str]:
-    head, _, body = text.partition("\n")
+def _open(data: bytes) -> tuple[int, bytes]:
+    head, _, body = data.partition(b"\n")
     return int(head), body
 
 
-def _error(exc: BaseException) -> str:
-    return json.dumps({"error": type(exc).__name__, "message": str(exc)})
+def _error(exc: BaseException) -> bytes:
+    return json.dumps({"error": type(exc).__name__, "message": str(exc)}).encode()
 
 
-def _raise_if_error(body: str) -> str:
-    if body.startswith('{"error"'):
+def _raise_if_error(body: bytes) -> bytes:
+    if body.startswith(b'{"error"'):
         err = json.loads(body)
         raise FederationError(f"coordinator: {err['error']}: {err['message']}")
     return body
@@ -128,11 +133,11 @@ class MPILink(SiteLink):
 
     def join(self, request: JoinRequest, handler: Handler) -> JoinReply:
         self.handler = handler
-        _send(self.comm, request.model_dump_json(), self.root, TAG_JOIN)
+        _send(self.comm, request.to_wire(), self.root, TAG_JOIN)
         text, _, _ = _recv(self.comm, self.root, TAG_JOIN_REPLY)
         return parse(_raise_if_error(text))  # type: ignore[return-value]
 
-    def guidance(self, round: int, timeout: float | None = None) -> str:
+    def guidance(self, round: int, timeout: float | None = None) -> bytes:
         from mpi4py import MPI
 
         _send(self.comm, json.dumps({"round": int(round)}), self.root, TAG_GUIDANCE)
@@ -142,7 +147,7 @@ class MPILink(SiteLink):
             text, _, tag = _recv(self.comm, self.root, MPI.ANY_TAG, timeout=left)
             if tag == TAG_REPLY:
                 body = _raise_if_error(text)
-                if json.loads(body).get("round", round) < round:
+                if wire.header(body).get("round", round) < round:
                     continue  # the late reply of a round this site gave up on (ask(timeout=...))
                 return body
             if tag == TAG_REQUEST:
@@ -156,7 +161,7 @@ class MPILink(SiteLink):
                 _send(self.comm, _envelope(seq, answer), self.root, TAG_RESPONSE)
 
     def close(self) -> None:
-        _send(self.comm, "{}", self.root, TAG_CLOSE)
+        _send(self.comm, b"{}", self.root, TAG_CLOSE)
 
 
 # -- coordinator side (rank 0) ------------------------------------------------------------------
@@ -168,7 +173,7 @@ class MPIServer:
         self.comm = _comm(comm)
         self.rank_of: dict[str, int] = {}
         self.closed: set[int] = set()
-        self.queue: list[tuple[str, int, int]] = []  # messages that arrived during an exchange
+        self.queue: list[tuple[bytes, int, int]] = []  # messages that arrived during an exchange
         self.gate = RoundGate(coordinator)  # who waits for the next round, and may it start
         self.seq = 0
         self.n_ranks = self.comm.Get_size() - 1
@@ -190,13 +195,13 @@ class MPIServer:
             self.dispatch(*msg)
             self.start_round()
 
-    def dispatch(self, text: str, src: int, tag: int) -> None:
+    def dispatch(self, text: bytes, src: int, tag: int) -> None:
         if tag == TAG_JOIN:
             try:
                 request = parse(text)
                 if not isinstance(request, JoinRequest):
                     raise FederationError(f"expected a join request, got {request.kind!r}")
-                reply = self.coordinator.join(request).model_dump_json()
+                reply = self.coordinator.join(request).to_wire()
                 self.rank_of[request.site] = src
                 self.closed.discard(src)
             except Exception as exc:
@@ -212,7 +217,7 @@ class MPIServer:
                 if t > self.coordinator.last_round:  # the next round: it starts when the sites are there
                     self.gate.ask(site, t)
                     return
-                body = self.coordinator.current_guidance(site).model_dump_json()
+                body = self.coordinator.current_guidance(site).to_wire()
             except Exception as exc:
                 body = _error(exc)
             _send(self.comm, body, src, TAG_REPLY)
@@ -228,7 +233,7 @@ class MPIServer:
         t, wanting = opened
         try:
             replies = self.coordinator.run_round(t, self.gather, sorted(wanting))
-            bodies = {s: replies[s].model_dump_json() for s in wanting}
+            bodies = {s: replies[s].to_wire() for s in wanting}
         except Exception as exc:  # every participant's ask() hears why
             bodies = {s: _error(exc) for s in wanting}
         self.gate.started(t)
@@ -247,7 +252,7 @@ class MPIServer:
             if rank is None or rank in self.closed:
                 out[site] = FederationError(f"site {site!r} is not connected")
                 continue
-            self.outbox.send(_envelope(self.seq, request.model_dump_json()), rank, TAG_REQUEST)
+            self.outbox.send(_envelope(self.seq, request.to_wire()), rank, TAG_REQUEST)
             waiting[rank] = site
         start = time.monotonic()
         while waiting:

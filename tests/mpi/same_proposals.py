@@ -10,12 +10,13 @@ import labfbo
 FAST = {"num_restarts": 2, "raw_samples": 32}
 EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_steps": 5, "svgd_steps": 2},
          "gradient-sa": {"warmup_steps": 5, "svgd_steps": 2, "secure_aggregation": True},  # masked uplink
+         "gradient-compact": {"warmup_steps": 5, "svgd_steps": 2, "wire": "compact"},  # 8-bit codes both ways
          "consensus": {}, "independent": {}, "surface": {},
          "surface-budget": {"privacy": labfbo.DP(epsilon=1.0)}}  # a campaign budget, calibrated at every rank
 
 out = {}
 for protocol in sys.argv[1:]:
-    kw = dict(problem="branin", protocol=protocol.removesuffix("-sa").removesuffix("-budget"), n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
+    kw = dict(problem="branin", protocol=protocol.split("-")[0], n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
     res = labfbo.simulate(transport="mpi", **kw)
     if res is not None:
         local = labfbo.simulate(**kw)
