@@ -510,7 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "meta_optimizer=sgd,step_size=0.1"],
                     help="PacohConfig overrides to compare, e.g. meta_optimizer=adam,step_size=0.03")
     mf.set_defaults(func=_cmd_bench_meta_fit)
-    for suite in ("engine_cli", "reactions_cli", "multiobjective_cli", "report_time"):  # suites that bring their own parser
+    for suite in ("engine_cli", "reactions_cli", "multiobjective_cli", "report_time", "transports_cli"):  # suites that bring their own parser
         importlib.import_module(f"labfbo.benchmarks.{suite}").add_parser(bsub)
     return parser
 
