@@ -37,6 +37,28 @@ def test_http_gives_the_same_proposals_as_local(protocol: str, cpu_load) -> None
     np.testing.assert_array_equal(http.bytes_up, local.bytes_up)
 
 
+def test_a_site_that_does_not_ask_for_frames_gets_and_sends_json(monkeypatch) -> None:
+    """The JSON envelope (curl, a script, an older site) carries the same messages: same proposals."""
+    import labfbo.transport.http as http_transport
+
+    kw = dict(problem="branin", protocol="gradient", n_sites=3, n_init=3, budget=2, seed=4, **FAST,
+              **EXTRA["gradient"])
+    local = labfbo.simulate(**kw)
+    monkeypatch.setattr(http_transport, "ACCEPT", None)
+    sent: list[str] = []
+    post = http_transport.HTTPLink._call
+
+    def spy(self, method, path, **kwargs):
+        if "/answers/" in path:
+            sent.append(kwargs["body"][:4].decode(errors="replace"))
+        return post(self, method, path, **kwargs)
+
+    monkeypatch.setattr(http_transport.HTTPLink, "_call", spy)
+    json_only = labfbo.simulate(transport="http", **kw)
+    np.testing.assert_array_equal(json_only.proposals, local.proposals)
+    assert sent and all(head.startswith("{") for head in sent)  # every answer went as JSON
+
+
 @pytest.fixture
 def study(tmp_path):
     """A 3-site distribution study; yields (server thread, tokens, admin token, audit path)."""

@@ -31,6 +31,8 @@ from labfbo.messages import JoinReply, JoinRequest, parse
 from labfbo.transport.base import Handler, SiteLink
 
 POLL_WAIT = 25.0
+ACCEPT: str | None = wire.MEDIA_TYPE
+"""What the site client asks ``GET .../work`` for: frames; None: the JSON envelope (and JSON answers)."""
 
 
 class Refused(FederationError):
@@ -195,7 +197,7 @@ class HTTPLink(SiteLink):
                 params["round"] = waiting
             try:
                 work = self._call("GET", f"/v1/sites/{self.site}/work", params=params, read_timeout=self.cfg.poll_wait,
-                                  accept=wire.MEDIA_TYPE)
+                                  accept=ACCEPT)
                 self._do(work)
             except Exception as exc:  # noqa: BLE001 - reported to the waiting ask(), then retried
                 with self.lock:
@@ -219,6 +221,8 @@ class HTTPLink(SiteLink):
                 answer = self.handler(work["message"])
             except Exception as exc:  # noqa: BLE001 - report it: the exchange must not wait for us
                 answer = json.dumps({"error": type(exc).__name__, "message": str(exc)[:500]}).encode()
+            if isinstance(work["message"], str) and wire.is_frame(answer):  # a server that speaks JSON only
+                answer = parse(answer).model_dump_json().encode()
             try:
                 self._call("POST", f"/v1/sites/{self.site}/answers/{int(work['seq'])}", body=answer)
             except Refused as exc:
