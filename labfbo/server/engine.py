@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from labfbo import wire
 from labfbo.coordinator import Coordinator, RoundGate
 from labfbo.exceptions import FederationError, RoundError
 from labfbo.messages import JoinReply, JoinRequest, Message, parse
@@ -235,7 +236,7 @@ class RoundEngine:
             ex.answers[site] = body
             ex.parsed[site] = msg
             stats = self._site(site)
-            stats.received += msg.nbytes()  # its size as a frame, whatever the client sent
+            stats.received += len(body) if wire.is_frame(body) else msg.nbytes()  # as a frame, whatever was sent
             stats.answers += 1
             if self.on_answer is not None:
                 self.on_answer(site, msg)
@@ -307,7 +308,9 @@ class RoundEngine:
         with self.cv:
             self.seq += 1
             t = next(iter(requests.values())).round if requests else -1
-            ex = _Exchange(self.seq, t, {s: m.to_wire() for s, m in requests.items()})
+            frames: dict[int, bytes] = {}  # one encoding of a request broadcast to every site
+            ex = _Exchange(self.seq, t, {s: frames.get(id(m)) or frames.setdefault(id(m), m.to_wire())
+                                         for s, m in requests.items()})
             for s, frame in ex.requests.items():
                 self._site(s).sent += len(frame)
             self.exchanges = {k: v for k, v in self.exchanges.items() if not v.closed or k > self.seq - 64}

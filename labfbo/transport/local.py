@@ -38,13 +38,15 @@ class LocalTransport:
                deadline: float | None) -> dict[str, Message | BaseException]:
         out: dict[str, Message | BaseException] = {}
         start = time.monotonic()
+        frames: dict[int, bytes] = {}  # one encoding of a request broadcast to every site
         for site, request in requests.items():
             handler = self.handlers.get(site)
             if handler is None:
                 out[site] = FederationError(f"site {site!r} is not connected")
                 continue
             try:
-                answer = parse(handler(request.to_wire()))
+                frame = frames.get(id(request)) or frames.setdefault(id(request), request.to_wire())
+                answer = parse(handler(frame))
             except Exception as exc:  # a failing site is left out of the exchange
                 out[site] = exc
                 continue
