@@ -23,6 +23,10 @@ Optimizer) accounts every release. With ``secure_aggregation=True`` and
 :math:`\mathcal{N}(0, \sigma^2(2C)^2 / \max(n - t, 1))` with :math:`t` = ``dp_colluders``, so the
 honest members' shares sum to the same noise and every release is declared and accounted as in
 local mode (:mod:`labfbo.privacy.distributed`, which states the trust assumption).
+
+With ``wire="compact"`` the scores travel as stochastically rounded 8-bit codes and the
+particles as quantized changes on a reconstruction both ends share, about an eighth of the
+bytes (:mod:`labfbo.protocols.gradient_wire`).
 """
 
 from __future__ import annotations
