@@ -39,6 +39,7 @@ def test_site_and_coordinator_hold_the_same_particles_and_a_gap_resets_the_threa
         assert isinstance(msg, ParticlesDelta if step else ParticlesRequest)
         held = site.particles(msg, 2)
         assert np.array_equal(held, coord.ref[1])  # bit-identical reconstructions, no drift
+        assert np.array_equal(site.particles(msg, 2), held)  # the same request again: the same particles
         assert np.max(np.abs(held - theta)) <= np.max(np.abs(theta)) / 127
         if step == 2:
             assert late.particles(msg, 2) is None  # missed steps 0 and 1: it cannot read a delta

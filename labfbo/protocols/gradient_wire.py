@@ -90,6 +90,8 @@ class SiteWire:
         """The request's particles (a full request, or a delta on the last ones); None if this
         site does not hold the particles the delta changes."""
         if isinstance(request, ParticlesDelta):
+            if self.ref is not None and self.ref[:2] == (round, request.step):
+                return self.ref[2]  # the same request again (an answer lost on the way, retried)
             if self.ref is None or self.ref[:2] != (round, request.base_step):
                 self.ref = None
                 return None
