@@ -278,8 +278,11 @@ class Coordinator:
                 break
             if not isinstance(step, Exchange) or not step.requests:
                 raise RoundError(f"round {t}: the aggregator returned an empty step")
-            requests = {s: self._stamp(m, t) for s, m in step.requests.items()
-                        if participants is None or s in participants}
+            stamped: dict[int, Message] = {}  # one copy of a request broadcast to every site (encoded once)
+            for m in step.requests.values():
+                if id(m) not in stamped:
+                    stamped[id(m)] = self._stamp(m, t)
+            requests = {s: stamped[id(m)] for s, m in step.requests.items() if participants is None or s in participants}
             answers = gather(requests, min(self.quorum, len(requests)), self.deadline)
             answered = {s: m for s, m in answers.items() if isinstance(m, Message)}
             if len(answered) < min(self.quorum, len(requests)):
@@ -288,8 +291,10 @@ class Coordinator:
                                  f"quorum is {self.quorum}; failures: {failed}")
             contrib = {s: m for s, m in answered.items() if not isinstance(m, Abstain)}
             for s, m in answered.items():
-                if isinstance(m, Abstain) and m.reason == BUDGET_SPENT:
-                    agg.retire(s)  # it releases nothing more: no secure sum waits for it again
+                if isinstance(m, Abstain):
+                    agg.abstained(s, m.reason)
+                    if m.reason == BUDGET_SPENT:
+                        agg.retire(s)  # it releases nothing more: no secure sum waits for it again
             contributions.append(sorted(contrib))
             step = agg.on_responses(t, contrib)
         else:

@@ -126,6 +126,8 @@ def parse(data: str | bytes | dict[str, Any]) -> Message:
     """Decode a message — a wire frame, its JSON text or that JSON's dict — into its registered class."""
     if wire.is_frame(data):
         data = wire.unpack(data)  # type: ignore[arg-type]
+        if not isinstance(data, dict):
+            raise ProtocolError("not a labfbo message (a frame's header must be a JSON object)")
     elif isinstance(data, (str, bytes)):
         import json
 

@@ -155,7 +155,7 @@ class MessageEntry(BaseModel):
     direction: Literal["sent", "received"]
     kind: str
     round: int  # the message's round (-1: setup, e.g. the join)
-    nbytes: Count  # its JSON size, as the transport moves it
+    nbytes: Count  # its size on the wire (a frame; journals of earlier builds hold JSON sizes)
 
 
 class Traffic(_Record):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import labfbo
-from labfbo.messages import Abstain, Array, parse
+from labfbo.messages import Array, parse
 from labfbo.protocols.gradient import GradientOptions, ParticlesRequest, ScoreResponse
 from labfbo.protocols.gradient_wire import (BLOCK, MISSED, CoordinatorWire, ParticlesDelta, SiteWire, dequantize,
                                             quantize)
@@ -34,7 +34,7 @@ def test_site_and_coordinator_hold_the_same_particles_and_a_gap_resets_the_threa
     theta = rng.normal(size=(4, 70))
     coord, site, late = CoordinatorWire(seed=3), SiteWire(), SiteWire()
     for step in range(6):
-        delta, full = coord.request(theta, step, round=2)
+        delta, full, _ = coord.request(theta, step, round=2)
         msg = parse((delta or ParticlesRequest(step=step, particles=full, round=2)).to_wire())
         assert isinstance(msg, ParticlesDelta if step else ParticlesRequest)
         held = site.particles(msg, 2)
@@ -44,9 +44,21 @@ def test_site_and_coordinator_hold_the_same_particles_and_a_gap_resets_the_threa
         if step == 2:
             assert late.particles(msg, 2) is None  # missed steps 0 and 1: it cannot read a delta
         theta = theta + 1e-3 * rng.normal(size=theta.shape)
-    coord.reset()
-    delta, full = coord.request(theta, 6, round=2)
-    assert delta is None and np.array_equal(late.particles(ParticlesRequest(step=6, particles=full), 2), theta)
+    coord.behind.add("late")
+    delta, full, behind = coord.request(theta, 6, round=2)
+    assert behind == {"late"} and np.array_equal(full.numpy(), coord.ref[1])  # the reconstruction, in full
+    assert np.array_equal(late.particles(ParticlesRequest(step=6, particles=full), 2), site.particles(delta, 2))
+
+
+def test_a_delta_on_another_attempts_particles_is_refused():
+    """A round run again reuses its step numbers: the base's fingerprint tells the attempts apart."""
+    rng = np.random.default_rng(1)
+    first, second, site = CoordinatorWire(seed=0), CoordinatorWire(seed=0), SiteWire()
+    a, b = rng.normal(size=(2, 30)), rng.normal(size=(2, 30))
+    site.particles(ParticlesRequest(step=0, particles=first.request(a, 0, round=5)[1]), 5)
+    second.request(b, 0, round=5)  # the retry's step 0, which this site missed
+    delta, _, _ = second.request(b + 0.01, 1, round=5)
+    assert site.particles(delta, 5) is None
 
 
 def test_compact_wire_sends_an_eighth_and_every_transport_the_same_proposals():
@@ -70,20 +82,60 @@ def test_scores_on_the_compact_wire_read_back_as_float64_and_lossless_json_is_un
     assert "scale" not in plain.model_dump_json() and np.array_equal(plain.values(), A)
 
 
-@pytest.mark.parametrize("lost", [False, True])
-def test_a_site_that_lost_the_thread_abstains_and_the_next_step_is_sent_in_full(lost):
+@pytest.mark.parametrize("lost", ["nobody", "a", "both"])
+def test_a_site_that_lost_the_thread_gets_the_next_step_in_full(lost):
     space = labfbo.SearchSpace([labfbo.Real("x", 0, 1), labfbo.Real("y", 0, 1)])
     agg = labfbo.Coordinator("gradient", sites=["a", "b"], space=space, seed=0, warmup_steps=5, svgd_steps=2,
                              wire="compact").aggregator()
     step = agg.open_round(0)
     assert all(isinstance(m, ParticlesRequest) for m in step.requests.values())  # a round opens in full
-    shape = agg.particles.shape
-    codes, scale = quantize(np.full(shape, 0.1), np.random.default_rng(0))
+    codes, scale = quantize(np.full(agg.particles.shape, 0.1), np.random.default_rng(0))
     scored = ScoreResponse(step=0, scores=codes, scale=scale, n_obs=5, round=0)
-    a = Abstain(reason=MISSED, round=0) if lost else scored
-    nxt = agg.on_responses(0, {"a": a, "b": scored})
-    kinds = {type(m) for m in nxt.requests.values()}
-    assert kinds == ({ParticlesRequest} if lost else {ParticlesDelta})
+    answers = {"a": scored, "b": scored}
+    for s in {"nobody": [], "a": ["a"], "both": ["a", "b"]}[lost]:
+        agg.abstained(s, MISSED)  # the coordinator reports abstentions; the answer is not a response
+        del answers[s]
+    nxt = agg.on_responses(0, answers)
+    kinds = {s: type(m) for s, m in nxt.requests.items()}
+    if lost == "both":  # nobody could score: the same step again, in full, to everyone
+        assert set(kinds.values()) == {ParticlesRequest} and all(m.step == 0 for m in nxt.requests.values())
+    else:
+        assert kinds == {"a": ParticlesRequest if lost == "a" else ParticlesDelta, "b": ParticlesDelta}
+        assert all(m.step == 1 for m in nxt.requests.values())
+
+
+def test_a_failed_exchange_costs_a_site_one_step_not_the_round(monkeypatch):
+    from labfbo.protocols.gradient import GradientSite
+
+    log: list[tuple[int, int, int, str]] = []
+    answer = GradientSite.answer
+    failed = []
+
+    def flaky(self, request, data, round):
+        if (self.context.site_index == 1 and isinstance(request, ParticlesDelta) and request.step == 3
+                and not failed):
+            failed.append(round)
+            raise RuntimeError("instrument PC rebooted")
+        out = answer(self, request, data, round)
+        if isinstance(request, (ParticlesDelta, ParticlesRequest)):
+            log.append((self.context.site_index, round, request.step, getattr(out, "reason", out.kind)))
+        return out
+
+    import labfbo.simulation as simulation
+
+    build = simulation._coordinator
+
+    def with_quorum(*args, **kwargs):  # a round goes on without the failed site
+        coordinator = build(*args, **kwargs)
+        coordinator.quorum = 2
+        return coordinator
+
+    monkeypatch.setattr(GradientSite, "answer", flaky)
+    monkeypatch.setattr(simulation, "_coordinator", with_quorum)
+    labfbo.simulate("branin", "gradient", wire="compact", **{**FAST, "budget": 2})
+    mine = [(t, step, what) for i, t, step, what in log if i == 1 and t == failed[0]]
+    assert [what for _, _, what in mine].count(MISSED) == 1  # one abstention, then back in
+    assert mine[-1][2] == "score" and len([1 for _, _, w in mine if w == "score"]) >= len(mine) - 1
 
 
 def test_compact_wire_refuses_secure_aggregation():

@@ -186,6 +186,10 @@ class Aggregator(ABC):
         """``site`` has spent its privacy budget and will release nothing more: leave it out of
         what needs every member (e.g. a secure sum's cohort). Nothing by default."""
 
+    def abstained(self, site: str, reason: str) -> None:
+        """``site`` abstained from the last exchange, for ``reason`` (its answer is not among the
+        responses). Nothing by default."""
+
     def state(self) -> dict[str, Any]:
         """What the aggregator carries from round to round (JSON-able), for durable coordinators."""
         return {}

@@ -47,8 +47,8 @@ from labfbo.exceptions import ConfigurationError
 from labfbo.privacy import DP, distributed, privatize, secagg
 from labfbo.privacy.release import Release
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
-from labfbo.protocols.gradient_wire import (MISSED, CoordinatorWire, ParticlesDelta, SiteWire, dequantize, quantize,
-                                            without_unset_scale)
+from labfbo.protocols.gradient_wire import (MISSED, CoordinatorWire, ParticlesDelta, SiteWire, check_codes, dequantize,
+                                            quantize, without_unset_scale)
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.protocols.secure_sum import (MIN_COHORT, KeyRequest, MaskedScores, PublicKeyShare, SecureSum,
                                          UnmaskRequest, check_cohort, digest, reveal, upload)
@@ -94,6 +94,12 @@ class ScoreResponse(Message):
     @model_serializer(mode="wrap")
     def _lossless_as_before(self, handler: Any) -> Any:
         return without_unset_scale(handler(self), self.scale)
+
+    @model_validator(mode="after")
+    def _codes_fit_their_scales(self) -> "ScoreResponse":
+        if self.scale is not None:
+            check_codes(self.scores, self.scale)
+        return self
 
     def values(self) -> np.ndarray:
         """The scores, float64 (decoded from the compact wire's codes if they came so)."""
@@ -329,10 +335,9 @@ class GradientAggregator(Aggregator):
 
     def _request(self) -> Step:
         if self.wire is not None:
-            delta, full = self.wire.request(self.particles.numpy(), self.step, self.round)
-            if delta is not None:
-                return Exchange({s: delta for s in self.sites})
-            return Exchange({s: ParticlesRequest(step=self.step, particles=full) for s in self.sites})
+            delta, full, behind = self.wire.request(self.particles.numpy(), self.step, self.round)
+            whole = None if full is None else ParticlesRequest(step=self.step, particles=full)
+            return Exchange({s: delta if delta is not None and s not in behind else whole for s in self.sites})
         particles = self._sent = Array.of(self.particles.numpy())  # encoded once; the secure sum hashes it
         if not self.options.secure_aggregation:
             msg = ParticlesRequest(step=self.step, particles=particles)
@@ -349,6 +354,10 @@ class GradientAggregator(Aggregator):
 
     def retire(self, site: str) -> None:
         self.secure.retired.add(site)
+
+    def abstained(self, site: str, reason: str) -> None:
+        if self.wire is not None and reason == MISSED:
+            self.wire.behind.add(site)  # its next request carries the particles in full
 
     def state(self) -> dict[str, Any]:
         adam = {k: Array.of(v.numpy()).model_dump(mode="json") for k, v in (self.adam or {}).items()}
@@ -382,8 +391,9 @@ class GradientAggregator(Aggregator):
         if self.options.secure_aggregation:
             return self._on_secure(responses)
         answers = [responses[s] for s in self.sites if isinstance(responses.get(s), ScoreResponse)]
-        if self.wire is not None and any(isinstance(m, Abstain) and m.reason == MISSED for m in responses.values()):
-            self.wire.reset()  # a site lost the thread: the next step goes in full
+        if self.wire is not None and not answers and self.wire.behind:
+            self.wire.reset()  # nobody could score, some for want of the base: this step again, in full
+            return self._request()
         if answers:
             self.particles, self.adam = meta_step(self.particles, [torch.as_tensor(a.values()) for a in answers],
                                                   [a.n_obs for a in answers], self.cfg, self.adam)

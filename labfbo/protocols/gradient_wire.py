@@ -17,9 +17,11 @@ wire sends about an eighth:
   the sites *reconstructed* at the previous step, quantized the same way. Coordinator and
   sites apply the same codes to the same reference, so they hold bit-identical
   reconstructions and the error does not accumulate: a site scores particles within half a
-  quantization step of a block's largest change of the coordinator's. A site that missed
-  the previous step (it crashed, or timed out) abstains once, and the coordinator sends
-  the next step in full.
+  quantization step of a block's largest change of the coordinator's. A delta names its
+  base (step and a SHA-256 of the base particles); a site that does not hold that base (it
+  crashed, timed out, or holds a failed attempt's particles of the same round) abstains
+  once, and the coordinator sends it the next step's reconstruction in full (the others
+  keep their deltas); if nobody could score, the step is sent again in full to everyone.
 
 DP is unaffected: quantizing noised scores is post-processing. The compact wire does not
 combine with secure aggregation (masked sums need the exact values).
@@ -27,9 +29,11 @@ combine with secure aggregation (masked sums need the exact values).
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import model_validator
 
 from labfbo.messages import Array, Message, register
 
@@ -51,6 +55,14 @@ def quantize(x: np.ndarray, gen: np.random.Generator) -> tuple[Array, Array]:
     return Array.of(codes.ravel()[:flat.size].reshape(np.shape(x)), dtype="int8"), Array.of(scale, dtype="float32")
 
 
+def check_codes(codes: Array, scale: Array) -> None:
+    """Refuse codes that are not int8 or do not match their float32 scales (one per block)."""
+    blocks = -(-codes.n_scalars // BLOCK)
+    if codes.dtype != "int8" or scale.dtype != "float32" or tuple(scale.shape) != (blocks,):
+        raise ValueError(f"compact codes must be int8 with {blocks} float32 scales, got {codes.dtype} codes and "
+                         f"{scale.dtype} scales of shape {tuple(scale.shape)}")
+
+
 def dequantize(codes: Array, scale: Array) -> np.ndarray:
     """The float64 values of :func:`quantize`'s codes (the same bits on every machine)."""
     c = codes.numpy().astype(np.float64)
@@ -61,16 +73,28 @@ def dequantize(codes: Array, scale: Array) -> np.ndarray:
     return (flat * np.repeat(s, BLOCK)[:flat.size] / 127.0).reshape(c.shape)
 
 
+def fingerprint(particles: np.ndarray) -> str:
+    """32 hex digits of the SHA-256 of float64 particles (little-endian): names a delta's base."""
+    return hashlib.sha256(np.ascontiguousarray(particles, dtype="<f8").tobytes()).hexdigest()[:32]
+
+
 @register
 class ParticlesDelta(Message):
     """Coordinator -> site (``wire="compact"``): this step's particles as the quantized change
-    from those the sites reconstructed at step ``base_step`` of this round; answer with your scores."""
+    from those the sites reconstructed at step ``base_step`` of this round (``base`` is their
+    :func:`fingerprint`); answer with your scores."""
 
     kind: Literal["particles_delta"] = "particles_delta"
     step: int
     base_step: int
+    base: str
     codes: Array
     scale: Array
+
+    @model_validator(mode="after")
+    def _codes_fit_their_scales(self) -> "ParticlesDelta":
+        check_codes(self.codes, self.scale)
+        return self
 
 
 def without_unset_scale(out: Any, scale: Any) -> Any:
@@ -84,45 +108,52 @@ class SiteWire:
     """A site's end of the compact wire: the particles it reconstructed at its last exchange."""
 
     def __init__(self) -> None:
-        self.ref: tuple[int, int, np.ndarray] | None = None  # (round, step, particles)
+        self.ref: tuple[int, int, np.ndarray, str | None] | None = None  # (round, step, particles, base used)
 
     def particles(self, request: Message, round: int) -> np.ndarray | None:
         """The request's particles (a full request, or a delta on the last ones); None if this
         site does not hold the particles the delta changes."""
         if isinstance(request, ParticlesDelta):
-            if self.ref is not None and self.ref[:2] == (round, request.step):
-                return self.ref[2]  # the same request again (an answer lost on the way, retried)
-            if self.ref is None or self.ref[:2] != (round, request.base_step):
+            ref = self.ref
+            if ref is not None and ref[:2] == (round, request.step) and ref[3] == request.base:
+                return ref[2]  # the same request again (an answer lost on the way, retried)
+            if ref is None or ref[:2] != (round, request.base_step) or fingerprint(ref[2]) != request.base:
                 self.ref = None
                 return None
-            theta = self.ref[2] + dequantize(request.codes, request.scale)
+            theta, base = ref[2] + dequantize(request.codes, request.scale), request.base
         else:
-            theta = request.particles.numpy()  # type: ignore[attr-defined]
-        self.ref = (round, request.step, theta)  # type: ignore[attr-defined]
+            theta, base = request.particles.numpy(), None  # type: ignore[attr-defined]
+        self.ref = (round, request.step, theta, base)  # type: ignore[attr-defined]
         return theta
 
 
 class CoordinatorWire:
-    """The coordinator's end: what the sites reconstructed, and whether the next step is sent in full."""
+    """The coordinator's end: what the sites reconstructed, and which sites lost the thread."""
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
         self.ref: tuple[int, np.ndarray] | None = None  # (step, the sites' particles)
+        self.behind: set[str] = set()  # sites that said they miss the base of the last delta
 
     def reset(self) -> None:
-        """Send the next step in full (a new round, or a site lost the thread)."""
+        """Send the next step in full to everyone (a new round, or nobody could score)."""
         self.ref = None
+        self.behind.clear()
 
-    def request(self, particles: np.ndarray, step: int, round: int) -> tuple[Message | None, Array | None]:
-        """``(ParticlesDelta, None)`` on a reference, else ``(None, particles as sent)`` for the
-        caller's full request; either way the reference becomes what the sites will hold."""
+    def request(self, particles: np.ndarray, step: int,
+                round: int) -> tuple[ParticlesDelta | None, Array | None, set[str]]:
+        """``(delta, full, sites)``: the delta for the sites that hold the base; ``full``, the
+        particles as the sites will hold them, for ``sites`` (everyone when ``delta`` is None)."""
         from labfbo.seeding import rng
 
+        behind, self.behind = self.behind, set()
         if self.ref is None:
             full = Array.of(particles)
             self.ref = (step, full.numpy())
-            return None, full
+            return None, full, behind
         base, ref = self.ref
         codes, scale = quantize(particles - ref, rng(self.seed, 0, round, f"wire-down/{step}"))
-        self.ref = (step, ref + dequantize(codes, scale))
-        return ParticlesDelta(step=step, base_step=base, codes=codes, scale=scale), None
+        new = ref + dequantize(codes, scale)
+        self.ref = (step, new)
+        delta = ParticlesDelta(step=step, base_step=base, base=fingerprint(ref), codes=codes, scale=scale)
+        return delta, (Array.of(new) if behind else None), behind

@@ -146,6 +146,8 @@ def read_message(body: bytes | Any, max_items: int) -> Message:
             data = wire.unpack(body)
         except ProtocolError as exc:
             raise HTTPException(422, str(exc)) from None
+        if not isinstance(data, dict):
+            raise HTTPException(422, "not a labfbo message (a frame's header must be a JSON object)")
     else:
         data = read_json(body) if isinstance(body, (bytes, str)) else body
     try:
@@ -257,7 +259,7 @@ class CoordinatorServer:
             if not isinstance(frame, bytes):
                 return Work(**got)
             if wire.MEDIA_TYPE in request.headers.get("accept", ""):
-                head = {"X-Labfbo-Work": got["type"], "X-Labfbo-Round": str(got["round"])}
+                head = {"X-Labfbo-Work": got["type"], "X-Labfbo-Round": str(got["round"]), "Vary": "Accept"}
                 if got.get("seq") is not None:
                     head["X-Labfbo-Seq"] = str(got["seq"])
                 return Response(content=frame, media_type=wire.MEDIA_TYPE, headers=head)
@@ -345,6 +347,8 @@ class CoordinatorServer:
             data = wire.unpack(body) if wire.is_frame(body) else read_json(body)
         except ProtocolError as exc:
             raise HTTPException(422, str(exc)) from None
+        if not isinstance(data, dict):
+            raise HTTPException(422, "a join is a JSON object")
         space = data.get("space") if isinstance(data, dict) else None
         params = space.get("params") if isinstance(space, dict) else None
         limit = min(MAX_PARAMS, self.config.max_params)
