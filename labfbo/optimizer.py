@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from labfbo import wire
 from labfbo.exceptions import (ConfigurationError, ConstraintError, JournalError, LabFBOError, TrialError, ValidationError)
 from labfbo.objectives import Outcome, OutcomeSpec
 from labfbo.journal import JournalBackend, check_header, open_journal
@@ -488,7 +489,7 @@ class Optimizer(CampaignViews):
         request = parse(request_bytes)
         with self._lock:
             with _COMPUTE:
-                self.ledger.record_received(request)
+                self.ledger.record_received(request, len(request_bytes) if wire.is_frame(request_bytes) else None)
                 # the data the site had when it asked for this round (all of it if it has not asked)
                 data = self._for_round(self.site_data(upto=self._state.clock.cuts.get(request.round)), request.round)
                 answer = self._logic.answer(request, data, request.round)
@@ -504,10 +505,11 @@ class Optimizer(CampaignViews):
                     self._commit(held)
             if release is not None:
                 self._commit(Released(**release.model_dump()))  # accounted before it leaves
-            self.ledger.record_sent(answer)
+            frame = answer.to_wire()  # encoded once: sized for the ledger, then sent
+            self.ledger.record_sent(answer, len(frame))
             if len(self.ledger.unjournaled) >= TRAFFIC_BATCH:  # a long exchange (gradient's warm-up)
                 self._commit(Traffic(messages=self.ledger.take()))
-        return answer.to_wire()
+        return frame
 
     def __repr__(self) -> str:
         return (f"Optimizer(site={self.site!r}, protocol={self.protocol!r}, objective={self.objective!r}, "

@@ -40,10 +40,10 @@ class SiteLedger:
         self.unjournaled: list[MessageEntry] = []
         self._guard = threading.Lock()  # an HTTP site answers requests from its agent's thread
 
-    def record_sent(self, msg: Message) -> int:
-        """Record an outgoing message; its size in bytes."""
+    def record_sent(self, msg: Message, nbytes: int | None = None) -> int:
+        """Record an outgoing message (``nbytes``: its frame's size, if the caller has the frame); its size."""
         self.sent.append(msg)
-        n = msg.nbytes()
+        n = msg.nbytes() if nbytes is None else nbytes
         self.bytes_up[msg.round] += n
         with self._guard:
             self.unjournaled.append(MessageEntry(direction="sent", kind=msg.kind, round=msg.round, nbytes=n))
@@ -52,10 +52,10 @@ class SiteLedger:
                 fh.write(msg.model_dump_json() + "\n")
         return n
 
-    def record_received(self, msg: Message) -> int:
-        """Record an incoming message; its size in bytes."""
+    def record_received(self, msg: Message, nbytes: int | None = None) -> int:
+        """Record an incoming message (``nbytes``: as :meth:`record_sent`); its size in bytes."""
         self.received.append(msg)
-        n = msg.nbytes()
+        n = msg.nbytes() if nbytes is None else nbytes
         self.bytes_down[msg.round] += n
         with self._guard:
             self.unjournaled.append(MessageEntry(direction="received", kind=msg.kind, round=msg.round, nbytes=n))

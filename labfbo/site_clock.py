@@ -24,6 +24,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from labfbo import wire
 from labfbo.exceptions import FederationError, ProtocolError, RoundError
 from labfbo.messages import Message, parse
 
@@ -82,7 +83,8 @@ class SiteClock:
         if not held:
             self.asking(t, position)
         try:
-            msg = parse(link.guidance(t, timeout))
+            frame = link.guidance(t, timeout)
+            msg = parse(frame)
         except (TimeoutError, FederationError, RoundError) as exc:
             if timeout is None:
                 raise
@@ -93,7 +95,7 @@ class SiteClock:
         got = t if msg.round < 0 else msg.round
         if got < t:
             raise ProtocolError(f"site {site!r} got round {got}'s guidance for round {t}")
-        ledger.record_received(msg)
+        ledger.record_received(msg, len(frame) if wire.is_frame(frame) else None)
         self.held = msg
         return msg, "model", self.record(got, self.seen if held else results)
 

@@ -138,18 +138,24 @@ def read_json(body: bytes) -> Any:
         raise HTTPException(422, "message nested too deeply") from None
 
 
+def read_document(body: bytes) -> Any:
+    """The JSON document of a request body: a wire frame's (422 if damaged or not an object) or
+    the JSON's (:func:`read_json`)."""
+    if not wire.is_frame(body):
+        return read_json(body)
+    try:
+        data = wire.unpack(body)
+    except ProtocolError as exc:
+        raise HTTPException(422, str(exc)) from None
+    if not isinstance(data, dict):
+        raise HTTPException(422, "not a labfbo message (a frame's header must be a JSON object)")
+    return data
+
+
 def read_message(body: bytes | Any, max_items: int) -> Message:
     """A checked message from a request body — a wire frame, JSON, or already-loaded JSON; 422
     if it is not one."""
-    if wire.is_frame(body):
-        try:
-            data = wire.unpack(body)
-        except ProtocolError as exc:
-            raise HTTPException(422, str(exc)) from None
-        if not isinstance(data, dict):
-            raise HTTPException(422, "not a labfbo message (a frame's header must be a JSON object)")
-    else:
-        data = read_json(body) if isinstance(body, (bytes, str)) else body
+    data = read_document(body) if isinstance(body, (bytes, str)) else body
     try:
         msg = parse(data)
         check_payload(msg, max_items)
@@ -291,7 +297,7 @@ class CoordinatorServer:
         async def answer(site: str, seq: int, request: Request, me: str = Depends(self.site_auth)) -> Accepted:
             self._own(me, site)
             body = await request.body()
-            report = body if wire.is_frame(body) else read_json(body)
+            report = read_document(body)
             if isinstance(report, dict) and "error" in report and "kind" not in report:  # the site failed
                 try:
                     self.engine.fail(site, seq, f"{report.get('error')}: {report.get('message', '')}")
@@ -343,12 +349,7 @@ class CoordinatorServer:
     def _join(self, body: bytes, site: str) -> Envelope:
         """A join (in a worker thread): its size is checked on the raw JSON, before any message
         or space is built from it."""
-        try:
-            data = wire.unpack(body) if wire.is_frame(body) else read_json(body)
-        except ProtocolError as exc:
-            raise HTTPException(422, str(exc)) from None
-        if not isinstance(data, dict):
-            raise HTTPException(422, "a join is a JSON object")
+        data = read_document(body)
         space = data.get("space") if isinstance(data, dict) else None
         params = space.get("params") if isinstance(space, dict) else None
         limit = min(MAX_PARAMS, self.config.max_params)
