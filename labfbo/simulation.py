@@ -23,6 +23,7 @@ import os
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -204,9 +205,14 @@ def simulate(problem: FederatedProblem | str, protocol: "str | ConfiguredProtoco
     the coordinator and returns the result, site ``i`` runs at rank ``i + 1`` and gets None.
     ``transport="http"``: starts a coordinator server on 127.0.0.1 (ephemeral port) and
     runs the sites as real HTTP clients in this process, each in its own thread.
+    ``transport="flower"``: the same over a real Flower deployment on 127.0.0.1 (a
+    SuperLink, one SuperNode per site, labfbo's ServerApp via ``flwr run``; pass
+    ``flower_deployment=`` a started :class:`~labfbo.transport.flower_deploy.LocalFlowerDeployment`
+    to reuse one). Every Flower exchange takes seconds: keep such runs small.
     """
-    if transport not in ("local", "mpi", "http"):
-        raise ConfigurationError(f"transport must be 'local', 'mpi' or 'http', got {transport!r}")
+    if transport not in ("local", "mpi", "http", "flower"):
+        raise ConfigurationError(f"transport must be 'local', 'mpi', 'http' or 'flower', got {transport!r}")
+    deployment = options.pop("flower_deployment", None)
     protocol, options = as_keywords(protocol, options)  # every site and the coordinator get its options
     prob = _problem(problem, n_sites, seed, heterogeneity)
     _check(prob, budget, options)
@@ -219,6 +225,8 @@ def simulate(problem: FederatedProblem | str, protocol: "str | ConfiguredProtoco
         _refuse_existing(journals)
     if transport == "http":
         return _simulate_http(prob, protocol, n_init, budget, seed, progress, on_round, options)
+    if transport == "flower":
+        return _simulate_flower(prob, protocol, n_init, budget, seed, progress, on_round, options, deployment)
     coordinator = _coordinator(prob, protocol, seed, budget, options)
     return _lockstep(prob, protocol, [coordinator] * prob.n_sites, n_init, budget, seed, progress, on_round, options)
 
@@ -268,6 +276,46 @@ def _simulate_http(prob: FederatedProblem, protocol: str, n_init: int | None, bu
     with ServerThread(CoordinatorServer(cfg)) as srv:
         links = [HTTPCoordinator(srv.url, tokens[n][0]) for n in names]
         return _threaded(prob, protocol, links, n_init, budget, seed, progress, on_round, options)
+
+
+def _simulate_flower(prob: FederatedProblem, protocol: str, n_init: int | None, budget: int, seed: int,
+                     progress: bool, on_round: Callable[[int], None] | None, options: dict[str, Any],
+                     deployment: Any = None) -> SimulationResult:
+    """A real Flower deployment on 127.0.0.1; the sites' Optimizers bridge to their SuperNodes."""
+    import tempfile
+
+    import yaml
+
+    from labfbo.server.config import ServerConfig, hash_token
+    from labfbo.transport.flower import FlowerCoordinator
+    from labfbo.transport.flower_deploy import LocalFlowerDeployment
+
+    names = list(prob.site_names or [])
+    with tempfile.TemporaryDirectory(prefix="labfbo-flower-") as tmp:
+        own = deployment is None
+        fl = LocalFlowerDeployment(len(names), tmp).start() if own else deployment
+        try:
+            if len(fl.sites) != len(names):
+                raise ConfigurationError(f"the Flower deployment has {len(fl.sites)} SuperNodes, the study "
+                                         f"{len(names)} sites")
+            cfg = ServerConfig(protocol=protocol, seed=seed, horizon=budget,
+                               sites={n: hash_token(s.token) for n, s in zip(names, fl.sites)},
+                               space=prob.space.model_dump(mode="json"),
+                               options={k: v for k, v in options.items() if k not in SITE_OPTIONS})
+            path = Path(tmp) / "consortium.yaml"
+            path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True)))
+            run = fl.run(path)
+            links = [FlowerCoordinator(s.coordinator, s.token) for s in fl.sites]
+            try:
+                result = _threaded(prob, protocol, links, n_init, budget, seed, progress, on_round, options)
+            except BaseException:
+                run.kill()
+                raise
+            fl.wait(run)
+            return result
+        finally:
+            if own:
+                fl.stop()
 
 
 def _threaded(prob: FederatedProblem, protocol: str, coordinators: list[Any], n_init: int | None, budget: int,

@@ -6,7 +6,8 @@ from typing import Any
 
 from labfbo.exceptions import ConfigurationError
 
-_WHAT = "give a labfbo.Coordinator, an http(s):// URL with token=, or labfbo.transport.mpi.MPICoordinator()"
+_WHAT = ("give a labfbo.Coordinator, an http(s):// URL with token=, a flower://HOST:PORT bridge address with "
+         "token=, or labfbo.transport.mpi.MPICoordinator()")
 
 
 def require_coordinator(protocol: str, federated: bool, coordinator: Any,
@@ -23,6 +24,10 @@ def connect(coordinator: Any, site: str, federated: bool, protocol: str, token: 
         from labfbo.transport.http import HTTPCoordinator
 
         coordinator = HTTPCoordinator(coordinator, token or "")
+    elif isinstance(coordinator, str) and coordinator.startswith("flower://"):
+        from labfbo.transport.flower import FlowerCoordinator
+
+        coordinator = FlowerCoordinator(coordinator, token or "")
     require_coordinator(protocol, federated, coordinator)
     if coordinator is None:
         return None

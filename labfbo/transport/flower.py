@@ -1,0 +1,216 @@
+r"""The Flower transport, site side: the lab script's bridge to its SuperNode.
+
+Under ``transport="flower"`` the consortium runs Flower's deployment engine: one
+SuperLink, one SuperNode per site, and labfbo's coordinator as a Flower ``ServerApp``
+(:mod:`labfbo.transport.flower_server`). Flower starts a ``ClientApp`` process for each
+message a SuperNode receives; labfbo's ``ClientApp`` is a relay
+(``labfbo/flower_app/labfbo_flower_relay.py``) that forwards the message over a local
+socket to the running lab script and returns its answer. So the site's
+:class:`~labfbo.Optimizer` stays the only reader and writer of its journal, exactly as on
+HTTP::
+
+    opt = labfbo.Optimizer(space, protocol="distribution", site="lab-a", seed=0,
+                           coordinator="flower://127.0.0.1:9500", token=TOKEN)
+
+``flower://HOST:PORT`` is where this site's *bridge* listens (127.0.0.1: only processes on
+this machine can reach it); the site's SuperNode is started with the same address and
+token in its node config (``labfbo-site``, ``labfbo-token``). Every relayed call must carry
+the token (compared in constant time), and the token goes on to the coordinator with the
+join, where ``consortium.yaml`` may hold its SHA-256 digest as for HTTP sites.
+
+What the bridge answers:
+
+* a **poll** (the coordinator's pull loop, one Flower exchange for every site): it first
+  takes what the poll delivers (the join reply, a round's guidance, or an error), then
+  says who the site is, the join request it wants admitted, the round it waits for and
+  whether it has left;
+* a **request** (a protocol exchange): the site's handler answers it from the site's local
+  data, in the bridge's thread, while the lab script may be waiting on its instrument (as
+  the HTTP agent does).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import socket
+import socketserver
+import threading
+import time
+from typing import Any
+
+from labfbo import wire
+from labfbo.exceptions import ConfigurationError, FederationError, RoundError
+from labfbo.flower_app import labfbo_flower_relay as relay
+from labfbo.messages import JoinReply, JoinRequest, parse
+from labfbo.transport.base import Handler, SiteLink
+
+SCHEME = "flower://"
+
+
+class FlowerCoordinator:
+    """A coordinator reached through this site's Flower SuperNode.
+
+    Args:
+        address: ``flower://HOST:PORT`` or ``HOST:PORT``, where this site's bridge listens
+            (its SuperNode's ``labfbo-site`` node config).
+        token: the site's token: the relay must present it, and the coordinator may check it.
+        close_wait: seconds :meth:`FlowerLink.close` waits for a poll to hear that the site
+            left (Flower polls every few seconds).
+    """
+
+    def __init__(self, address: str, token: str, *, close_wait: float = 60.0) -> None:
+        address = address[len(SCHEME):] if address.startswith(SCHEME) else address
+        try:
+            self.host, self.port = relay.parse_address(address.rstrip("/"))
+        except ValueError as exc:
+            raise ConfigurationError(f"flower coordinator: {exc} (e.g. flower://127.0.0.1:9500)") from None
+        if not token:
+            raise ConfigurationError("a Flower site needs its token (token=...): its SuperNode's relay presents it")
+        self.token = token
+        self.close_wait = close_wait
+
+    def connect(self, site: str) -> "FlowerLink":
+        return FlowerLink(self, site)
+
+
+class _Bridge(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class FlowerLink(SiteLink):
+    """A site's side of the Flower transport: the bridge server and the round waits."""
+
+    def __init__(self, cfg: FlowerCoordinator, site: str) -> None:
+        self.cfg, self.site = cfg, site
+        self.handler: Handler | None = None
+        self.lock = threading.Condition()
+        self.join_frame: bytes | None = None          # the join waiting to be admitted
+        self.join_result: tuple[str, bytes] | None = None
+        self.results: dict[int, tuple[str, bytes]] = {}  # round -> ("guidance", frame) | ("error", why)
+        self.waiting: int | None = None
+        self.closed = False
+        self.left_heard = False  # a poll has carried "closed" to the coordinator
+        self.server: _Bridge | None = None
+
+    # -- the bridge ---------------------------------------------------------------------------
+    def _start(self) -> None:
+        if self.server is not None:
+            return
+        link = self
+
+        class Handle(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                link._serve(self.request)
+
+        try:
+            self.server = _Bridge((self.cfg.host, self.cfg.port), Handle)
+        except OSError as exc:
+            raise FederationError(f"site {self.site!r}: cannot open the Flower bridge on "
+                                  f"{self.cfg.host}:{self.cfg.port}: {exc}") from None
+        threading.Thread(target=self.server.serve_forever, name=f"labfbo-bridge-{self.site}", daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        try:
+            control, body = relay.recv_parts(sock)
+            if not hmac.compare_digest(str(control.get("token", "")).encode(), self.cfg.token.encode()):
+                relay.send_parts(sock, {"refused": "wrong token"}, b"")
+                return
+            op = control.get("op")
+            if op == "poll":
+                relay.send_parts(sock, *self._poll(control, body))
+            elif op == "request":
+                relay.send_parts(sock, {"op": "answer"}, self._answer(body))
+            else:
+                relay.send_parts(sock, {"refused": f"unknown op {op!r}"}, b"")
+        except (OSError, ValueError):
+            pass  # a broken relay connection: Flower reports the failed message to the coordinator
+
+    def _answer(self, body: bytes) -> bytes:
+        try:
+            if self.handler is None or self.closed:
+                raise FederationError(f"site {self.site!r} is not in the study")
+            return self.handler(body)
+        except Exception as exc:  # noqa: BLE001 - the exchange must not wait for us
+            return json.dumps({"error": type(exc).__name__, "message": str(exc)[:500]}).encode()
+
+    def _poll(self, control: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
+        with self.lock:
+            what = control.get("deliver")
+            if what == "join":
+                self.join_result, self.join_frame = ("ok", body), None
+            elif what == "guidance":
+                self.results[int(wire.header(body)["round"])] = ("guidance", body)
+            elif what == "error":
+                why = str(control.get("error", "the coordinator refused"))
+                if control.get("about") == "join":
+                    self.join_result, self.join_frame = ("error", why.encode()), None
+                else:
+                    self.results[int(control.get("round", -1))] = ("error", why.encode())
+            self.lock.notify_all()
+            wants = self.waiting if self.waiting is not None and self.waiting not in self.results else -1
+            status = {"op": "status", "site": self.site, "wants": wants, "closed": self.closed,
+                      "join": self.join_frame is not None}
+            if self.closed:
+                self.left_heard = True
+                self.lock.notify_all()
+            if self.join_frame is not None:
+                status["token"] = self.cfg.token
+                return status, self.join_frame
+            return status, b""
+
+    # -- SiteLink -------------------------------------------------------------------------------
+    def join(self, request: JoinRequest, handler: Handler) -> JoinReply:
+        """Open the bridge and wait until the coordinator's next poll admits the site."""
+        self._start()
+        with self.lock:
+            self.handler = handler
+            self.closed = self.left_heard = False
+            self.join_result, self.join_frame = None, request.to_wire()
+            while self.join_result is None:
+                self.lock.wait(1.0)
+            kind, body = self.join_result
+        if kind == "error":
+            raise FederationError(f"coordinator refused the join: {body.decode()}")
+        reply = parse(body)
+        if not isinstance(reply, JoinReply):
+            raise FederationError(f"unexpected join answer {reply.kind!r}")
+        return reply
+
+    def guidance(self, round: int, timeout: float | None = None) -> bytes:
+        """Wait for round ``round``'s guidance (the coordinator's next polls deliver it)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        with self.lock:
+            if self.results.get(round, ("",))[0] == "error":
+                del self.results[round]  # a failed round: ask again
+            self.waiting = round
+            try:
+                while round not in self.results:
+                    left = None if end is None else end - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError(f"no guidance for round {round} within {timeout:g} s")
+                    self.lock.wait(1.0 if left is None else min(left, 1.0))
+                kind, body = self.results.pop(round)
+                for old in [t for t in self.results if t < round]:
+                    del self.results[old]
+            finally:
+                self.waiting = None
+        if kind == "error":
+            raise RoundError(f"coordinator: round {round} failed: {body.decode()}")
+        return body
+
+    def close(self) -> None:
+        """Leave: wait (at most ``close_wait`` s) until a poll has told the coordinator, then
+        close the bridge."""
+        with self.lock:
+            if self.closed and self.server is None:
+                return
+            self.closed = True
+            end = time.monotonic() + self.cfg.close_wait
+            while not self.left_heard and self.server is not None and time.monotonic() < end:
+                self.lock.wait(0.5)
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
