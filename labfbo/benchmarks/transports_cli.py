@@ -10,7 +10,14 @@ each way (the sites' ledgers: wire frames), and whether its proposals equal ``lo
     labfbo bench transports --protocol gradient --sites 3 --budget 3
     labfbo bench transports --protocol gradient --option wire=compact
 
-``flower`` is not a transport of this build (issue 22).
+``flower`` runs a real Flower deployment on 127.0.0.1 (a SuperLink, one SuperNode per site,
+labfbo's ServerApp via ``flwr run``; :mod:`labfbo.transport.flower_deploy`) and adds, from
+the ServerApp's log, the Flower exchanges per round: the protocol's own (each one Flower
+exchange with the participating sites) and in all (with the polls that admit sites,
+deliver guidance and hear who wants the next round). Each costs seconds (SuperNodes pull
+every 3 s): give Flower small campaigns, e.g.
+
+    labfbo bench transports --protocol gradient --option warmup_steps=5 --transports local flower
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-TRANSPORTS = ("local", "http", "mpi")
+TRANSPORTS = ("local", "http", "mpi", "flower")
 
 
 def _campaign(args: argparse.Namespace) -> dict[str, Any]:
@@ -66,6 +73,27 @@ def _mpi(campaign: dict[str, Any], timeout: float) -> dict[str, Any]:
     return json.loads(lines[0][4:])
 
 
+def _flower(campaign: dict[str, Any]) -> dict[str, Any]:
+    """The flower row: a deployment of its own; the exchanges counted from the ServerApp's log."""
+    import re
+    import tempfile
+
+    from labfbo.simulation import simulate
+    from labfbo.transport.flower_deploy import LocalFlowerDeployment
+
+    with tempfile.TemporaryDirectory(prefix="labfbo-bench-flower-") as tmp:
+        with LocalFlowerDeployment(campaign["n_sites"], tmp) as fl:
+            row = _row("flower", simulate(transport="flower", flower_deployment=fl, **campaign))
+            log = "".join(p.read_text(errors="replace") for p in Path(tmp).glob("run-*.log"))
+    rounds = [json.loads(m) for m in re.findall(r"round \d+ done in [0-9.]+ s; contributions (\[.*\])", log)]
+    total = re.search(r"(\d+) Flower exchanges", log)
+    if rounds:
+        row["protocol_exchanges_per_round"] = float(np.mean([len(c) for c in rounds]))
+    if total and rounds:
+        row["flower_exchanges_per_round"] = int(total.group(1)) / len(rounds)
+    return row
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     base = next((r for r in rows if r["transport"] == "local" and "error" not in r), None)
     out = ["| transport | first round (s) | later rounds, median (s) | wall (s) | wall / local | MB up / site / round "
@@ -94,10 +122,16 @@ def run(args: argparse.Namespace) -> int:
     for transport in args.transports:
         if transport == "mpi":
             rows.append(_mpi(campaign, args.timeout))
+        elif transport == "flower":
+            rows.append(_flower(campaign))
         else:
             rows.append(_row(transport, simulate(transport=transport, **campaign)))
         print(f"{transport}: done", flush=True)
     text = table(rows)
+    counted = [r for r in rows if "flower_exchanges_per_round" in r]
+    for r in counted:
+        text += (f"\n\nFlower exchanges per round: {r['protocol_exchanges_per_round']:.1f} of the protocol, "
+                 f"{r['flower_exchanges_per_round']:.1f} in all (with the polls, the joins and the leave)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "transports.json").write_text(json.dumps({"command": cmd, "campaign": campaign, "rows": rows}))
@@ -107,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = bsub.add_parser("transports", help="one campaign on local, HTTP and MPI: round latency, bytes, proposals")
+    p = bsub.add_parser("transports", help="one campaign on local, HTTP, MPI and Flower: round latency, bytes, "
+                                      "proposals")
     p.add_argument("--protocol", default="gradient")
     p.add_argument("--problem", default="hartmann3")
     p.add_argument("--sites", type=int, default=3)

@@ -11,7 +11,7 @@ Example::
     # outcome_constraints: [{name: impurity, op: "<=", bound: 0.5}]
     protocol: distribution          # independent (default), gradient, distribution, consensus
     options: {acquisition: ucb}
-    coordinator: https://consortium.example:8443   # or "mpi", or omit for independent
+    coordinator: https://consortium.example:8443   # or "mpi", or flower://127.0.0.1:9500, or omit for independent
     token_env: LABFBO_TOKEN         # the bearer token comes from the environment (or token_file:)
     seed: 0
     n_init: 6
@@ -88,8 +88,9 @@ class SiteConfig(BaseModel):
     @field_validator("coordinator")
     @classmethod
     def _coordinator(cls, v: str | None) -> str | None:
-        if v is not None and v != "mpi" and not v.startswith(("http://", "https://")):
-            raise ValueError(f"coordinator must be an http(s):// URL or 'mpi', got {v!r}")
+        if v is not None and v != "mpi" and not v.startswith(("http://", "https://", "flower://")):
+            raise ValueError(f"coordinator must be an http(s):// URL, a flower://HOST:PORT bridge address or 'mpi', "
+                             f"got {v!r}")
         return v
 
     @classmethod
@@ -122,7 +123,7 @@ class SiteConfig(BaseModel):
                 return Path(self.path(self.token_file)).read_text().strip()
             except OSError as exc:
                 raise ConfigurationError(f"cannot read token_file: {exc}") from None
-        if self.coordinator and self.coordinator.startswith("http"):
+        if self.coordinator and self.coordinator.startswith(("http", "flower")):
             token = os.environ.get(self.token_env or "")
             if not token:
                 raise ConfigurationError(f"the coordinator needs this site's token: set the environment variable "

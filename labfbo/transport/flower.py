@@ -57,9 +57,13 @@ class FlowerCoordinator:
         token: the site's token: the relay must present it, and the coordinator may check it.
         close_wait: seconds :meth:`FlowerLink.close` waits for a poll to hear that the site
             left (Flower polls every few seconds).
+        linger: after a poll delivered the join reply or a round's guidance, seconds the
+            bridge waits for the lab script to ask for its next round (or leave) before it
+            answers the poll — so that poll already starts the next round instead of the
+            next one (each Flower exchange costs seconds). 0: answer at once.
     """
 
-    def __init__(self, address: str, token: str, *, close_wait: float = 60.0) -> None:
+    def __init__(self, address: str, token: str, *, close_wait: float = 60.0, linger: float = 5.0) -> None:
         address = address[len(SCHEME):] if address.startswith(SCHEME) else address
         try:
             self.host, self.port = relay.parse_address(address.rstrip("/"))
@@ -68,7 +72,7 @@ class FlowerCoordinator:
         if not token:
             raise ConfigurationError("a Flower site needs its token (token=...): its SuperNode's relay presents it")
         self.token = token
-        self.close_wait = close_wait
+        self.close_wait, self.linger = close_wait, linger
 
     def connect(self, site: str) -> "FlowerLink":
         return FlowerLink(self, site)
@@ -90,6 +94,7 @@ class FlowerLink(SiteLink):
         self.join_result: tuple[str, bytes] | None = None
         self.results: dict[int, tuple[str, bytes]] = {}  # round -> ("guidance", frame) | ("error", why)
         self.waiting: int | None = None
+        self.delivered = -1  # the last round whose guidance a poll delivered
         self.closed = False
         self.left_heard = False  # a poll has carried "closed" to the coordinator
         self.server: _Bridge | None = None
@@ -138,17 +143,28 @@ class FlowerLink(SiteLink):
     def _poll(self, control: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
         with self.lock:
             what = control.get("deliver")
+            fresh = False  # a delivery this bridge had not had (a poll answered late delivers it again)
             if what == "join":
-                self.join_result, self.join_frame = ("ok", body), None
+                fresh = self.join_frame is not None
+                if fresh:
+                    self.join_result, self.join_frame = ("ok", body), None
             elif what == "guidance":
-                self.results[int(wire.header(body)["round"])] = ("guidance", body)
+                t = int(wire.header(body)["round"])
+                fresh = t > self.delivered
+                if fresh:
+                    self.results[t], self.delivered = ("guidance", body), t
             elif what == "error":
                 why = str(control.get("error", "the coordinator refused"))
                 if control.get("about") == "join":
-                    self.join_result, self.join_frame = ("error", why.encode()), None
-                else:
-                    self.results[int(control.get("round", -1))] = ("error", why.encode())
+                    if self.join_frame is not None:
+                        self.join_result, self.join_frame = ("error", why.encode()), None
+                elif int(control.get("round", -1)) == self.waiting:
+                    self.results[int(control["round"])] = ("error", why.encode())
             self.lock.notify_all()
+            if fresh:  # the lab script is about to ask for its next round: tell the coordinator in this poll
+                end = time.monotonic() + self.cfg.linger
+                while not self._settled() and time.monotonic() < end:
+                    self.lock.wait(min(end - time.monotonic(), 0.5))
             wants = self.waiting if self.waiting is not None and self.waiting not in self.results else -1
             status = {"op": "status", "site": self.site, "wants": wants, "closed": self.closed,
                       "join": self.join_frame is not None}
@@ -159,6 +175,10 @@ class FlowerLink(SiteLink):
                 status["token"] = self.cfg.token
                 return status, self.join_frame
             return status, b""
+
+    def _settled(self) -> bool:
+        """The lab script waits for a round it has no answer for, or has left (lock held)."""
+        return self.closed or (self.waiting is not None and self.waiting not in self.results)
 
     # -- SiteLink -------------------------------------------------------------------------------
     def join(self, request: JoinRequest, handler: Handler) -> JoinReply:
@@ -185,6 +205,7 @@ class FlowerLink(SiteLink):
             if self.results.get(round, ("",))[0] == "error":
                 del self.results[round]  # a failed round: ask again
             self.waiting = round
+            self.lock.notify_all()  # a lingering poll tells the coordinator now
             try:
                 while round not in self.results:
                     left = None if end is None else end - time.monotonic()
@@ -207,6 +228,7 @@ class FlowerLink(SiteLink):
             if self.closed and self.server is None:
                 return
             self.closed = True
+            self.lock.notify_all()
             end = time.monotonic() + self.cfg.close_wait
             while not self.left_heard and self.server is not None and time.monotonic() < end:
                 self.lock.wait(0.5)

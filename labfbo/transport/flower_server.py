@@ -68,18 +68,19 @@ class FlowerServer:
     # -- one Flower exchange ----------------------------------------------------------------------
     def exchange(self, outgoing: Mapping[Any, tuple[int, Any]], quorum: int | None = None,
                  deadline: float | None = None, timeout: float | None = None,
-                 group: str = "") -> dict[Any, tuple[dict[str, Any], bytes] | BaseException]:
+                 group: str = "", ttl: float | None = None) -> dict[Any, tuple[dict[str, Any], bytes] | BaseException]:
         """Send ``{key: (node, content)}``; return ``{key: (control, body) | error}``.
 
         Waits for every answer — or, once ``quorum`` answered, until ``deadline`` seconds
         have passed; ``timeout`` bounds the whole wait (the rest are ``TimeoutError``).
+        ``ttl``: the messages' lifetime in Flower (None: Flower's 12 h).
         """
         from flwr.app import Message as FlowerMessage
 
         self.exchanges += 1
         keys = list(outgoing)
         msgs = [FlowerMessage(outgoing[k][1], dst_node_id=outgoing[k][0], message_type=relay.MESSAGE_TYPE,
-                              group_id=group or None) for k in keys]
+                              group_id=group or None, ttl=ttl) for k in keys]
         ids = list(self.grid.push_messages(msgs))
         waiting = {mid: k for mid, k in zip(ids, keys) if mid}
         out: dict[Any, tuple[dict[str, Any], bytes] | BaseException] = {
@@ -147,7 +148,8 @@ class FlowerServer:
         if not outgoing:
             time.sleep(1.0)
             return
-        answers = self.exchange(outgoing, timeout=self.poll_timeout, group="poll")
+        # a poll nobody answered expires (a SuperNode back from the dead must not replay old deliveries)
+        answers = self.exchange(outgoing, timeout=self.poll_timeout, group="poll", ttl=max(self.poll_timeout, 10.0))
         self.online = set()
         for node, got in answers.items():
             if isinstance(got, BaseException):
@@ -207,11 +209,13 @@ class FlowerServer:
             return False
         t, wanting = opened
         started = time.monotonic()
+        self.log(f"round {t} starts with {wanting}")
         try:
             replies = self.coord.run_round(t, self.gather, wanting)
             for s in wanting:
                 self.pending[s] = ({"deliver": "guidance"}, replies[s].to_wire())
-            self.log(f"round {t} with {wanting}: {time.monotonic() - started:.1f} s")
+            self.log(f"round {t} done in {time.monotonic() - started:.1f} s; contributions "
+                     f"{json.dumps(self.coord.contributors.get(t, []))}")
         except Exception as exc:  # noqa: BLE001 - every participant's ask() hears why
             for s in wanting:
                 self.pending[s] = ({"deliver": "error", "round": t, "error": f"{type(exc).__name__}: {exc}"}, b"")
