@@ -177,8 +177,12 @@ class LocalFlowerDeployment:
             raise FederationError(f"flwr {' '.join(args)} failed: {done.stdout[-1500:]} {done.stderr[-1500:]}")
         return done.stdout
 
-    def start_node(self, i: int) -> None:
-        """Start (or restart) site ``i``'s SuperNode."""
+    def start_node(self, i: int, timeout: float = 180.0) -> None:
+        """Start (or restart) site ``i``'s SuperNode; wait until the SuperLink has activated it.
+
+        A restarted SuperNode with the same key is refused until the SuperLink has noticed
+        that the old one is gone (two missed heartbeats): it is started again until it is in.
+        """
         site = self.sites[i]
         args = ["flower-supernode", "--superlink", f"127.0.0.1:{self.port}", "--port", str(site.port),
                 "--node-config", f'labfbo-site="{site.address}" labfbo-token="{site.token}"']
@@ -188,14 +192,38 @@ class LocalFlowerDeployment:
                 self.keys[site.name] = make_node_key(self.workdir, f"node-{site.name}")
                 self._flwr("supernode", "register", str(self.keys[site.name][1]), "labfbo")
             args += ["--auth-supernode-private-key", str(self.keys[site.name][0])]
-        site.process = self._popen(args, f"supernode-{site.name}.log")
+        log = self.workdir / f"supernode-{site.name}.log"
+        end = time.monotonic() + timeout
+        while True:
+            start = log.stat().st_size if log.exists() else 0
+            site.process = self._popen(args, log.name)
+            while site.process.poll() is None:
+                with open(log, "rb") as f:
+                    f.seek(start)
+                    if b"SuperNode ID" in f.read():
+                        return
+                if time.monotonic() > end:
+                    raise FederationError(f"SuperNode {site.name} not activated within {timeout:g} s: "
+                                          f"{log.read_text(errors='replace')[-2000:]}")
+                time.sleep(0.3)
+            self._kill_group(site.process)  # refused (exit code 305): its helpers go too; try again
+            if time.monotonic() > end:
+                raise FederationError(f"SuperNode {site.name} keeps exiting: {log.read_text(errors='replace')[-2000:]}")
+            time.sleep(3.0)
+
+    @staticmethod
+    def _kill_group(proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, 9)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
 
     def kill_node(self, i: int) -> None:
         """Kill site ``i``'s SuperNode (SIGKILL to its process group: no goodbye)."""
         proc = self.sites[i].process
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, 9)
-            proc.wait(timeout=10)
+        if proc is not None:
+            self._kill_group(proc)
 
     def run(self, consortium: str | os.PathLike[str], **run_config: Any) -> subprocess.Popen:
         """``flwr run`` labfbo's Flower App for ``consortium`` (a consortium.yaml); streams its log."""
@@ -225,12 +253,15 @@ class LocalFlowerDeployment:
 
     def stop(self) -> None:
         for proc in [s.process for s in self.sites] + [self.superlink]:
-            if proc is not None and proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, 15)
-                    proc.wait(timeout=10)
-                except (subprocess.TimeoutExpired, ProcessLookupError):
-                    os.killpg(proc.pid, 9)
+            if proc is None:
+                continue
+            try:
+                os.killpg(proc.pid, 15)  # the process group: Flower's helper processes (SuperExec) too
+                proc.wait(timeout=10)
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
+                self._kill_group(proc)
 
     def __enter__(self) -> "LocalFlowerDeployment":
         return self.start()
