@@ -4,8 +4,11 @@ The site needs the coordinator's URL, its own name and its token (from the conso
 operator, who keeps only the token's SHA-256). Its measurements stay here: the
 journal (``storage=``) is local, and ``sent_messages()`` shows what left.
 
+The same script serves a Flower consortium (``flower_consortium.py``): ``LABFBO_URL`` is
+then ``flower://127.0.0.1:PORT``, the bridge this script opens for its lab's SuperNode.
+
 Environment:
-    LABFBO_URL, LABFBO_SITE, LABFBO_TOKEN   the coordinator, this site, its token
+    LABFBO_URL, LABFBO_SITE, LABFBO_TOKEN   the coordinator (https://... or flower://...), this site, its token
     LABFBO_EXAMPLE_BUDGET                   BO rounds after the initial design (default 10)
     LABFBO_EXAMPLE_OUT                      where the journal goes (default: current directory)
 """
