@@ -283,6 +283,7 @@ def _simulate_flower(prob: FederatedProblem, protocol: str, n_init: int | None, 
                      deployment: Any = None) -> SimulationResult:
     """A real Flower deployment on 127.0.0.1; the sites' Optimizers bridge to their SuperNodes."""
     import tempfile
+    import threading
 
     import yaml
 
@@ -293,8 +294,10 @@ def _simulate_flower(prob: FederatedProblem, protocol: str, n_init: int | None, 
     names = list(prob.site_names or [])
     with tempfile.TemporaryDirectory(prefix="labfbo-flower-") as tmp:
         own = deployment is None
-        fl = LocalFlowerDeployment(len(names), tmp).start() if own else deployment
+        fl = LocalFlowerDeployment(len(names), tmp) if own else deployment
         try:
+            if own:
+                fl.start()
             if len(fl.sites) != len(names):
                 raise ConfigurationError(f"the Flower deployment has {len(fl.sites)} SuperNodes, the study "
                                          f"{len(names)} sites")
@@ -306,11 +309,23 @@ def _simulate_flower(prob: FederatedProblem, protocol: str, n_init: int | None, 
             path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True)))
             run = fl.run(path)
             links = [FlowerCoordinator(s.coordinator, s.token) for s in fl.sites]
+            finished = threading.Event()
+
+            def watch() -> None:  # a ServerApp that ends (or fails) early must not leave the sites waiting
+                while not finished.is_set() and run.poll() is None:
+                    time.sleep(0.5)
+                if not finished.is_set():
+                    for link in links:
+                        link.abort(f"the Flower run ended (flwr run exited {run.returncode}; log {run.log})")
+
+            threading.Thread(target=watch, name="labfbo-flower-run", daemon=True).start()
             try:
                 result = _threaded(prob, protocol, links, n_init, budget, seed, progress, on_round, options)
             except BaseException:
-                run.kill()
+                fl.cancel(run)
                 raise
+            finally:
+                finished.set()
             fl.wait(run)
             return result
         finally:

@@ -50,26 +50,6 @@ def test_a_frame_crosses_flower_records_bit_for_bit() -> None:
     assert err == b'{"error": "X", "message": "y"}'
 
 
-def test_the_bridge_answers_only_its_token(tmp_path) -> None:
-    """Another process on the machine cannot ask the site's bridge for anything."""
-    from labfbo.transport.flower_deploy import free_port
-
-    link = FlowerCoordinator(f"flower://127.0.0.1:{free_port()}", "s3cret", linger=0).connect("a")
-    link._start()
-    try:
-        address = f"{link.cfg.host}:{link.cfg.port}"
-        with pytest.raises(relay.RelayError, match="wrong token"):
-            relay.call_site(address, "guess", {"op": "poll"}, b"")
-        status, body = relay.call_site(address, "s3cret", {"op": "poll"}, b"")
-        assert status == {"op": "status", "site": "a", "wants": -1, "closed": False, "join": False} and body == b""
-        _, answer = relay.call_site(address, "s3cret", {"op": "request"}, ParticlesRequest(step=0, particles=Array.of(np.zeros((2, 2)))).to_wire())
-        assert json.loads(answer)["error"] == "FederationError"  # not joined: nothing is answered
-    finally:
-        link.close()
-    with pytest.raises(labfbo.exceptions.ConfigurationError, match="token"):
-        FlowerCoordinator("flower://127.0.0.1:9", "")
-
-
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
     with LocalFlowerDeployment(3, tmp_path_factory.mktemp("flower"), tls=True, auth=True) as fl:

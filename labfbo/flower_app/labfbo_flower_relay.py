@@ -8,7 +8,10 @@ to the running site (the *bridge* the Optimizer opens with
 back what the site answered. Its SuperNode's node config says where the bridge is and
 the site's token::
 
-    flower-supernode ... --node-config 'labfbo-site="127.0.0.1:9500" labfbo-token="..."'
+    flower-supernode ... --node-config 'labfbo-site="127.0.0.1:9500" labfbo-token-file="/etc/labfbo/token"'
+
+(``labfbo-token-file``: a file only the SuperNode's user can read; ``labfbo-token="..."``
+also works but puts the token on the command line, where every local user can read it.)
 
 This module is loaded from the Flower App Bundle and imports only the standard library,
 numpy and flwr (importing :mod:`labfbo` would cost seconds on every message).
@@ -28,7 +31,8 @@ message's pydantic model as on every other transport.
 
 **The bridge protocol** (127.0.0.1 TCP, one call per connection): each side sends two
 length-prefixed parts (uint32 little-endian), a JSON object of control fields (the
-relay's carries the site's ``token``) and a body (a frame, JSON, or empty).
+relay's carries the site's ``token``, checked before the body is read) and a body (a
+frame, JSON, or empty).
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ ARRAYS = "arrays"
 MESSAGE_TYPE = "query.labfbo"
 BRIDGE_TIMEOUT = 600.0
 """Seconds the relay waits for the site's answer (a gradient step at a busy site takes long)."""
+MAX_CONTROL = 1 << 20
+MAX_BODY = 1 << 29
+"""The largest body a bridge reads (512 MiB; a gradient request of the defaults is a few MB)."""
 
 
 class RelayError(RuntimeError):
@@ -138,15 +145,27 @@ def _read(sock: socket.socket, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def recv_parts(sock: socket.socket, max_control: int = 1 << 20) -> tuple[dict[str, Any], bytes]:
+def recv_control(sock: socket.socket) -> dict[str, Any]:
+    """The first part: the control fields (a JSON object of at most :data:`MAX_CONTROL` bytes)."""
     (n,) = _LEN.unpack(_read(sock, _LEN.size))
-    if n > max_control:
+    if n > MAX_CONTROL:
         raise ValueError(f"control part of {n} bytes")
     control = json.loads(_read(sock, n))
     if not isinstance(control, dict):
         raise ValueError("the control part must be a JSON object")
+    return control
+
+
+def recv_body(sock: socket.socket, max_body: int = MAX_BODY) -> bytes:
+    """The second part: the body (at most ``max_body`` bytes)."""
     (m,) = _LEN.unpack(_read(sock, _LEN.size))
-    return control, _read(sock, m)
+    if m > max_body:
+        raise ValueError(f"body of {m} bytes (at most {max_body})")
+    return _read(sock, m)
+
+
+def recv_parts(sock: socket.socket) -> tuple[dict[str, Any], bytes]:
+    return recv_control(sock), recv_body(sock)
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -170,6 +189,20 @@ def call_site(address: str, token: str, control: dict[str, Any], body: bytes,
     return answer, out
 
 
+def node_token(config: Any) -> str:
+    """The site's token from the SuperNode's node config (``labfbo-token-file`` or ``labfbo-token``)."""
+    if "labfbo-site" not in config or not ("labfbo-token-file" in config or "labfbo-token" in config):
+        raise RelayError("this SuperNode has no labfbo bridge: start it with --node-config "
+                         "'labfbo-site=\"127.0.0.1:PORT\" labfbo-token-file=\"/path/to/token\"'")
+    if "labfbo-token-file" in config:
+        try:
+            with open(str(config["labfbo-token-file"]), encoding="utf-8") as f:
+                return f.read().strip()
+        except OSError as exc:
+            raise RelayError(f"cannot read labfbo-token-file: {exc}") from None
+    return str(config["labfbo-token"])
+
+
 # -- the ClientApp ----------------------------------------------------------------------------
 def _make_client_app() -> Any:
     from flwr.app import Message
@@ -180,11 +213,8 @@ def _make_client_app() -> Any:
     @app.query("labfbo")
     def relay(msg: Message, context: Any) -> Message:
         config = context.node_config
-        if "labfbo-site" not in config or "labfbo-token" not in config:
-            raise RelayError("this SuperNode has no labfbo bridge: start it with --node-config "
-                             "'labfbo-site=\"127.0.0.1:PORT\" labfbo-token=\"...\"'")
         control, body = from_content(msg.content)
-        answer, out = call_site(str(config["labfbo-site"]), str(config["labfbo-token"]), control, body)
+        answer, out = call_site(str(config.get("labfbo-site", "")), node_token(config), control, body)
         return Message(to_content(out, **answer), reply_to=msg)
 
     return app

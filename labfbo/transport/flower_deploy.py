@@ -144,12 +144,19 @@ class LocalFlowerDeployment:
         return {**os.environ, "PATH": self._path(), "FLWR_HOME": str(self.home), "PYTHONUNBUFFERED": "1"}
 
     def _popen(self, args: list[str], log: str) -> subprocess.Popen:
-        out = open(self.workdir / log, "ab")
-        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=self.env(), cwd=self.workdir,
-                                start_new_session=True)
+        with open(self.workdir / log, "ab") as out:  # the child keeps its own descriptor
+            return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=self.env(), cwd=self.workdir,
+                                    start_new_session=True)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> "LocalFlowerDeployment":
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()  # nothing started may outlive a failed start
+            raise
+
+    def _start(self) -> "LocalFlowerDeployment":
         self.home.mkdir(exist_ok=True)
         link = ["flower-superlink", "--port", str(self.port), "--disable-runtime-dependency-installation"]
         if self.tls:
@@ -184,8 +191,11 @@ class LocalFlowerDeployment:
         that the old one is gone (two missed heartbeats): it is started again until it is in.
         """
         site = self.sites[i]
+        token_file = self.workdir / f"token-{site.name}"
+        token_file.touch(mode=0o600)
+        token_file.write_text(site.token)
         args = ["flower-supernode", "--superlink", f"127.0.0.1:{self.port}", "--port", str(site.port),
-                "--node-config", f'labfbo-site="{site.address}" labfbo-token="{site.token}"']
+                "--node-config", f'labfbo-site="{site.address}" labfbo-token-file="{token_file}"']
         args += ["--root-certificates", str(self.certs["ca"])] if self.tls else ["--insecure"]
         if self.auth:
             if site.name not in self.keys:
@@ -244,16 +254,29 @@ class LocalFlowerDeployment:
         try:
             run.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(run.pid, 9)
+            self.cancel(run)
             raise FederationError(f"the Flower run did not end within {timeout:g} s") from None
         text = Path(run.log).read_text(errors="replace")  # type: ignore[attr-defined]
         if run.returncode != 0 or "labfbo: study" not in text:
             raise FederationError(f"the Flower run failed ({run.returncode}): {text[-3000:]}")
         return text
 
+    def cancel(self, run: subprocess.Popen) -> None:
+        """Stop the run on the SuperLink (``flwr stop``), not only the ``flwr run`` that streams its log."""
+        import re
+
+        found = re.search(r"Successfully started run (\d+)", Path(run.log).read_text(errors="replace"))  # type: ignore[attr-defined]
+        if found:
+            try:
+                self._flwr("stop", found.group(1), "labfbo")
+            except (FederationError, subprocess.TimeoutExpired):
+                pass  # it has ended already
+        if run.poll() is None:
+            self._kill_group(run)
+
     def stop(self) -> None:
         for proc in [s.process for s in self.sites] + [self.superlink]:
-            if proc is None:
+            if proc is None or proc.poll() is not None:
                 continue
             try:
                 os.killpg(proc.pid, 15)  # the process group: Flower's helper processes (SuperExec) too

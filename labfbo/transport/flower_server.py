@@ -6,14 +6,15 @@ use Flower's ``Strategy``. :class:`FlowerServer` drives the study with the grid'
 ``push_messages`` / ``pull_messages``:
 
 1. **poll**: one message to every connected SuperNode; it delivers what waits for that
-   site (its join reply, its guidance, an error) and brings back the site's status (its
-   name, a join request, the round it waits for, whether it left);
+   site (its join reply, its guidance, an error, "bye" once it left, "rejoin" to a node
+   whose site this coordinator does not know there) and brings back the site's status
+   (its name, a join request, the round it waits for, whether it left);
 2. joins go to :meth:`Coordinator.join`; when :meth:`Coordinator.ready` lets the next round
    start (every site asked, or ``quorum`` of them and the ``deadline`` passed), the round
    runs with :meth:`gather` as its transport — each protocol exchange is one Flower
    exchange with the participating sites, closed by quorum and deadline exactly as on HTTP
    (a SuperNode that died answers with Flower's error reply, or not at all);
-3. until every site of the study has joined and left.
+3. until every site of the study has joined and left (its leave acknowledged with "bye").
 
 A round therefore costs its protocol exchanges plus two polls (one delivers the guidance,
 the next hears that the sites want the next round). Flower's SuperNodes pull every few
@@ -24,6 +25,7 @@ count.
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -32,6 +34,7 @@ from labfbo.coordinator import Coordinator, RoundGate
 from labfbo.exceptions import ConfigurationError, FederationError
 from labfbo.flower_app import labfbo_flower_relay as relay
 from labfbo.messages import JoinRequest, Message, parse
+from labfbo.space import MAX_PARAMS
 
 POLL_TIMEOUT = 30.0
 """Seconds a poll waits for a SuperNode that does not answer (a dead one) before going on."""
@@ -44,18 +47,22 @@ class FlowerServer:
     Args:
         coordinator: the study.
         grid: the ``ServerApp``'s grid.
-        tokens: site name -> SHA-256 digest of its token (a join must present it); None:
-            any site name of the study (Flower's node authentication admits the nodes).
+        tokens: site name -> SHA-256 digest of its token (a join must present it).
         poll_timeout: see :data:`POLL_TIMEOUT`.
+        max_array_items, max_params: a message's arrays and a joining space's parameters at
+            most (as on HTTP).
     """
 
-    def __init__(self, coordinator: Coordinator, grid: Any, *, tokens: Mapping[str, str] | None = None,
-                 poll_timeout: float = POLL_TIMEOUT, log: Any = None) -> None:
+    def __init__(self, coordinator: Coordinator, grid: Any, *, tokens: Mapping[str, str],
+                 poll_timeout: float = POLL_TIMEOUT, max_array_items: int = 2_000_000,
+                 max_params: int = MAX_PARAMS, log: Any = None) -> None:
         from labfbo.server.config import TokenBook
 
         self.coord, self.grid = coordinator, grid
-        self.tokens = None if tokens is None else TokenBook(dict(tokens), None)
+        self.tokens = TokenBook(dict(tokens), None)
         self.poll_timeout = poll_timeout
+        self.max_array_items, self.max_params = max_array_items, min(max_params, MAX_PARAMS)
+        self.nonce, self.seq = secrets.token_hex(8), 0  # every delivery's stamp: a bridge takes each once
         self.gate = RoundGate(coordinator)
         self.node_of: dict[str, int] = {}          # site -> the node it last spoke from
         self.pending: dict[str, tuple[dict[str, Any], bytes]] = {}  # site -> what its next poll delivers
@@ -68,12 +75,14 @@ class FlowerServer:
     # -- one Flower exchange ----------------------------------------------------------------------
     def exchange(self, outgoing: Mapping[Any, tuple[int, Any]], quorum: int | None = None,
                  deadline: float | None = None, timeout: float | None = None,
-                 group: str = "", ttl: float | None = None) -> dict[Any, tuple[dict[str, Any], bytes] | BaseException]:
-        """Send ``{key: (node, content)}``; return ``{key: (control, body) | error}``.
+                 group: str = "", ttl: float | None = None, decode: Any = None) -> dict[Any, Any]:
+        """Send ``{key: (node, content)}``; return ``{key: decode(control, body) | error}``.
 
-        Waits for every answer — or, once ``quorum`` answered, until ``deadline`` seconds
-        have passed; ``timeout`` bounds the whole wait (the rest are ``TimeoutError``).
-        ``ttl``: the messages' lifetime in Flower (None: Flower's 12 h).
+        Waits for every answer — or, once ``quorum`` answers decoded, until ``deadline``
+        seconds have passed; ``timeout`` bounds the whole wait (the rest are
+        ``TimeoutError``). ``decode`` raises on an answer that does not count (an error
+        the site reported); default: ``(control, body)``. ``ttl``: the messages' lifetime in
+        Flower (None: Flower's 12 h).
         """
         from flwr.app import Message as FlowerMessage
 
@@ -95,8 +104,9 @@ class FlowerServer:
                     out[key] = FederationError(f"Flower error {reply.error.code}: {reply.error.reason}")
                     continue
                 try:
-                    out[key] = relay.from_content(reply.content)
-                except Exception as exc:  # noqa: BLE001 - a malformed answer leaves that site out
+                    got = relay.from_content(reply.content)
+                    out[key] = got if decode is None else decode(key, *got)
+                except Exception as exc:  # noqa: BLE001 - a malformed or failed answer leaves that site out
                     out[key] = exc
             elapsed = time.monotonic() - start
             n_ok = sum(not isinstance(v, BaseException) for v in out.values())
@@ -122,20 +132,23 @@ class FlowerServer:
                 continue
             frame = frames.get(id(request)) or frames.setdefault(id(request), request.to_wire())
             outgoing[site] = (self.node_of[site], relay.to_content(frame, op="request"))
-        answers = self.exchange(outgoing, quorum, deadline, group=str(self.coord.last_round + 1))
-        for site, got in answers.items():
-            if isinstance(got, BaseException):
-                out[site] = got
-                continue
-            _, body = got
-            try:
-                if body.startswith(b'{"error"'):
-                    err = json.loads(body)
-                    raise FederationError(f"site {site!r}: {err['error']}: {err['message']}")
-                out[site] = parse(body)
-            except Exception as exc:  # noqa: BLE001
-                out[site] = exc
+        out.update(self.exchange(outgoing, quorum, deadline, group=str(self.coord.last_round + 1), decode=self._answer))
         return out
+
+    def _answer(self, site: str, control: dict[str, Any], body: bytes) -> Message:
+        """A site's answer to a protocol request (raises: the site failed, or sent nonsense)."""
+        from labfbo.server.app import check_payload
+
+        if body.startswith(b'{"error"'):
+            err = json.loads(body)
+            raise FederationError(f"site {site!r}: {err.get('error')}: {err.get('message')}")
+        msg = parse(body)
+        check_payload(msg, self.max_array_items)
+        return msg
+
+    def _deliver(self, control: dict[str, Any], body: bytes = b"") -> tuple[dict[str, Any], bytes]:
+        self.seq += 1
+        return {**control, "nonce": self.nonce, "seq": self.seq}, body
 
     def poll(self) -> None:
         """One poll of every connected node: deliver what waits, hear every site's status."""
@@ -153,11 +166,15 @@ class FlowerServer:
         self.online = set()
         for node, got in answers.items():
             if isinstance(got, BaseException):
-                self.log(f"node {node}: {got}")
+                if site_at.get(node) not in self.closed:  # (a site that left has no bridge any more)
+                    self.log(f"node {node}: {got}")
                 continue
             if self.join_pending.pop(node, None) is None:  # delivered: it leaves the queue
                 self.pending.pop(site_at.get(node, ""), None)
-            self.status(node, *got)
+            try:
+                self.status(node, *got)
+            except Exception as exc:  # noqa: BLE001 - one site's nonsense must not stop the study
+                self.log(f"node {node}: a status that could not be read: {type(exc).__name__}: {exc}")
 
     def status(self, node: int, control: dict[str, Any], body: bytes) -> None:
         """A site's status (a poll's answer)."""
@@ -166,10 +183,15 @@ class FlowerServer:
             self.admit(node, site, str(control.get("token", "")), body)
             return
         if site not in self.coord.members or self.node_of.get(site) != node:
-            return  # not admitted (yet), or it spoke from another node since
+            if not control.get("closed"):  # this coordinator does not know the site here: it joins again
+                self.join_pending[node] = self._deliver({"deliver": "rejoin"})
+            return
         self.online.add(site)
         if control.get("closed"):
+            if site not in self.closed:
+                self.log(f"site {site} left")
             self.closed.add(site)
+            self.pending[site] = self._deliver({"deliver": "bye"})
             return
         self.closed.discard(site)
         t = int(control.get("wants", -1))
@@ -177,29 +199,36 @@ class FlowerServer:
             return
         try:
             self.coord.check_round(site, t)
-            if t <= self.coord.last_round:
-                self.pending[site] = ({"deliver": "guidance"}, self.coord.current_guidance(site).to_wire())
+            if t <= self.coord.last_round:  # behind the clock: the current guidance, filed under the round asked
+                self.pending[site] = self._deliver({"deliver": "guidance", "round": t},
+                                                   self.coord.current_guidance(site).to_wire())
             else:
                 self.gate.ask(site, t)
         except Exception as exc:  # noqa: BLE001 - the site's ask() hears why
-            self.pending[site] = ({"deliver": "error", "round": t, "error": f"{type(exc).__name__}: {exc}"}, b"")
+            self.pending[site] = self._deliver({"deliver": "error", "round": t, "error": f"{type(exc).__name__}: {exc}"})
 
     def admit(self, node: int, site: str, token: str, body: bytes) -> None:
+        from labfbo.server.app import check_payload
+
         try:
-            if self.tokens is not None and self.tokens.site_of(token) != site:
+            if self.tokens.site_of(token) != site:
                 raise FederationError(f"site {site!r} did not present its token")
             request = parse(body)
             if not isinstance(request, JoinRequest) or request.site != site:
                 raise FederationError(f"expected the join request of site {site!r}")
+            params = request.space.get("params")
+            if isinstance(params, list) and len(params) > self.max_params:
+                raise FederationError(f"the joining space has {len(params)} parameters (at most {self.max_params})")
+            check_payload(request, self.max_array_items)
             reply = self.coord.join(request).to_wire()
         except Exception as exc:  # noqa: BLE001 - the site's join hears why
-            self.join_pending[node] = ({"deliver": "error", "about": "join",
-                                        "error": f"{type(exc).__name__}: {exc}"}, b"")
+            self.join_pending[node] = self._deliver({"deliver": "error", "about": "join",
+                                                     "error": f"{type(exc).__name__}: {exc}"})
             return
         self.node_of[site] = node
         self.closed.discard(site)
         self.online.add(site)
-        self.pending[site] = ({"deliver": "join"}, reply)
+        self.pending[site] = self._deliver({"deliver": "join"}, reply)
         self.log(f"site {site} joined from node {node}")
 
     def start_round(self) -> bool:
@@ -213,19 +242,20 @@ class FlowerServer:
         try:
             replies = self.coord.run_round(t, self.gather, wanting)
             for s in wanting:
-                self.pending[s] = ({"deliver": "guidance"}, replies[s].to_wire())
+                self.pending[s] = self._deliver({"deliver": "guidance", "round": t}, replies[s].to_wire())
             self.log(f"round {t} done in {time.monotonic() - started:.1f} s; contributions "
                      f"{json.dumps(self.coord.contributors.get(t, []))}")
         except Exception as exc:  # noqa: BLE001 - every participant's ask() hears why
             for s in wanting:
-                self.pending[s] = ({"deliver": "error", "round": t, "error": f"{type(exc).__name__}: {exc}"}, b"")
+                self.pending[s] = self._deliver({"deliver": "error", "round": t, "error": f"{type(exc).__name__}: {exc}"})
             self.log(f"round {t} failed: {exc}")
         self.gate.started(t)
         return True
 
     def done(self) -> bool:
+        """Every site of the study has joined and left (its "bye" need not have arrived)."""
         roster = set(self.coord.roster)
-        return bool(roster) and roster <= set(self.coord.members) and roster <= self.closed and not self.pending
+        return bool(roster) and roster <= set(self.coord.members) and roster <= self.closed
 
     def serve(self, max_seconds: float | None = None) -> None:
         """Poll and run rounds until every site of the study has joined and left."""
@@ -235,6 +265,8 @@ class FlowerServer:
                 raise FederationError(f"the study did not finish within {max_seconds:g} s")
             self.poll()
             self.start_round()
+        if self.pending:
+            self.poll()  # the last sites' "bye": their close() returns at once
 
 
 def serve_run(grid: Any, run_config: Mapping[str, Any]) -> FlowerServer:
@@ -246,10 +278,16 @@ def serve_run(grid: Any, run_config: Mapping[str, Any]) -> FlowerServer:
         raise ConfigurationError(f"the labfbo ServerApp needs run config consortium=<path to consortium.yaml>, "
                                  f"got {path!r}")
     cfg = ServerConfig.load(path)
-    tokens = cfg.sites if isinstance(cfg.sites, dict) else None
-    server = FlowerServer(cfg.coordinator(), grid, tokens=tokens,
+    if isinstance(cfg.sites, list):
+        raise ConfigurationError(f"{path}: under Flower every site needs a token (sites: {{name: sha256}}, "
+                                 "`labfbo coordinator token`): Flower's node authentication admits a node, not a site")
+    log = lambda text: print(f"labfbo: {text}", flush=True)  # noqa: E731 - the ServerApp's log (flwr log)
+    for key in ("state", "audit_log", "admin_token_sha256", "retention_rounds", "audit_retention_days"):
+        if getattr(cfg, key) is not None:
+            log(f"{path}: {key} is not used under Flower (the ServerApp keeps the study in memory)")
+    server = FlowerServer(cfg.coordinator(), grid, tokens=cfg.sites,
                           poll_timeout=float(run_config.get("poll-timeout", POLL_TIMEOUT)),
-                          log=lambda text: print(f"labfbo: {text}", flush=True))
+                          max_array_items=cfg.max_array_items, max_params=cfg.max_params, log=log)
     limit = float(run_config.get("max-seconds", 0)) or None
     server.serve(limit)
     print(f"labfbo: study {cfg.study} done: {server.coord.last_round + 1} rounds, {server.exchanges} Flower exchanges",
