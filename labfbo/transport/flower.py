@@ -40,6 +40,7 @@ import socket
 import socketserver
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from labfbo.exceptions import ConfigurationError, FederationError, LabFBOError, RoundError
@@ -113,7 +114,7 @@ class FlowerLink(SiteLink):
         self.join_result: tuple[str, bytes] | None = None
         self.results: dict[int, tuple[str, bytes]] = {}  # asked round -> ("guidance", frame) | ("error", why)
         self.waiting: int | None = None
-        self.last: tuple[str, int] = ("", -1)  # the coordinator's (nonce, seq) of the last delivery taken
+        self.taken: deque[tuple[str, int]] = deque(maxlen=1024)  # the (nonce, seq) of the deliveries taken
         self.closed = False
         self.left_heard = False  # the coordinator acknowledged the leave ("bye")
         self.failure: str | None = None
@@ -175,9 +176,9 @@ class FlowerLink(SiteLink):
         if what is None:
             return False
         stamp = (str(control.get("nonce", "")), int(control.get("seq", 0)))
-        if stamp[0] == self.last[0] and stamp[1] <= self.last[1]:
+        if stamp in self.taken:
             return False  # delivered again after a lost answer
-        self.last = stamp
+        self.taken.append(stamp)
         if what == "join" and self.join_frame is not None:
             self.join_result, self.join_frame = ("ok", body), None
             return True
