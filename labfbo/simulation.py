@@ -261,18 +261,26 @@ def _lockstep(prob: FederatedProblem, protocol: str, coordinators: list[Any], n_
     return _assemble(prob, protocol, seed, budget, records, time.perf_counter() - start, options)
 
 
+def _consortium(prob: FederatedProblem, protocol: str, seed: int, budget: int, options: dict[str, Any],
+                digests: dict[str, str]) -> Any:
+    """The consortium.yaml of a simulated study (HTTP server or Flower ServerApp)."""
+    from labfbo.server.config import ServerConfig
+
+    return ServerConfig(protocol=protocol, seed=seed, horizon=budget, sites=digests,
+                        space=prob.space.model_dump(mode="json"),
+                        options={k: v for k, v in options.items() if k not in SITE_OPTIONS})
+
+
 def _simulate_http(prob: FederatedProblem, protocol: str, n_init: int | None, budget: int, seed: int, progress: bool,
                    on_round: Callable[[int], None] | None, options: dict[str, Any]) -> SimulationResult:
     """A real coordinator server on 127.0.0.1 (ephemeral port); the sites are real HTTP clients."""
     from labfbo.server.app import CoordinatorServer, ServerThread
-    from labfbo.server.config import ServerConfig, new_token
+    from labfbo.server.config import new_token
     from labfbo.transport.http import HTTPCoordinator
 
     names = list(prob.site_names or [])
     tokens = {n: new_token() for n in names}
-    cfg = ServerConfig(protocol=protocol, seed=seed, horizon=budget, sites={n: h for n, (_, h) in tokens.items()},
-                       space=prob.space.model_dump(mode="json"),
-                       options={k: v for k, v in options.items() if k not in SITE_OPTIONS})
+    cfg = _consortium(prob, protocol, seed, budget, options, {n: h for n, (_, h) in tokens.items()})
     with ServerThread(CoordinatorServer(cfg)) as srv:
         links = [HTTPCoordinator(srv.url, tokens[n][0]) for n in names]
         return _threaded(prob, protocol, links, n_init, budget, seed, progress, on_round, options)
@@ -287,7 +295,7 @@ def _simulate_flower(prob: FederatedProblem, protocol: str, n_init: int | None, 
 
     import yaml
 
-    from labfbo.server.config import ServerConfig, hash_token
+    from labfbo.server.config import hash_token
     from labfbo.transport.flower import FlowerCoordinator
     from labfbo.transport.flower_deploy import LocalFlowerDeployment
 
@@ -301,10 +309,8 @@ def _simulate_flower(prob: FederatedProblem, protocol: str, n_init: int | None, 
             if len(fl.sites) != len(names):
                 raise ConfigurationError(f"the Flower deployment has {len(fl.sites)} SuperNodes, the study "
                                          f"{len(names)} sites")
-            cfg = ServerConfig(protocol=protocol, seed=seed, horizon=budget,
-                               sites={n: hash_token(s.token) for n, s in zip(names, fl.sites)},
-                               space=prob.space.model_dump(mode="json"),
-                               options={k: v for k, v in options.items() if k not in SITE_OPTIONS})
+            cfg = _consortium(prob, protocol, seed, budget, options,
+                              {n: hash_token(s.token) for n, s in zip(names, fl.sites)})
             path = Path(tmp) / "consortium.yaml"
             path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True)))
             run = fl.run(path)
