@@ -128,7 +128,7 @@ def test_dp_noises_the_statistics_and_is_accounted() -> None:
     run_campaign(sites, _f, 3, 1)
     stats = [m for m in sites[0].sent_messages() if isinstance(m, SurfaceStats)]
     feats = SurfaceFeatures(SPACE, fourier=100)
-    assert feats.norm_bound == 1 + 1 + 2 * 2 + 1 + 100
+    assert feats.norm_bound == pytest.approx(1 + 1 + 2 * 2 + 1 + 2)   # the Fourier block adds at most F (2/F)
     assert stats[0].dp_sensitivity == pytest.approx(dp_sensitivity(feats.norm_bound, 2.0))
     g = symmetric(stats[0].gram.numpy(), feats.p)
     assert abs(g[0, 0] - 1.0) > 1e-6                                # G/n's intercept entry is 1 before the noise
@@ -148,6 +148,19 @@ def test_the_fourier_basis_is_the_studys_and_sites_must_agree_on_it() -> None:
     assert not np.allclose(a.of_unit(X), SurfaceFeatures(other, fourier=8).of_unit(X))
     cat_only = labfbo.SearchSpace([labfbo.Categorical("c", ["a", "b"])])
     assert SurfaceFeatures(cat_only, fourier=100).p == 3           # nothing ordered: no Fourier features
+
+
+def test_the_fourier_block_is_a_unit_variance_rbf_kernel() -> None:
+    """Scaled by sqrt(2/F), the Fourier features' inner product approximates the RBF kernel
+    exp(-|u - u'|^2 / (2 l^2)) of unit variance (Rahimi & Recht), whatever F."""
+    F, ell = 4000, 0.3
+    feats = SurfaceFeatures(SPACE, fourier=F, lengthscale=ell)
+    U = np.random.default_rng(1).random((6, 2))
+    phi = feats.of_unit(np.c_[U, np.zeros(6)])[:, -F:]
+    d2 = ((U[:, None, :] - U[None, :, :]) ** 2).sum(-1)
+    np.testing.assert_allclose(phi @ phi.T, np.exp(-d2 / (2 * ell ** 2)), atol=0.06)
+    assert (phi ** 2).sum(axis=1).max() <= 2.0 and feats.norm_bound == pytest.approx(1 + 1 + 2 * 2 + 1 + 2)
+    assert SurfaceFeatures(SPACE, fourier=1).fourier_scale == 1.0  # capped: every feature stays in [-1, 1]
     coord = labfbo.Coordinator("surface", sites=SITES, space=SPACE, seed=0)
     with pytest.raises(labfbo.FederationError, match="fourier_features=10"):
         labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site="lab-a", fourier_features=10)

@@ -45,8 +45,9 @@ FAMILY_PROTOCOLS = ("independent", "distribution", "consensus", "surface", "surf
 QUICK_PROTOCOLS = ("independent", "distribution", "consensus", "surface", "surface-parego")
 #: family arms that are a protocol with options: name -> (protocol, options)
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {"surface-parego": ("surface", {"multi_objective": "parego"})}
-#: the cache version of an arm whose behaviour changed (v3: surface shares one surface per objective)
-ARM_VERSION = {"surface": "family-v3"}
+#: the cache version of an arm whose behaviour changed (v3: surface shares one surface per objective;
+#: v4: its Fourier features scaled by sqrt(2/F))
+ARM_VERSION = {"surface": "family-v4", "surface-parego": "family-v4-parego"}
 FAMILY_SITES, FAMILY_ITERS = 5, 20
 #: the federated families: name -> (initial points per site, shift dimensions, the linear parameter constraint)
 FAMILIES: dict[str, tuple[int, int, tuple[dict[str, float], float]]] = {

@@ -17,6 +17,8 @@ def run(args: argparse.Namespace) -> int:
         jobs = [j for j in jobs if j.part in args.parts]
     if args.methods:
         jobs = [j for j in jobs if j.method in args.methods]
+    if args.families:
+        jobs = [j for j in jobs if j.part != "family" or j.problem in args.families]
     cmd = "labfbo bench multiobjective " + " ".join(sys.argv[3:])
     todo = sum(not Path(j.path).exists() for j in jobs)
     print(f"{cmd}\n{len(jobs)} runs ({todo} to do), cache: {args.out}")
@@ -29,11 +31,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from labfbo.benchmarks import multiobjective as mo
+
     p = bsub.add_parser("multiobjective", help="several objectives and outcome constraints: one site against a "
                         "BoTorch qLogNEHVI loop, and a federated family (cached, resumable)")
     p.add_argument("--quick", action="store_true", help="3 seeds, 20 iterations, no gradient protocol")
     p.add_argument("--parts", nargs="+", choices=["single", "constrained", "family"], help="these parts only")
     p.add_argument("--methods", nargs="+", help="these methods / protocols only (e.g. to split a run over processes)")
+    p.add_argument("--families", nargs="+", choices=list(mo.FAMILIES), help="these federated families only")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 5; 3 with --quick)")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--report-only", action="store_true", help="run nothing; report the cached runs")

@@ -5,16 +5,19 @@ codes, descriptors where a categorical has them) the response-surface features a
 
 .. math:: \phi(x) = \big(1,\ \text{one-hot}(c_1), \dots,\ \text{descriptors}(c_\cdot),\
           u_1, \dots, u_{d_o},\ u_1^2, \dots, u_{d_o}^2,\ u_j u_k\ (j < k),\
-          \cos(\omega_l^\top u + b_l)\ (l \le F)\big),
+          \sqrt{2/F}\cos(\omega_l^\top u + b_l)\ (l \le F)\big),
 
 main effects of every categorical choice and a full quadratic in the :math:`d_o` ordered
 (real, integer, discrete) columns — the response-surface model of process chemistry
 (design of experiments) — plus :math:`F` random Fourier features of the ordered columns
 (:math:`\omega_l \sim \mathcal N(0, I/\ell^2)`, :math:`b_l \sim U(0, 2\pi)`, drawn from the
-space's fingerprint, so every party with the same space has the same basis), with
+space's fingerprint, so every party with the same space has the same basis; scaled by
+:math:`\sqrt{2/F}` so that, under the ridge's unit prior on the weights, they add up to an RBF
+kernel of unit variance on the standardized values — unscaled, their prior variance was
+:math:`F/2` and the surface overfit the others' points in 6-D), with
 :math:`p = 1 + \sum k_c + \sum m_c + 2 d_o + d_o(d_o-1)/2 + F` coefficients. Every feature
 lies in [-1, 1], so :math:`\lVert\phi\rVert^2 \le P` with :math:`P` = the number of
-non-one-hot features + the number of one-hot blocks.
+non-one-hot, non-Fourier features + the number of one-hot blocks + 2 (the Fourier block).
 
 **Sufficient statistics.** A site with values :math:`y` standardizes them,
 :math:`z = (y - \bar y)/s_y` (so sites whose yields differ in scale share the surface's
@@ -78,9 +81,14 @@ class SurfaceFeatures:
         gen = rng(int(space.fingerprint()[:15], 16), 0, 0, "surface-fourier-basis")  # a function of the space
         self.omega = torch.as_tensor(gen.normal(0.0, 1.0 / lengthscale, (d_o, m)), dtype=DTYPE)
         self.phase = torch.as_tensor(gen.uniform(0.0, 2 * math.pi, m), dtype=DTYPE)
+        #: the Fourier features' amplitude sqrt(2/F) (Rahimi & Recht): with unit-variance weights their sum
+        #: is an RBF kernel of unit variance, whatever F (capped at 1, so every feature stays in [-1, 1])
+        self.fourier_scale = min(1.0, math.sqrt(2.0 / m)) if m else 0.0
         self.p = 1 + sum(k for _, k in self.onehot) + len(self.linear) + 2 * d_o + len(self.pairs) + m
-        #: a bound on ||phi(x)||^2: every feature is in [-1, 1] and a one-hot block adds 1
-        self.norm_bound = float(1 + len(self.onehot) + len(self.linear) + 2 * d_o + len(self.pairs) + m)
+        #: a bound on ||phi(x)||^2: every feature is in [-1, 1], a one-hot block adds 1, the Fourier block
+        #: at most F (2/F) = 2
+        self.norm_bound = float(1 + len(self.onehot) + len(self.linear) + 2 * d_o + len(self.pairs)
+                                + m * self.fourier_scale ** 2)
 
     def __call__(self, Z: Tensor) -> Tensor:
         parts = [torch.ones_like(Z[..., :1])]
@@ -94,7 +102,7 @@ class SurfaceFeatures:
         if self.pairs:
             parts.append(torch.stack([Z[..., a] * Z[..., b] for a, b in self.pairs], dim=-1))
         if self.omega.shape[1]:
-            parts.append(torch.cos(Z[..., self.ordered] @ self.omega.to(Z) + self.phase.to(Z)))
+            parts.append(self.fourier_scale * torch.cos(Z[..., self.ordered] @ self.omega.to(Z) + self.phase.to(Z)))
         return torch.cat(parts, dim=-1)
 
     def of_unit(self, X: np.ndarray) -> np.ndarray:
