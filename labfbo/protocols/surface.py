@@ -52,7 +52,7 @@ from botorch.models.model import Model
 from pydantic import Field, model_serializer, model_validator
 
 from labfbo.messages import Abstain, Array, Message, register
-from labfbo.models.gp import fit_local_gp, loo_log_density, predict
+from labfbo.models.gp import fit_local_gp, predict
 from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, packed_size, privatize,
                                    ridge_weights, site_statistics, symmetric)
 from labfbo.privacy import DP
@@ -168,9 +168,6 @@ class SurfaceOptions(ModelOptions):
     fourier_lengthscale: float = Field(0.2, gt=0, description="their RBF lengthscale in unit-cube units")
     release_every: int = Field(1, ge=1, description="k: upload the statistics only in rounds t with t % k == 0 "
                                "(ceil(T/k) releases; the coordinator reuses them in between)")
-    harm_guard: bool = Field(False, description="several objectives ('hypervolume'): an objective's GP keeps "
-                             "its surface only while it predicts the site's own values of that objective (leave-one-"
-                             "out log density) at least as well as the plain GP; else the plain GP")
     multi_objective: Literal["hypervolume", "parego"] = Field(
         "hypervolume", description="several objectives: 'hypervolume' shares one surface per objective and each "
         "site maximizes qLogNEHVI over its GPs on them; 'parego' shares the surface of the round's random "
@@ -188,8 +185,6 @@ class SurfaceOptions(ModelOptions):
 STATS_MECHANISM = ("Gaussian on the averaged ridge statistics (G/n, h/n), values clipped to [-C, C] "
                    "(labfbo.models.surface); the count n is released exactly")
 
-
-MIN_GUARD_POINTS = 5  # fewer observations: a leave-one-out comparison says nothing yet (as gradient's)
 
 NOISE_GUARD = 0.25
 """The largest DP noise std per entry of the others' sums, relative to their count, at which a
@@ -299,15 +294,9 @@ class SurfaceSite(LocalGPSite):
         if j not in models or models[j][0] != key:
             o = self.options
             var = None if data.Yvar is None or np.isnan(data.Yvar[:, j]).any() else data.Yvar[:, j]
-            model = fit_local_gp(data.X, data.Y[:, j], var, space=self.space, options=o,
-                                 seed=self.context.seed_for(data.n, f"gp-fit/{j}"),
-                                 mean_module=SurfaceMean(self.features, w[j], o.scale_mean, o.scale_sd))
-            if o.harm_guard and data.n >= MIN_GUARD_POINTS:
-                plain = super().outcome_model(data, j)
-                fed, own = loo_log_density(model), loo_log_density(plain)
-                if np.isfinite(fed) and np.isfinite(own) and fed < own:
-                    model = plain
-            models[j] = (key, model)
+            models[j] = (key, fit_local_gp(data.X, data.Y[:, j], var, space=self.space, options=o,
+                                           seed=self.context.seed_for(data.n, f"gp-fit/{j}"),
+                                           mean_module=SurfaceMean(self.features, w[j], o.scale_mean, o.scale_sd)))
         return models[j][1]
 
     def predict(self, data: SiteData, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
