@@ -20,6 +20,13 @@ from labfbo.messages import Message, register
 from labfbo.protocols import Aggregator, Exchange, Finish, Protocol, SiteLogic, register_protocol
 from labfbo.protocols import _REGISTRY  # noqa: PLC2701 - tests unregister what they registered
 
+from leftovers import LeftoverGuard
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(LeftoverGuard(), "labfbo-leftovers")
+
+
 FAST: dict[str, Any] = {"num_restarts": 2, "raw_samples": 64}
 """Protocol options that keep acquisition optimization cheap."""
 

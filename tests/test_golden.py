@@ -27,7 +27,9 @@ EXPECTED_JOURNALS = json.loads((GOLDEN / "journals" / "expected.json").read_text
 #: proposals follow the machine's floating-point rounding (seen 2026-12-02: 0.357 on an AMD EPYC
 #: against 0.367 recorded elsewhere, on a [0, 1] parameter). It is a non-private reference, not a
 #: product path: its proposals are held to the neighbourhood of the recorded ones.
-MACHINE_TOLERANCE = {"pooled": 0.05}
+#: ``distribution-dp`` likewise moved one coordinate by 1.5e-7 (``rate`` 0.0209458 against 0.0209457,
+#: round 1) on an AMD EPYC (2026-12-03), where the machine that recorded it matches to the digit.
+MACHINE_TOLERANCE = {"pooled": 0.05, "distribution-dp": 1e-6}
 
 
 def _same_params(got: list[list[dict[str, Any]]], want: list[list[dict[str, Any]]], tol: float = 1e-12) -> None:

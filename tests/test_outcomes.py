@@ -124,10 +124,14 @@ def test_federated_sites_never_send_their_constraint_outcomes(protocol: str, opt
             m = lab(t.params, 0.1 * i)
             secret_values.add(round(m["impurity"][0], 9))
             o.tell(t, m)
+    # a value with a short decimal form (0.0 at the corner x=0, y=1) occurs in any message: only
+    # the distinctive ones (six characters or more) can be looked for, and most values are distinctive
+    distinctive = {f"{v:.9g}"[:8] for v in secret_values if len(f"{v:.9g}") >= 6}
+    assert len(distinctive) >= len(secret_values) - 2
     for o in sites:
         sent = " ".join(m.model_dump_json() for m in o.sent_messages())
         assert "impurity" not in sent
-        assert not any(f"{v:.9g}"[:8] in sent for v in secret_values)
+        assert not any(s in sent for s in distinctive)
         assert len(o.observations) == 5
 
 
