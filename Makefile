@@ -29,7 +29,7 @@ browser:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver; }
 
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
+	$(BIN)/python -m pytest -v -p no:cacheprovider --durations=25
 
 # the unit tier: no subprocess, server, MPI or schemathesis test (those are marked `integration`)
 test-fast: $(STAMP)

@@ -143,7 +143,7 @@ def _campaign(tmp: Path) -> None:
         c.stop()
 
 
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(1800, method="signal")
 def test_chaos_campaign_completes_and_loses_nothing(tmp_path: Path) -> None:
     runs = int(os.environ.get("LABFBO_CHAOS_RUNS", "1"))
     for i in range(runs):

@@ -212,7 +212,7 @@ def _login(browser, url: str, token: str) -> None:
     browser.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="signal")
 def test_the_dashboard_follows_a_live_campaign_in_chromium(toy, tmp_path) -> None:
     """Three sites over HTTP; site c's answer is held back: the page shows round 0 waiting for c,
     then (without a reload) round 1 once c answers. Epsilon is the sites' own."""
@@ -300,7 +300,7 @@ def test_the_dashboard_follows_a_live_campaign_in_chromium(toy, tmp_path) -> Non
             o.close()
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, method="signal")
 def test_status_shows_a_late_site_and_a_site_that_left(toy, tmp_path) -> None:
     """Quorum 2: site c never asks for round 0, which starts without it (late); then c leaves."""
     import requests

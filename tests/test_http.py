@@ -368,7 +368,7 @@ def _sites(url: str, tokens: dict, tmp_path, tag: str) -> list:
     return opts
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(300, method="signal")
 def test_coordinator_killed_and_restarted_loses_no_round(tmp_path) -> None:
     import os
     import subprocess
