@@ -345,6 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     lat.add_argument("--n-obs", type=int, nargs="+", default=[10, 30, 100])
     lat.add_argument("--acquisition", default="nei", choices=["nei", "ei", "ucb"], help="labfbo's and the "
                      "same-model loop's acquisition (default: independent's)")
+    lat.add_argument("--noise-prior", default="lognormal", choices=["lognormal", "gamma", "auto"],
+                     help="labfbo's and the same-model loop's noise prior (default: independent's)")
     lat.add_argument("--repeats", type=int, default=7)
     lat.add_argument("--no-categorical", action="store_true", help="skip the 276-combination and one-categorical rows")
     lat.set_defaults(func=_cmd_bench_latency)

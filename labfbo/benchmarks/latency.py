@@ -4,6 +4,9 @@ r"""``ask()`` latency of ``independent`` against hand-written BoTorch loops, sam
   ``Standardize``, BoTorch's default kernel, which is labfbo's) with ``fit_gpytorch_mll``
   and maximizes the same acquisition as labfbo (its default ``qLogNoisyExpectedImprovement``,
   or ``--acquisition ei`` / ``ucb``) with ``optimize_acqf`` (10 restarts, 512 raw samples).
+  With ``--noise-prior gamma`` its likelihood takes Optuna's ``Gamma(1.1, 30)`` noise prior;
+  with ``auto`` it fits both likelihoods and keeps the one with the higher leave-one-out
+  predictive density, as labfbo's ``noise_prior="auto"`` does.
 * **Tutorial loop**: :func:`~labfbo.benchmarks.engine_methods.botorch_tutorial_step`
   (``LogExpectedImprovement`` with :math:`f^* = \max_j y_j`).
 
@@ -28,25 +31,44 @@ from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Standardize
 from botorch.optim import optimize_acqf
 from botorch.sampling import SobolQMCNormalSampler
+from gpytorch.constraints import GreaterThan
+from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.mlls import ExactMarginalLogLikelihood
+from gpytorch.priors import GammaPrior
 from scipy.stats import qmc
 
 from labfbo.benchmarks.engine_methods import botorch_tutorial_step
+from labfbo.models.gp import loo_log_density
 from labfbo.problems.problem import FederatedProblem
 
 
+def _loop_gp(train_X: torch.Tensor, train_Y: torch.Tensor, b: torch.Tensor, noise_prior: str) -> SingleTaskGP:
+    """The loop's fitted GP: BoTorch's default likelihood, or (``gamma``) Optuna's noise prior."""
+    likelihood = None
+    if noise_prior == "gamma":
+        likelihood = GaussianLikelihood(noise_prior=GammaPrior(1.1, 30.0),
+                                        noise_constraint=GreaterThan(1e-6, transform=None, initial_value=1e-3))
+    model = SingleTaskGP(train_X, train_Y, likelihood=likelihood, input_transform=Normalize(d=train_X.shape[1], bounds=b),
+                         outcome_transform=Standardize(m=1))
+    fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+    return model.eval()
+
+
 def botorch_loop_step(X: np.ndarray, y: np.ndarray, bounds: np.ndarray, seed: int,
-                      acquisition: str = "nei", beta: float = 4.0) -> np.ndarray:
+                      acquisition: str = "nei", beta: float = 4.0, noise_prior: str = "lognormal") -> np.ndarray:
     """One iteration of a plain BoTorch loop (maximizing ``y``) on raw-domain inputs, with
     labfbo's model and the acquisition ``acquisition`` (``nei``: qLogNEI with 256 Sobol
     samples and a pruned baseline; ``ei``: LogEI, posterior-mean incumbent; ``ucb``:
-    analytic UCB)."""
+    analytic UCB); ``noise_prior`` as labfbo's (``auto``: both fits, the better by
+    leave-one-out)."""
     train_X = torch.as_tensor(X, dtype=torch.float64)
     train_Y = torch.as_tensor(y, dtype=torch.float64).reshape(-1, 1)
     b = torch.as_tensor(bounds.T, dtype=torch.float64)
-    model = SingleTaskGP(train_X, train_Y, input_transform=Normalize(d=X.shape[1], bounds=b),
-                         outcome_transform=Standardize(m=1))
-    fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+    if noise_prior == "auto":
+        fits = [_loop_gp(train_X, train_Y, b, "lognormal"), _loop_gp(train_X, train_Y, b, "gamma")]
+        model = max(fits, key=loo_log_density)
+    else:
+        model = _loop_gp(train_X, train_Y, b, noise_prior)
     if acquisition == "ucb":
         acqf = UpperConfidenceBound(model, beta=beta)
     elif acquisition == "nei":
@@ -73,7 +95,7 @@ class LatencyRow:
 
 
 def measure(problem: FederatedProblem, n_obs: int, repeats: int, seed: int = 0,
-            acquisition: str = "nei") -> LatencyRow:
+            acquisition: str = "nei", noise_prior: str = "lognormal") -> LatencyRow:
     """Median seconds of labfbo's ``ask()``, the same-model loop and the tutorial loop, and the
     median per-repetition ratios."""
     import labfbo
@@ -87,11 +109,11 @@ def measure(problem: FederatedProblem, n_obs: int, repeats: int, seed: int = 0,
         values = [problem.evaluate(0, p) for p in params]
         X = np.array([space.vector(p) for p in params], dtype=np.float64)
         opt = labfbo.Optimizer(space, objective=problem.objective, seed=seed + r + 1, n_init=0,
-                               acquisition=acquisition)
+                               acquisition=acquisition, noise_prior=noise_prior)
         opt.add_observations(params, values)
         y = -problem.loss_sign * np.asarray(values)
         sides = {"labfbo": lambda: opt.ask(),
-                 "same": lambda: botorch_loop_step(X, y, bounds, seed + r + 1, acquisition),
+                 "same": lambda: botorch_loop_step(X, y, bounds, seed + r + 1, acquisition, noise_prior=noise_prior),
                  "tutorial": lambda: botorch_tutorial_step(space, space.encode(params), y, seed + r + 1)}
         order = list(sides)[(r + 1) % 3:] + list(sides)[:(r + 1) % 3]
         spent = {}
@@ -108,14 +130,15 @@ def measure(problem: FederatedProblem, n_obs: int, repeats: int, seed: int = 0,
                       median(times["tutorial"]), tut_ratio)
 
 
-def run(problems: list[str], n_obs: list[int], repeats: int, acquisition: str = "nei") -> list[LatencyRow]:
+def run(problems: list[str], n_obs: list[int], repeats: int, acquisition: str = "nei",
+        noise_prior: str = "lognormal") -> list[LatencyRow]:
     from labfbo.problems.families import get_problem
 
     rows = []
     for name in problems:
         prob = get_problem(name, n_sites=1, seed=0)
         for n in n_obs:
-            rows.append(measure(prob, n, repeats, acquisition=acquisition))
+            rows.append(measure(prob, n, repeats, acquisition=acquisition, noise_prior=noise_prior))
     return rows
 
 
@@ -231,7 +254,7 @@ def cli_run(args: "argparse.Namespace") -> int:
     """``labfbo bench latency``: the continuous rows, then (unless ``--no-categorical``) the categorical ones."""
     import sys
 
-    rows = run(args.problems, args.n_obs, args.repeats, args.acquisition)
+    rows = run(args.problems, args.n_obs, args.repeats, args.acquisition, args.noise_prior)
     print("labfbo bench latency " + " ".join(sys.argv[3:]) + "\n")
     print(format_rows(rows))
     print(f"\nworst median ratio labfbo / same-model loop: {max(r.ratio for r in rows):.2f}x (defect > 1.5x); "
