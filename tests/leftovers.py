@@ -21,14 +21,13 @@ import pytest
 _PROC = Path("/proc")
 
 
-def _stat(pid: int) -> tuple[int, str, int] | None:
-    """(parent pid, state, start time in clock ticks) of ``pid``, or None once it is gone."""
+def _state(pid: int) -> str | None:
+    """The state letter of ``pid`` (``Z``: a zombie), or None once it is gone."""
     try:
         raw = (_PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
-    fields = raw[raw.rindex(")") + 2:].split()  # after "pid (comm) "
-    return int(fields[1]), fields[0], int(fields[19])
+    return raw[raw.rindex(")") + 2:].split()[0]  # after "pid (comm) "
 
 
 def _cmdline(pid: int) -> str:
@@ -51,8 +50,7 @@ def marked_processes(mark: bytes, me: int) -> dict[int, str]:
     for entry in _PROC.iterdir():
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
-        st = _stat(int(entry.name))
-        if st is not None and st[1] != "Z" and _marked(int(entry.name), mark):
+        if _state(int(entry.name)) not in (None, "Z") and _marked(int(entry.name), mark):
             found[int(entry.name)] = _cmdline(int(entry.name))
     return found
 

@@ -31,25 +31,18 @@ from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Standardize
 from botorch.optim import optimize_acqf
 from botorch.sampling import SobolQMCNormalSampler
-from gpytorch.constraints import GreaterThan
-from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.mlls import ExactMarginalLogLikelihood
-from gpytorch.priors import GammaPrior
 from scipy.stats import qmc
 
 from labfbo.benchmarks.engine_methods import botorch_tutorial_step
-from labfbo.models.gp import loo_log_density
+from labfbo.models.gp import loo_log_density, noise_likelihood
 from labfbo.problems.problem import FederatedProblem
 
 
 def _loop_gp(train_X: torch.Tensor, train_Y: torch.Tensor, b: torch.Tensor, noise_prior: str) -> SingleTaskGP:
     """The loop's fitted GP: BoTorch's default likelihood, or (``gamma``) Optuna's noise prior."""
-    likelihood = None
-    if noise_prior == "gamma":
-        likelihood = GaussianLikelihood(noise_prior=GammaPrior(1.1, 30.0),
-                                        noise_constraint=GreaterThan(1e-6, transform=None, initial_value=1e-3))
-    model = SingleTaskGP(train_X, train_Y, likelihood=likelihood, input_transform=Normalize(d=train_X.shape[1], bounds=b),
-                         outcome_transform=Standardize(m=1))
+    model = SingleTaskGP(train_X, train_Y, likelihood=noise_likelihood(noise_prior),
+                         input_transform=Normalize(d=train_X.shape[1], bounds=b), outcome_transform=Standardize(m=1))
     fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
     return model.eval()
 

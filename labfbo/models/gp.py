@@ -117,6 +117,16 @@ def _kernel(d: int, cat_dims: list[int], rbf: bool) -> Kernel:
     return get_covar_module_with_dim_scaled_prior(ard_num_dims=len(cont), use_rbf_kernel=rbf, active_dims=cont) * cat
 
 
+def noise_likelihood(noise_prior: str) -> GaussianLikelihood | None:
+    """The likelihood of a learned noise under ``noise_prior``: ``None`` (BoTorch's default,
+    ``LogNormal(-4, 1)``, floor 1e-4) for ``"lognormal"``, Optuna's ``Gamma(1.1, 30)`` with a
+    1e-6 floor for ``"gamma"``."""
+    if noise_prior != "gamma":
+        return None
+    return GaussianLikelihood(noise_prior=GammaPrior(1.1, 30.0),
+                              noise_constraint=GreaterThan(1e-6, transform=None, initial_value=1e-3))
+
+
 def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
                  cat_dims: list[int] | None = None, seed: int = 0,
                  options: SurrogateOptions | None = None, space: "SearchSpace | None" = None,
@@ -146,10 +156,7 @@ def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
             warp_dims = [features.slices[j][0] for j, p in enumerate(space.params) if not p.is_discrete]
             d, cat_dims = features.n_out, features.cat_out
     def fit(noise_prior: str, mean: Mean | None = mean_module) -> Model:
-        likelihood = None
-        if train_Yvar is None and noise_prior == "gamma":
-            likelihood = GaussianLikelihood(noise_prior=GammaPrior(1.1, 30.0),
-                                            noise_constraint=GreaterThan(1e-6, transform=None, initial_value=1e-3))
+        likelihood = noise_likelihood(noise_prior) if train_Yvar is None else None
         model = SingleTaskGP(train_X, train_Y, train_Yvar, likelihood=likelihood,
                              covar_module=_kernel(d, cat_dims, opts.kernel == "rbf"), mean_module=mean,
                              input_transform=_input_transform(d, cat_dims, opts.input_warping, features, warp_dims),
