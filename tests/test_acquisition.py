@@ -192,3 +192,45 @@ def test_auto_noise_prior_interpolates_noiseless_data_and_keeps_noise_when_there
     assert float(fit_local_gp(X, y, options=auto).likelihood.noise) < 1e-5  # the interpolating fit
     noisy = y + 0.3 * rng.standard_normal(20)
     assert float(fit_local_gp(X, noisy, options=auto).likelihood.noise) > 1e-2  # BoTorch's prior kept
+
+
+def test_winsorized_raises_only_the_bad_tail_to_tukeys_fence() -> None:
+    from labfbo.models.gp import winsorized
+
+    y = np.array([0.50, 0.55, 0.60, 0.62, 0.65, 0.70, -40.0])      # one failed run
+    q1, q3 = np.quantile(y, [0.25, 0.75])
+    w = winsorized(y)
+    assert w[-1] == pytest.approx(q1 - 1.5 * (q3 - q1)) and w[-1] > -1.0
+    np.testing.assert_array_equal(w[:-1], y[:-1])                   # the good values untouched
+    good_outlier = np.array([0.50, 0.55, 0.60, 0.62, 0.65, 0.70, 40.0])
+    np.testing.assert_array_equal(winsorized(good_outlier), good_outlier)  # a great result is never clipped
+    np.testing.assert_array_equal(winsorized(y[:3]), y[:3])          # too few values to judge
+
+
+def test_the_winsorized_gp_keeps_its_scale_near_the_optimum_and_constraints_are_never_clipped() -> None:
+    from labfbo.models.gp import SurrogateOptions, fit_local_gp, predict
+
+    rng = np.random.default_rng(1)
+    X = rng.random((16, 2))
+    y = -((X - 0.6) ** 2).sum(axis=1)
+    y[:2] = -50.0                                                    # two failed runs
+    robust = SurrogateOptions(output_transform="winsorize")
+    plain_model = fit_local_gp(X, y)
+    robust_model = fit_local_gp(X, y, options=robust)
+    good = X[2:]
+    err_plain = np.abs(predict(plain_model, good)[0] - y[2:]).max()
+    err_robust = np.abs(predict(robust_model, good)[0] - y[2:]).max()
+    assert err_robust < err_plain
+    # an outcome column (objective=False) keeps every value, whatever the option says
+    as_constraint = fit_local_gp(X, y, options=robust, objective=False)
+    assert float(as_constraint.train_targets.min()) == pytest.approx(float(plain_model.train_targets.min()))
+
+
+def test_the_output_transform_is_validated_and_refused_where_it_does_not_apply() -> None:
+    from labfbo.protocols.pooled import PooledOptions
+
+    with pytest.raises(ValueError, match="output_transform"):
+        IndependentOptions(output_transform="log")
+    with pytest.raises(ValueError, match="output_transform"):
+        PooledOptions(output_transform="winsorize")
+    assert IndependentOptions(output_transform="winsorize").output_transform == "winsorize"

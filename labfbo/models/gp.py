@@ -11,7 +11,8 @@ optionally after a Kumaraswamy input warping of the continuous columns. When
 per-observation standard errors are known for every observation they enter as fixed
 noise :math:`\sigma_j^2 = \mathrm{sem}_j^2`; otherwise the noise level is learned
 (BoTorch's :math:`\mathcal{LN}(-4, 1)` prior, floor :math:`10^{-4}` on the standardized
-scale). The defaults were chosen on ``labfbo bench engine`` (``docs/benchmarks.md``).
+scale). ``output_transform="winsorize"`` clips the objective's bad tail first
+(:func:`winsorized`). The defaults were chosen on ``labfbo bench engine`` (``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -78,6 +79,24 @@ class SurrogateOptions(BaseModel):
         "LogNormal(-4, 1), floor 1e-4 (suits noisy data), Gamma(1.1, 30), floor 1e-6 (Optuna's; lets a "
         "noiseless response be interpolated), or 'auto': fit both, keep the one with the higher "
         "leave-one-out predictive density")
+    output_transform: Literal["standardize", "winsorize"] = Field(
+        "standardize", description="'winsorize': before standardizing, raise the objective's values below "
+        "Tukey's lower fence Q1 - 1.5 IQR (the bad tail, in the maximization orientation) to the fence, so "
+        "failed runs and outliers do not set the GP's scale; the values above it are unchanged")
+
+
+def winsorized(y: np.ndarray, k: float = 1.5) -> np.ndarray:
+    r"""``y`` with its low tail raised to Tukey's lower fence :math:`Q_1 - k\,(Q_3 - Q_1)`.
+
+    One-sided on purpose: ``y`` is in the maximization orientation, so only the bad tail
+    (failed reactions, broken runs) is clipped; the region the optimizer cares about keeps
+    its values. With fewer than 4 values, or none below the fence, ``y`` is returned as is.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if y.size < 4:
+        return y
+    q1, q3 = np.quantile(y, [0.25, 0.75])
+    return np.maximum(y, q1 - k * (q3 - q1))
 
 
 def _input_transform(d: int, cat_dims: list[int], warp: bool, features: "FeatureMap | None" = None,
@@ -130,7 +149,8 @@ def noise_likelihood(noise_prior: str) -> GaussianLikelihood | None:
 def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
                  cat_dims: list[int] | None = None, seed: int = 0,
                  options: SurrogateOptions | None = None, space: "SearchSpace | None" = None,
-                 mean_module: Mean | None = None, max_iterations: int | None = None) -> Model:
+                 mean_module: Mean | None = None, max_iterations: int | None = None,
+                 objective: bool = True) -> Model:
     """Fit the site's GP on unit-cube inputs ``X (n, d)`` and targets ``y (n,)``.
 
     ``y`` is in the maximization orientation (labfbo flips minimization objectives).
@@ -139,8 +159,12 @@ def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
     (:mod:`labfbo.models.encoding`). ``mean_module`` replaces BoTorch's constant mean (it
     sees the model's inputs: the encoded features, on the standardized scale of ``y``).
     ``max_iterations`` caps the L-BFGS iterations of the hyperparameter fit (None: to convergence).
+    ``objective=False`` (an outcome constraint's column) never winsorizes: a constraint's threshold
+    may sit in either tail.
     """
     opts = options or SurrogateOptions()
+    if objective and opts.output_transform == "winsorize":
+        y = winsorized(y)
     train_X = as_tensor(X)
     train_Y = as_tensor(y).reshape(-1, 1)
     train_Yvar = None if yvar is None else as_tensor(yvar).reshape(-1, 1).clamp_min(1e-10)

@@ -114,7 +114,8 @@ class LocalGPSite(SiteLogic):
             opts = self.options if isinstance(self.options, SurrogateOptions) else None
             var = None if data.Yvar is None or np.isnan(data.Yvar[:, j]).any() else data.Yvar[:, j]
             self._outcome_models[j] = fit_local_gp(data.X, data.Y[:, j], var, space=self.space, options=opts,
-                                                   seed=self.context.seed_for(data.n, f"gp-fit/{j}"))
+                                                   seed=self.context.seed_for(data.n, f"gp-fit/{j}"),
+                                                   objective=False)
         return self._outcome_models[j]
 
     def predict_outcomes(self, data: SiteData, X: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:

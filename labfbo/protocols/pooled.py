@@ -57,7 +57,8 @@ class PooledOptions(ModelOptions):
     def _multitask_kernel_only(self) -> "PooledOptions":
         if self.prior:
             raise ValueError("the pooled baseline takes no expert prior")
-        changed = [k for k, v in (("kernel", "rbf"), ("input_warping", False), ("noise_prior", "lognormal"))
+        changed = [k for k, v in (("kernel", "rbf"), ("input_warping", False), ("noise_prior", "lognormal"),
+                                  ("output_transform", "standardize"))
                    if getattr(self, k) != v]
         if changed:
             raise ValueError(f"the pooled baseline uses MultiTaskGP's own kernel and noise prior; "

@@ -295,7 +295,7 @@ class SurfaceSite(LocalGPSite):
             o = self.options
             var = None if data.Yvar is None or np.isnan(data.Yvar[:, j]).any() else data.Yvar[:, j]
             models[j] = (key, fit_local_gp(data.X, data.Y[:, j], var, space=self.space, options=o,
-                                           seed=self.context.seed_for(data.n, f"gp-fit/{j}"),
+                                           seed=self.context.seed_for(data.n, f"gp-fit/{j}"), objective=False,
                                            mean_module=SurfaceMean(self.features, w[j], o.scale_mean, o.scale_sd)))
         return models[j][1]
 
