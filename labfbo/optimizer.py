@@ -31,7 +31,7 @@ from labfbo.records import (Ask, Enqueue, Fail, GuidanceReceived, Header, Histor
                             Traffic, dump_record, parse_record)
 from labfbo.protocols import ConfiguredProtocol, SiteContext, SiteData, get_protocol, resolve, shared_of
 from labfbo.seeding import rng, stable_hash
-from labfbo.site import SiteLedger, build_site_data, dedupe, history_record
+from labfbo.site import SiteLedger, build_site_data, dedupe, design_rows, history_record, round_target
 from labfbo.site_state import SiteState
 from labfbo.space import SearchSpace
 from labfbo.transport import connect
@@ -402,40 +402,23 @@ class Optimizer(CampaignViews):
                                    list(self._state.trials.values()), self._state.hist_at, upto, spec=self.outcomes)
         cached = self._data_cache
         if cached is None:
-            cached = self._data_cache = self._build_site_data()
+            cached = self._data_cache = build_site_data(self.space, self._to_max, self._state.hist_x,
+                                                        self._state.historical, list(self._state.trials.values()),
+                                                        spec=self.outcomes)
         if extra_pending is None or not len(extra_pending):
             return cached
         return replace(cached, pending=np.vstack([cached.pending, extra_pending]))
 
-    def _build_site_data(self) -> SiteData:
-        return build_site_data(self.space, self._to_max, self._state.hist_x, self._state.historical,
-                               list(self._state.trials.values()), spec=self.outcomes)
-
     def _for_round(self, data: SiteData, round: int) -> SiteData:
-        """Several objectives: the data with ``y`` the ParEGO target of BO round ``round``
-        (:meth:`labfbo.objectives.OutcomeSpec.chebyshev`); otherwise ``data`` itself."""
-        if self.outcomes is None or not self.outcomes.multi or data.Y is None or not data.n:
-            return data
+        """Several objectives: the data with ``y`` the ParEGO target of BO round ``round``."""
         reply = self._state.join_reply  # federated: the study's seed, so every site draws the same weights
-        seed = reply.study_seed if reply is not None and reply.study_seed is not None else self.seed
-        return replace(data, y=self.outcomes.chebyshev(data.Y[:, :len(self.outcomes.objectives)], seed, round),
-                       yvar=None)
+        return round_target(self.outcomes, data, reply.study_seed if reply is not None and
+                            reply.study_seed is not None else self.seed, round)
 
     def _design_rows(self) -> np.ndarray:
-        if self._state.join_reply is not None:
-            rows = self._state.join_reply.design.numpy().reshape(-1, self.space.dim)
-            if not self.space.local_constraints:
-                return rows
-            if self._own_design is None:  # the coordinator's design meets the shared constraints; ours, here
-                self._own_design = self.space.repair(rows, self.context.seed_for(0, "design-repair"))
-            return self._own_design
-        if self._own_design is None:  # drawn once: a function of (seed, n_init)
-            from scipy.stats import qmc
-
-            gen = rng(self.seed, 0, 0, "design")
-            self._own_design = (self.space.design(qmc.LatinHypercube(self.space.dim, scramble=True, seed=gen)
-                                                  .random(self.n_init), int(gen.integers(2**31))) if self.n_init
-                                else np.zeros((0, self.space.dim)))
+        if self._own_design is None:  # drawn (or repaired to the local constraints) once
+            self._own_design = design_rows(self.space, self.n_init, self.seed, self._state.join_reply,
+                                           self.context.seed_for(0, "design-repair"))
         return self._own_design
 
     def _needs_design(self, in_batch: int) -> bool:

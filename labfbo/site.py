@@ -6,6 +6,7 @@ import csv
 import json
 import threading
 from collections import defaultdict
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -181,3 +182,29 @@ def history_record(space: "SearchSpace", params_list: Any, values: Any,
     if spec is not None:
         record["outcomes"] = outcomes
     return (record if clean else None), oob_rows
+
+
+def design_rows(space: "SearchSpace", n_init: int, seed: int, join_reply: Any, repair_seed: int) -> np.ndarray:
+    """The site's initial design in model coordinates: the coordinator's (repaired to the site's
+    own constraints with ``repair_seed``) when it joined a federation, else a scrambled Latin
+    hypercube of ``n_init`` points drawn from ``(seed, 0, 0, "design")``."""
+    if join_reply is not None:
+        rows = join_reply.design.numpy().reshape(-1, space.dim)
+        return space.repair(rows, repair_seed) if space.local_constraints else rows
+    if not n_init:
+        return np.zeros((0, space.dim))
+    from scipy.stats import qmc
+
+    from labfbo.seeding import rng
+
+    gen = rng(seed, 0, 0, "design")
+    return space.design(qmc.LatinHypercube(space.dim, scramble=True, seed=gen).random(n_init),
+                        int(gen.integers(2**31)))
+
+
+def round_target(outcomes: "OutcomeSpec | None", data: SiteData, seed: int, round: int) -> SiteData:
+    """Several objectives: ``data`` with ``y`` the ParEGO (Chebyshev) target of BO round ``round``
+    (:meth:`labfbo.objectives.OutcomeSpec.chebyshev`, weights drawn from ``seed``); else ``data``."""
+    if outcomes is None or not outcomes.multi or data.Y is None or not data.n:
+        return data
+    return replace(data, y=outcomes.chebyshev(data.Y[:, :len(outcomes.objectives)], seed, round), yvar=None)

@@ -43,6 +43,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gradient-ucb": ("gradient", {"acquisition": "ucb", "beta": 4.0}),  # the default before qLogNEI (§12)
     "distribution-ucb": ("distribution", {"acquisition": "ucb", "beta": 4.0}),
     "surface-dp": ("surface", {"privacy": DP(clip=2.0, noise_multiplier=2.0)}),  # task-level, eps ~ 11.5 at 20 rounds
+    # the engine's candidate defaults (issue 23) on real, outlier-heavy yields
+    "independent-auto": ("independent", {"noise_prior": "auto"}),
+    "independent-winsorize": ("independent", {"output_transform": "winsorize"}),
+    "independent-auto-winsorize": ("independent", {"noise_prior": "auto", "output_transform": "winsorize"}),
 }
 CHECKPOINTS = (5, 10, 20)
 
