@@ -51,6 +51,7 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "labfbo-ei-gamma": ("labfbo", {"acquisition": "ei", "noise_prior": "gamma"}),
     "labfbo-nei-gamma": ("labfbo", {"acquisition": "nei", "noise_prior": "gamma"}),
     "labfbo-nei-auto": ("labfbo", {"acquisition": "nei", "noise_prior": "auto"}),
+    "labfbo-nei-wins": ("labfbo", {"acquisition": "nei", "output_transform": "winsorize"}),
     "labfbo-nei-auto-warp": ("labfbo", {"acquisition": "nei", "noise_prior": "auto", "input_warping": True}),
     "labfbo-nei-auto-wins": ("labfbo", {"acquisition": "nei", "noise_prior": "auto",
                                         "output_transform": "winsorize"}),
