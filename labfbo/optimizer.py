@@ -412,8 +412,8 @@ class Optimizer(CampaignViews):
     def _for_round(self, data: SiteData, round: int) -> SiteData:
         """Several objectives: the data with ``y`` the ParEGO target of BO round ``round``."""
         reply = self._state.join_reply  # federated: the study's seed, so every site draws the same weights
-        return round_target(self.outcomes, data, reply.study_seed if reply is not None and
-                            reply.study_seed is not None else self.seed, round)
+        seed = reply.study_seed if reply is not None and reply.study_seed is not None else self.seed
+        return round_target(self.outcomes, data, seed, round)
 
     def _design_rows(self) -> np.ndarray:
         if self._own_design is None:  # drawn (or repaired to the local constraints) once
