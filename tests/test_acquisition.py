@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -112,6 +114,51 @@ def test_paper_suites_ask_for_the_papers_ucb_by_name(tmp_path) -> None:
     assert [(j.protocol, j.options) for j in by_name] == [("centralized", {}), ("pooled", {})]
     for label, (_, opts) in guide.METHODS.items():
         assert opts["acquisition"] == label.split("-")[-1].lower()
+        # the paper's rows model the outputs as they are; labfbo's (NEI) rows take its defaults
+        assert opts.get("output_transform") == (None if label.endswith("NEI") else "standardize")
+    for label in ("Independent", "PACOH-BO", "PACD-BO", "CBOC-U", "CBOC-L"):
+        assert jobs[label].options["output_transform"] == "standardize"
+    assert all("output_transform" not in j.options for lbl, j in jobs.items() if "(labfbo defaults)" in lbl)
+
+
+def test_pmcbo_paper_rows_keep_the_papers_surrogate_and_nei_rows_take_labfbos(tmp_path) -> None:
+    from labfbo.benchmarks import pmcbo
+
+    for job in pmcbo.jobs(str(tmp_path), ("branin",), ("ucb", "nei"), [0]):
+        acq, label = job.label.split(":", 1)
+        paper_row = acq == "ucb" and "(labfbo defaults)" not in label
+        assert job.options.get("output_transform") == ("standardize" if paper_row else None), job.label
+
+
+def test_a_cached_run_made_with_other_defaults_runs_again(tmp_path) -> None:
+    """A cache keyed by the method's label must not hand an old default's run to a new table."""
+    import json
+
+    from labfbo.benchmarks.runner import Job, cached_fingerprint, options_fingerprint, run_pending
+
+    job = Job(path=str(tmp_path / "p" / "m" / "seed0.json"), label="m", problem="branin", problem_kwargs={},
+              protocol="independent", seed=0, n_init=3, budget=1)
+    assert job.fingerprint() == options_fingerprint("independent", {"output_transform": "winsorize"})
+    assert job.fingerprint() != options_fingerprint("independent", {"output_transform": "standardize"})
+    ran: list[str] = []
+
+    def run(j: Job) -> str:
+        ran.append(j.path)
+        Path(j.path).parent.mkdir(parents=True, exist_ok=True)
+        Path(j.path).write_text(json.dumps({"options": {"fingerprint": j.fingerprint()}}))
+        return j.path
+
+    Path(job.path).parent.mkdir(parents=True)
+    Path(job.path).write_text(json.dumps({"options": {"fingerprint": "made-with-old-defaults"}}))
+    run_pending([job], run)
+    assert ran == [job.path] and cached_fingerprint(job.path) == job.fingerprint()
+    assert json.loads((tmp_path / "p" / "m" / "seed0.stale.json").read_text())["options"]["fingerprint"] == \
+        "made-with-old-defaults"                                     # set aside, not deleted
+    run_pending([job], run)                                          # up to date: not run again
+    assert ran == [job.path]
+    Path(job.path).write_text(json.dumps({"options": {}}))           # a run from before fingerprints
+    run_pending([job], run)
+    assert len(ran) == 2
 
 
 def test_pacd_suite_runs_the_escape_ablations_only_by_name(tmp_path) -> None:
@@ -214,8 +261,9 @@ def test_the_winsorized_gp_keeps_its_scale_near_the_optimum_and_constraints_are_
     X = rng.random((16, 2))
     y = -((X - 0.6) ** 2).sum(axis=1)
     y[:2] = -50.0                                                    # two failed runs
-    robust = SurrogateOptions(output_transform="winsorize")
-    plain_model = fit_local_gp(X, y)
+    robust = SurrogateOptions()                                      # the default winsorizes
+    assert robust.output_transform == "winsorize"
+    plain_model = fit_local_gp(X, y, options=SurrogateOptions(output_transform="standardize"))
     robust_model = fit_local_gp(X, y, options=robust)
     good = X[2:]
     err_plain = np.abs(predict(plain_model, good)[0] - y[2:]).max()
@@ -233,4 +281,6 @@ def test_the_output_transform_is_validated_and_refused_where_it_does_not_apply()
         IndependentOptions(output_transform="log")
     with pytest.raises(ValueError, match="output_transform"):
         PooledOptions(output_transform="winsorize")
-    assert IndependentOptions(output_transform="winsorize").output_transform == "winsorize"
+    assert PooledOptions().output_transform == "standardize"         # the pooled reference keeps its own
+    assert IndependentOptions().output_transform == "winsorize"
+    assert IndependentOptions(output_transform="standardize").output_transform == "standardize"

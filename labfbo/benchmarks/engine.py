@@ -51,7 +51,8 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "labfbo-ei-gamma": ("labfbo", {"acquisition": "ei", "noise_prior": "gamma"}),
     "labfbo-nei-gamma": ("labfbo", {"acquisition": "nei", "noise_prior": "gamma"}),
     "labfbo-nei-auto": ("labfbo", {"acquisition": "nei", "noise_prior": "auto"}),
-    "labfbo-nei-wins": ("labfbo", {"acquisition": "nei", "output_transform": "winsorize"}),
+    "labfbo-nei-wins": ("labfbo", {"acquisition": "nei", "output_transform": "winsorize"}),  # = the defaults
+    "labfbo-nei-std": ("labfbo", {"acquisition": "nei", "output_transform": "standardize"}),  # the defaults before
     "labfbo-nei-auto-warp": ("labfbo", {"acquisition": "nei", "noise_prior": "auto", "input_warping": True}),
     "labfbo-nei-auto-wins": ("labfbo", {"acquisition": "nei", "noise_prior": "auto",
                                         "output_transform": "winsorize"}),

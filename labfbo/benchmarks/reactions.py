@@ -30,7 +30,7 @@ import numpy as np
 from linear_operator.utils.warnings import NumericalWarning
 
 from labfbo.benchmarks.reactions_data import ReactionData, load_reactions
-from labfbo.benchmarks.runner import write_atomic
+from labfbo.benchmarks.runner import options_fingerprint, write_atomic
 from labfbo.exceptions import ProtocolError
 from labfbo.privacy import DP
 from labfbo.seeding import int_seed, rng
@@ -45,7 +45,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "surface-dp": ("surface", {"privacy": DP(clip=2.0, noise_multiplier=2.0)}),  # task-level, eps ~ 11.5 at 20 rounds
     # the engine's candidate defaults (issue 23) on real, outlier-heavy yields
     "independent-auto": ("independent", {"noise_prior": "auto"}),
-    "independent-winsorize": ("independent", {"output_transform": "winsorize"}),
+    "independent-winsorize": ("independent", {"output_transform": "winsorize"}),  # = the defaults since §12
+    "independent-standardize": ("independent", {"output_transform": "standardize"}),  # the defaults before
     "independent-auto-winsorize": ("independent", {"noise_prior": "auto", "output_transform": "winsorize"}),
 }
 CHECKPOINTS = (5, 10, 20)
@@ -63,6 +64,19 @@ class ReactionJob:
     n_init: int = 3
     budget: int = 20
     data: str | None = None
+
+    def fingerprint(self) -> str | None:
+        """The method's complete option set, hashed (None for the pooled reference, which has none)."""
+        if self.method == "pooled":
+            return None
+        return options_fingerprint(*method_options(self.method))
+
+
+def method_options(method: str) -> tuple[str, dict[str, Any]]:
+    """(protocol, options) of a method of the suite: a variant, a private setting, or a protocol's defaults."""
+    from labfbo.benchmarks.privacy_grid import reaction_variant
+
+    return VARIANTS.get(method) or reaction_variant(method) or (method, {})
 
 
 def initial_design(data: ReactionData, lab: int, seed: int, n: int) -> list[tuple]:
@@ -106,9 +120,7 @@ def run_protocol(job: ReactionJob, data: ReactionData) -> dict[str, Any]:
     from labfbo.optimizer import Optimizer
 
     names = [f"lab{i}" for i in range(len(data.labs))]
-    from labfbo.benchmarks.privacy_grid import reaction_variant
-
-    protocol, options = VARIANTS.get(job.method) or reaction_variant(job.method) or (job.method, {})
+    protocol, options = method_options(job.method)
     coord = None if protocol == "independent" else Coordinator(
         protocol, sites=names, space=data.space, seed=job.seed, horizon=job.budget, **options)
     opts = [Optimizer(data.space, objective="maximize", protocol=protocol, coordinator=coord, site=n,
@@ -225,7 +237,7 @@ def run_reaction_job(job: ReactionJob) -> str:
             res = run_pooled(job, data) if job.method == "pooled" else run_protocol(job, data)
     except ProtocolError as exc:  # a protocol that refuses categorical spaces: reported as such
         res = {"refused": str(exc)}
-    res.update(job=asdict(job), wall_seconds=time.perf_counter() - t0)
+    res.update(job=asdict(job), wall_seconds=time.perf_counter() - t0, fingerprint=job.fingerprint())
     return write_atomic(job.path, json.dumps(res))
 
 

@@ -4,15 +4,24 @@ A *job* is one ``simulate`` call, identified by a path under the suite's output 
 (``<out>/<problem>/<method>/seed<k>.json``). A job whose JSON exists is not run again, so
 an interrupted suite resumes where it stopped; jobs run in worker processes with one
 torch thread each (``--workers``).
+
+A job that names its protocol and options has a *fingerprint* (:func:`options_fingerprint`):
+its complete option set, labfbo's defaults included, hashed. It is written into the JSON, and
+a cached JSON whose fingerprint differs (or that has none) is stale: it is set aside as
+``seed<k>.stale.json`` and the job runs again, so a change of labfbo's defaults never
+reaches a table through a cache keyed by the method's label.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from labfbo.simulation import SimulationResult
 
@@ -31,6 +40,51 @@ class Job:
     budget: int
     options: dict[str, Any] = field(default_factory=dict)
 
+    def fingerprint(self) -> str:
+        return options_fingerprint(self.protocol, self.options)
+
+
+def options_fingerprint(protocol: str, options: Mapping[str, Any]) -> str:
+    """A hash of ``protocol``'s complete option set: the explicit ``options`` and every default
+    they leave (per-site priors are hashed as given; they take no defaults)."""
+    from labfbo.protocols import get_protocol, parse_options
+
+    explicit = dict(options)
+    resolved = parse_options(get_protocol(protocol), {k: v for k, v in explicit.items() if k != "prior"})
+    text = json.dumps({"protocol": protocol, "options": resolved.model_dump(mode="json"),
+                       "prior": explicit.get("prior")}, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _job_fingerprint(job: Any) -> str | None:
+    fp = getattr(job, "fingerprint", None)
+    return fp() if callable(fp) else fp
+
+
+def cached_fingerprint(path: str) -> str | None:
+    """The fingerprint a cached job's JSON was written with (None: none, or unreadable)."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    fp = record.get("fingerprint") or (record.get("options") or {}).get("fingerprint")
+    return fp if isinstance(fp, str) else None
+
+
+def set_aside_stale(jobs: Sequence[Any]) -> list[str]:
+    """Move every cached JSON whose fingerprint is not its job's aside (``*.stale.json``); the paths."""
+    moved = []
+    for j in {j.path: j for j in jobs}.values():
+        want = _job_fingerprint(j)
+        if want is None or not Path(j.path).exists() or cached_fingerprint(j.path) == want:
+            continue
+        os.replace(j.path, Path(j.path).with_suffix(".stale.json"))
+        moved.append(j.path)
+    if moved:
+        print(f"{len(moved)} cached run(s) were made with other options (labfbo's defaults changed?) "
+              f"and run again; set aside as *.stale.json, e.g. {moved[0]}", file=sys.stderr)
+    return moved
+
 
 def _init_worker() -> None:
     import torch
@@ -47,6 +101,7 @@ def run_job(job: Job) -> str:
     res = simulate(problem, protocol=job.protocol, n_init=job.n_init, budget=job.budget, seed=job.seed,
                    **job.options)
     res.options["label"] = job.label
+    res.options["fingerprint"] = job.fingerprint()
     return write_atomic(job.path, res.to_json())
 
 
@@ -86,7 +141,9 @@ def run_jobs(jobs: Sequence[Job], workers: int = 1,
 def run_pending(jobs: Sequence[Any], run: Callable[[Any], str], workers: int = 1,
                 progress: Callable[[int, int], None] | None = None) -> None:
     """Run ``run(job)`` for every job whose ``path`` does not exist yet (a shared path runs once),
-    in ``workers`` spawned processes with one torch thread each."""
+    in ``workers`` spawned processes with one torch thread each. A stale cached run (its
+    fingerprint is not the job's) is set aside first and runs again."""
+    set_aside_stale(jobs)
     todo = list({j.path: j for j in jobs if not Path(j.path).exists()}.values())
     total = len({j.path for j in jobs})
     done = total - len(todo)

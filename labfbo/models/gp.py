@@ -11,8 +11,9 @@ optionally after a Kumaraswamy input warping of the continuous columns. When
 per-observation standard errors are known for every observation they enter as fixed
 noise :math:`\sigma_j^2 = \mathrm{sem}_j^2`; otherwise the noise level is learned
 (BoTorch's :math:`\mathcal{LN}(-4, 1)` prior, floor :math:`10^{-4}` on the standardized
-scale). ``output_transform="winsorize"`` clips the objective's bad tail first
-(:func:`winsorized`). The defaults were chosen on ``labfbo bench engine`` (``docs/benchmarks.md``).
+scale). By default the objective's bad tail is clipped first (``output_transform="winsorize"``,
+:func:`winsorized`; ``"standardize"`` leaves it). The defaults were chosen on
+``labfbo bench engine`` (``docs/benchmarks.md`` §12).
 """
 
 from __future__ import annotations
@@ -80,9 +81,10 @@ class SurrogateOptions(BaseModel):
         "noiseless response be interpolated), or 'auto': fit both, keep the one with the higher "
         "leave-one-out predictive density")
     output_transform: Literal["standardize", "winsorize"] = Field(
-        "standardize", description="'winsorize': before standardizing, raise the objective's values below "
-        "Tukey's lower fence Q1 - 1.5 IQR (the bad tail, in the maximization orientation) to the fence, so "
-        "failed runs and outliers do not set the GP's scale; the values above it are unchanged")
+        "winsorize", description="'winsorize' (the default): before standardizing, raise the objective's "
+        "values below Tukey's lower fence Q1 - 1.5 IQR (the bad tail, in the maximization orientation) to "
+        "the fence, so failed runs and outliers do not set the GP's scale; the values above it are "
+        "unchanged. 'standardize': the values as they are (BoTorch's Standardize alone; the papers' setting)")
 
 
 def winsorized(y: np.ndarray, k: float = 1.5) -> np.ndarray:

@@ -51,7 +51,12 @@ class PooledData(Message):
 
 
 class PooledOptions(ModelOptions):
-    """The shared acquisition and surrogate options (the kernel is ``MultiTaskGP``'s)."""
+    """The shared acquisition and surrogate options (the kernel is ``MultiTaskGP``'s).
+
+    The outputs are standardized per task as they are (``output_transform`` stays ``"standardize"``).
+    """
+
+    output_transform: Literal["standardize", "winsorize"] = "standardize"
 
     @model_validator(mode="after")
     def _multitask_kernel_only(self) -> "PooledOptions":
