@@ -347,6 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "same-model loop's acquisition (default: independent's)")
     lat.add_argument("--noise-prior", default="lognormal", choices=["lognormal", "gamma", "auto"],
                      help="labfbo's and the same-model loop's noise prior (default: independent's)")
+    lat.add_argument("--output-transform", default="winsorize", choices=["winsorize", "standardize"],
+                     help="labfbo's and the same-model loop's output transform (default: independent's)")
     lat.add_argument("--repeats", type=int, default=7)
     lat.add_argument("--no-categorical", action="store_true", help="skip the 276-combination and one-categorical rows")
     lat.set_defaults(func=_cmd_bench_latency)

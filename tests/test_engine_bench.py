@@ -148,13 +148,31 @@ def test_the_same_model_loop_selects_its_noise_prior_as_labfbo_does():
     X = rng.random((20, 2)) * [4, 2] - [1, 0]
     y = -((X[:, 0] - 1) ** 2 + (X[:, 1] - 0.5) ** 2)  # noiseless and smooth: the interpolating fit wins
     bounds = np.array([[-1.0, 3.0], [0.0, 2.0]])
-    step = {p: botorch_loop_step(X, y, bounds, seed=3, noise_prior=p) for p in ("lognormal", "gamma", "auto")}
+    step = {p: botorch_loop_step(X, y, bounds, seed=3, noise_prior=p, output_transform="standardize")
+            for p in ("lognormal", "gamma", "auto")}
     b = torch.as_tensor(bounds.T, dtype=torch.float64)
     fits = {p: _loop_gp(torch.as_tensor(X), torch.as_tensor(y).reshape(-1, 1), b, p) for p in ("lognormal", "gamma")}
     best = max(fits, key=lambda p: loo_log_density(fits[p]))
     assert best == "gamma" and fits["gamma"].likelihood.noise.item() < fits["lognormal"].likelihood.noise.item()
     assert np.array_equal(step["auto"], step[best]) and not np.array_equal(step["lognormal"], step["gamma"])
     assert np.all((step["auto"] >= bounds[:, 0]) & (step["auto"] <= bounds[:, 1]))
+
+
+def test_the_same_model_loop_winsorizes_as_labfbos_default_does():
+    from labfbo.benchmarks.latency import botorch_loop_step
+    from labfbo.models.gp import winsorized
+
+    rng = np.random.default_rng(2)
+    X = rng.random((12, 2))
+    y = -((X - 0.4) ** 2).sum(axis=1)
+    y[:2] = -30.0                                                    # two failed runs
+    assert not np.array_equal(winsorized(y), y)
+    default = botorch_loop_step(X, y, np.array([[0.0, 1.0], [0.0, 1.0]]), seed=1)
+    by_hand = botorch_loop_step(X, winsorized(y), np.array([[0.0, 1.0], [0.0, 1.0]]), seed=1,
+                                output_transform="standardize")
+    plain = botorch_loop_step(X, y, np.array([[0.0, 1.0], [0.0, 1.0]]), seed=1, output_transform="standardize")
+    np.testing.assert_array_equal(default, by_hand)
+    assert not np.array_equal(default, plain)
 
 
 def test_engine_cli_reports_from_the_cache(tmp_path, capsys):

@@ -6,7 +6,9 @@ r"""``ask()`` latency of ``independent`` against hand-written BoTorch loops, sam
   or ``--acquisition ei`` / ``ucb``) with ``optimize_acqf`` (10 restarts, 512 raw samples).
   With ``--noise-prior gamma`` its likelihood takes Optuna's ``Gamma(1.1, 30)`` noise prior;
   with ``auto`` it fits both likelihoods and keeps the one with the higher leave-one-out
-  predictive density, as labfbo's ``noise_prior="auto"`` does.
+  predictive density, as labfbo's ``noise_prior="auto"`` does. Its outputs are winsorized
+  as labfbo's default does (:func:`~labfbo.models.gp.winsorized`; ``--output-transform
+  standardize`` on both sides: not).
 * **Tutorial loop**: :func:`~labfbo.benchmarks.engine_methods.botorch_tutorial_step`
   (``LogExpectedImprovement`` with :math:`f^* = \max_j y_j`).
 
@@ -35,7 +37,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from scipy.stats import qmc
 
 from labfbo.benchmarks.engine_methods import botorch_tutorial_step
-from labfbo.models.gp import loo_log_density, noise_likelihood
+from labfbo.models.gp import loo_log_density, noise_likelihood, winsorized
 from labfbo.problems.problem import FederatedProblem
 
 
@@ -48,13 +50,16 @@ def _loop_gp(train_X: torch.Tensor, train_Y: torch.Tensor, b: torch.Tensor, nois
 
 
 def botorch_loop_step(X: np.ndarray, y: np.ndarray, bounds: np.ndarray, seed: int,
-                      acquisition: str = "nei", beta: float = 4.0, noise_prior: str = "lognormal") -> np.ndarray:
+                      acquisition: str = "nei", beta: float = 4.0, noise_prior: str = "lognormal",
+                      output_transform: str = "winsorize") -> np.ndarray:
     """One iteration of a plain BoTorch loop (maximizing ``y``) on raw-domain inputs, with
     labfbo's model and the acquisition ``acquisition`` (``nei``: qLogNEI with 256 Sobol
     samples and a pruned baseline; ``ei``: LogEI, posterior-mean incumbent; ``ucb``:
     analytic UCB); ``noise_prior`` as labfbo's (``auto``: both fits, the better by
-    leave-one-out)."""
+    leave-one-out); ``output_transform="winsorize"``: the bad tail of ``y`` raised to Tukey's
+    fence before ``Standardize``, as labfbo's default."""
     train_X = torch.as_tensor(X, dtype=torch.float64)
+    y = winsorized(y) if output_transform == "winsorize" else y
     train_Y = torch.as_tensor(y, dtype=torch.float64).reshape(-1, 1)
     b = torch.as_tensor(bounds.T, dtype=torch.float64)
     if noise_prior == "auto":
@@ -88,7 +93,7 @@ class LatencyRow:
 
 
 def measure(problem: FederatedProblem, n_obs: int, repeats: int, seed: int = 0,
-            acquisition: str = "nei", noise_prior: str = "lognormal") -> LatencyRow:
+            acquisition: str = "nei", noise_prior: str = "lognormal", output_transform: str = "winsorize") -> LatencyRow:
     """Median seconds of labfbo's ``ask()``, the same-model loop and the tutorial loop, and the
     median per-repetition ratios."""
     import labfbo
@@ -102,11 +107,12 @@ def measure(problem: FederatedProblem, n_obs: int, repeats: int, seed: int = 0,
         values = [problem.evaluate(0, p) for p in params]
         X = np.array([space.vector(p) for p in params], dtype=np.float64)
         opt = labfbo.Optimizer(space, objective=problem.objective, seed=seed + r + 1, n_init=0,
-                               acquisition=acquisition, noise_prior=noise_prior)
+                               acquisition=acquisition, noise_prior=noise_prior, output_transform=output_transform)
         opt.add_observations(params, values)
         y = -problem.loss_sign * np.asarray(values)
         sides = {"labfbo": lambda: opt.ask(),
-                 "same": lambda: botorch_loop_step(X, y, bounds, seed + r + 1, acquisition, noise_prior=noise_prior),
+                 "same": lambda: botorch_loop_step(X, y, bounds, seed + r + 1, acquisition, noise_prior=noise_prior,
+                                                   output_transform=output_transform),
                  "tutorial": lambda: botorch_tutorial_step(space, space.encode(params), y, seed + r + 1)}
         order = list(sides)[(r + 1) % 3:] + list(sides)[:(r + 1) % 3]
         spent = {}
@@ -124,14 +130,15 @@ def measure(problem: FederatedProblem, n_obs: int, repeats: int, seed: int = 0,
 
 
 def run(problems: list[str], n_obs: list[int], repeats: int, acquisition: str = "nei",
-        noise_prior: str = "lognormal") -> list[LatencyRow]:
+        noise_prior: str = "lognormal", output_transform: str = "winsorize") -> list[LatencyRow]:
     from labfbo.problems.families import get_problem
 
     rows = []
     for name in problems:
         prob = get_problem(name, n_sites=1, seed=0)
         for n in n_obs:
-            rows.append(measure(prob, n, repeats, acquisition=acquisition, noise_prior=noise_prior))
+            rows.append(measure(prob, n, repeats, acquisition=acquisition, noise_prior=noise_prior,
+                                output_transform=output_transform))
     return rows
 
 
@@ -247,7 +254,7 @@ def cli_run(args: "argparse.Namespace") -> int:
     """``labfbo bench latency``: the continuous rows, then (unless ``--no-categorical``) the categorical ones."""
     import sys
 
-    rows = run(args.problems, args.n_obs, args.repeats, args.acquisition, args.noise_prior)
+    rows = run(args.problems, args.n_obs, args.repeats, args.acquisition, args.noise_prior, args.output_transform)
     print("labfbo bench latency " + " ".join(sys.argv[3:]) + "\n")
     print(format_rows(rows))
     print(f"\nworst median ratio labfbo / same-model loop: {max(r.ratio for r in rows):.2f}x (defect > 1.5x); "
