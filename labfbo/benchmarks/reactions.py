@@ -47,6 +47,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "independent-auto": ("independent", {"noise_prior": "auto"}),
     "independent-winsorize": ("independent", {"output_transform": "winsorize"}),  # = the defaults since §12
     "independent-standardize": ("independent", {"output_transform": "standardize"}),  # the defaults before
+    "gradient-standardize": ("gradient", {"output_transform": "standardize"}),
+    "distribution-standardize": ("distribution", {"output_transform": "standardize"}),
+    "surface-standardize": ("surface", {"output_transform": "standardize"}),
     "independent-auto-winsorize": ("independent", {"noise_prior": "auto", "output_transform": "winsorize"}),
 }
 CHECKPOINTS = (5, 10, 20)
