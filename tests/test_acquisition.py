@@ -140,6 +140,9 @@ def test_a_cached_run_made_with_other_defaults_runs_again(tmp_path) -> None:
               protocol="independent", seed=0, n_init=3, budget=1)
     assert job.fingerprint() == options_fingerprint("independent", {"output_transform": "winsorize"})
     assert job.fingerprint() != options_fingerprint("independent", {"output_transform": "standardize"})
+    # simulate's own keywords: where it journals is not an option; the transport is
+    assert options_fingerprint("independent", {"storage_dir": str(tmp_path)}) == job.fingerprint()
+    assert options_fingerprint("independent", {"transport": "http"}) != job.fingerprint()
     ran: list[str] = []
 
     def run(j: Job) -> str:

@@ -46,14 +46,20 @@ class Job:
 
 def options_fingerprint(protocol: str, options: Mapping[str, Any]) -> str:
     """A hash of ``protocol``'s complete option set: the explicit ``options`` and every default
-    they leave (per-site priors are hashed as given; they take no defaults)."""
+    they leave. Keywords that are not the protocol's (``simulate``'s own, such as ``transport``;
+    per-site priors) are hashed as given; where the run journals (``storage_dir``) is not hashed."""
     from labfbo.protocols import get_protocol, parse_options
 
-    explicit = dict(options)
-    resolved = parse_options(get_protocol(protocol), {k: v for k, v in explicit.items() if k != "prior"})
-    text = json.dumps({"protocol": protocol, "options": resolved.model_dump(mode="json"),
-                       "prior": explicit.get("prior")}, sort_keys=True, default=repr)
+    cls = get_protocol(protocol)
+    fields = cls.Options.model_fields
+    own = {k: v for k, v in options.items() if k in fields and k != "prior"}
+    other = {k: v for k, v in options.items() if k not in own and k not in _NOT_HASHED}
+    text = json.dumps({"protocol": protocol, "options": parse_options(cls, own).model_dump(mode="json"),
+                       "other": other}, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+_NOT_HASHED = frozenset({"storage_dir"})
 
 
 def _job_fingerprint(job: Any) -> str | None:
