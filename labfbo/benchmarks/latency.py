@@ -93,7 +93,8 @@ class LatencyRow:
 
 
 def measure(problem: FederatedProblem, n_obs: int, repeats: int, seed: int = 0,
-            acquisition: str = "nei", noise_prior: str = "lognormal", output_transform: str = "winsorize") -> LatencyRow:
+            acquisition: str = "nei", noise_prior: str = "lognormal",
+            output_transform: str = "winsorize") -> LatencyRow:
     """Median seconds of labfbo's ``ask()``, the same-model loop and the tutorial loop, and the
     median per-repetition ratios."""
     import labfbo
