@@ -34,6 +34,7 @@ import numpy as np
 
 from labfbo.benchmarks.runner import Job
 from labfbo.exceptions import ConfigurationError
+from labfbo.models.gp import PAPERS_SURROGATE
 from labfbo.privacy import DP
 from labfbo.simulation import SimulationResult
 
@@ -51,7 +52,7 @@ def n_init(problem: str) -> int:
 
 
 #: the paper's setting: UCB with beta = 4 on the outputs as they are (labfbo's defaults: qLogNEI, winsorized)
-PAPER_ACQ: dict[str, Any] = {"acquisition": "ucb", "beta": 4.0, "output_transform": "standardize"}
+PAPER_ACQ: dict[str, Any] = {"acquisition": "ucb", "beta": 4.0, **PAPERS_SURROGATE}
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "Independent": ("independent", PAPER_ACQ),
     "PACOH-BO": ("centralized", PAPER_ACQ),

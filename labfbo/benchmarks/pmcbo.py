@@ -37,6 +37,7 @@ import numpy as np
 from scipy.stats import qmc
 
 from labfbo.benchmarks.runner import Job
+from labfbo.models.gp import PAPERS_SURROGATE
 from labfbo.priors import Normal
 from labfbo.simulation import SimulationResult
 
@@ -45,7 +46,6 @@ PAPER_KEYS = {"branin": "branin", "hartmann3": "hartmann3", "hartmann6": "hartma
 EXACT = {"prior_floor": 0.0, "prior_check": 0, "prior_patience": 0}
 #: the papers' acquisitions (Tables 4 and 5); their rows model the outputs as they are
 PAPER_ACQUISITIONS = ("ei", "ucb")
-PAPER_SURROGATE: dict[str, Any] = {"output_transform": "standardize"}
 
 
 def reference() -> dict[str, Any]:
@@ -92,7 +92,7 @@ def methods(acquisitions: tuple[str, ...] = ("ei", "ucb")) -> list[Method]:
     out: list[Method] = []
     for acq in acquisitions:
         base = acq.upper()
-        paper = PAPER_SURROGATE if acq in PAPER_ACQUISITIONS else {}
+        paper = PAPERS_SURROGATE if acq in PAPER_ACQUISITIONS else {}
         out.append(Method(base, "independent", acq, None, dict(paper)))
         for p, tag in (("strong", "S"), ("weak", "W"), ("incorrect", "I")):
             out.append(Method(f"{tag}-piBO", "independent", acq, p,
