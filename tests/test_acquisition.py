@@ -287,3 +287,26 @@ def test_the_output_transform_is_validated_and_refused_where_it_does_not_apply()
     assert PooledOptions().output_transform == "standardize"         # the pooled reference keeps its own
     assert IndependentOptions().output_transform == "winsorize"
     assert IndependentOptions(output_transform="standardize").output_transform == "standardize"
+
+
+def test_distribution_keeps_standardize_as_its_own_default_and_its_sites_use_it() -> None:
+    """GUIDE-NEI lost sites on Ellipsoid with winsorizing (docs/benchmarks.md §12): ``distribution``
+    standardizes unless asked; its sites' local GP then keeps a failed run's value."""
+    from labfbo.protocols.base import SiteContext, SiteData
+    from labfbo.protocols.distribution import DistributionOptions, DistributionSite
+
+    assert DistributionOptions().output_transform == "standardize"
+    assert DistributionOptions(output_transform="winsorize").output_transform == "winsorize"
+    space = labfbo.SearchSpace([labfbo.Real("a", 0, 1), labfbo.Real("b", 0, 1)])
+    rng = np.random.default_rng(2)
+    X = rng.random((12, 2))
+    y = -((X - 0.4) ** 2).sum(axis=1)
+    y[0] = -40.0                                                     # one failed run
+    data = SiteData(space=space, X=X, y=y, yvar=None, pending=np.zeros((0, 2)))
+    lows = {}
+    for transform in ("standardize", "winsorize"):
+        site = DistributionSite(space, DistributionOptions(output_transform=transform), SiteContext("s0"))
+        model = site.local_model(data)
+        lows[transform] = float(model.outcome_transform.untransform(model.train_targets.unsqueeze(-1))[0].min())
+    assert lows["standardize"] == pytest.approx(-40.0)
+    assert lows["winsorize"] > -40.0 + 1.0

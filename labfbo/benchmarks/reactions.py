@@ -48,7 +48,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "independent-winsorize": ("independent", {"output_transform": "winsorize"}),  # = the defaults since §12
     "independent-standardize": ("independent", {"output_transform": "standardize"}),  # the defaults before
     "gradient-standardize": ("gradient", {"output_transform": "standardize"}),
-    "distribution-standardize": ("distribution", {"output_transform": "standardize"}),
+    "distribution-standardize": ("distribution", {"output_transform": "standardize"}),  # = its own default
+    "distribution-winsorize": ("distribution", {"output_transform": "winsorize"}),  # the engine's default
     "surface-standardize": ("surface", {"output_transform": "standardize"}),
     "independent-auto-winsorize": ("independent", {"noise_prior": "auto", "output_transform": "winsorize"}),
 }
