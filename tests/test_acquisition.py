@@ -121,6 +121,21 @@ def test_paper_suites_ask_for_the_papers_ucb_by_name(tmp_path) -> None:
     assert all("output_transform" not in j.options for lbl, j in jobs.items() if "(labfbo defaults)" in lbl)
 
 
+def test_the_guide_suites_nei_rows_take_each_protocols_default_and_winsorize_is_a_named_variant(tmp_path) -> None:
+    from labfbo.benchmarks import guide
+    from labfbo.benchmarks.runner import options_fingerprint
+
+    jobs = {j.label: j for j in guide.jobs(str(tmp_path), ("ellipsoid",), (2,),
+                                           ("NEI", "GUIDE-NEI", "GUIDE-NEI-winsorize"), [0])}
+    assert jobs["NEI"].fingerprint() == options_fingerprint("independent", {"beta": 2.0, "acquisition": "nei",
+                                                                            "output_transform": "winsorize"})
+    assert jobs["GUIDE-NEI"].fingerprint() == options_fingerprint(
+        "distribution", {"beta": 2.0, "acquisition": "nei", "output_transform": "standardize"})
+    assert jobs["GUIDE-NEI-winsorize"].options["output_transform"] == "winsorize"
+    assert jobs["GUIDE-NEI-winsorize"].fingerprint() != jobs["GUIDE-NEI"].fingerprint()
+    assert "GUIDE-NEI-winsorize" in jobs["GUIDE-NEI-winsorize"].path and "GUIDE-NEI-winsorize" not in guide.METHODS
+
+
 def test_pmcbo_paper_rows_keep_the_papers_surrogate_and_nei_rows_take_labfbos(tmp_path) -> None:
     from labfbo.benchmarks import pmcbo
 
