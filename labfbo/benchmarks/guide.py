@@ -150,7 +150,8 @@ def tables(results: Sequence[SimulationResult], jobs_: Sequence[Job]) -> str:
                 if p is not None:
                     paper_tab.setdefault(fn, {})[m] = float(p)
             lines.append(f"| {fn} | {n} | " + " | ".join(cells) + " |")
-        ro, rp = average_ranks(ours_tab, methods), average_ranks(paper_tab, methods)
+        in_paper = [m for m in methods if any(m in row for row in paper_tab.values())]  # not the variants
+        ro, rp = average_ranks(ours_tab, methods), average_ranks(paper_tab, in_paper)
         lines += ["", "| average rank over these functions | " + " | ".join(methods) + " |",
                   "|---|" + "---:|" * len(methods),
                   "| ours | " + " | ".join(f"{ro.get(m, float('nan')):.2f}" for m in methods) + " |",
