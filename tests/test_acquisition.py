@@ -177,6 +177,14 @@ def test_a_cached_run_made_with_other_defaults_runs_again(tmp_path) -> None:
     Path(job.path).write_text(json.dumps({"options": {}}))           # a run from before fingerprints
     run_pending([job], run)
     assert len(ran) == 2
+    # a report that runs nothing leaves a stale run out all the same
+    from labfbo.benchmarks.runner import run_with_progress
+
+    Path(job.path).write_text(json.dumps({"options": {"fingerprint": "other-options"}}))
+    run_with_progress([job], run, 1, "test", report_only=True)
+    assert len(ran) == 2 and not Path(job.path).exists()
+    stale = json.loads((tmp_path / "p" / "m" / "seed0.stale.json").read_text())
+    assert stale["options"]["fingerprint"] == "other-options"
 
 
 def test_pacd_suite_runs_the_escape_ablations_only_by_name(tmp_path) -> None:

@@ -77,8 +77,9 @@ def cached_fingerprint(path: str) -> str | None:
     return fp if isinstance(fp, str) else None
 
 
-def set_aside_stale(jobs: Sequence[Any]) -> list[str]:
-    """Move every cached JSON whose fingerprint is not its job's aside (``*.stale.json``); the paths."""
+def set_aside_stale(jobs: Sequence[Any], rerun: bool = True) -> list[str]:
+    """Move every cached JSON whose fingerprint is not its job's aside (``*.stale.json``); the paths.
+    ``rerun=False`` (a report that runs nothing) only changes what the message says."""
     moved = []
     for j in {j.path: j for j in jobs}.values():
         want = _job_fingerprint(j)
@@ -87,8 +88,9 @@ def set_aside_stale(jobs: Sequence[Any]) -> list[str]:
         os.replace(j.path, Path(j.path).with_suffix(".stale.json"))
         moved.append(j.path)
     if moved:
+        then = "and run again" if rerun else "and are left out of this report (run without --report-only to redo them)"
         print(f"{len(moved)} cached run(s) were made with other options (labfbo's defaults changed?) "
-              f"and run again; set aside as *.stale.json, e.g. {moved[0]}", file=sys.stderr)
+              f"{then}; set aside as *.stale.json, e.g. {moved[0]}", file=sys.stderr)
     return moved
 
 
@@ -123,7 +125,8 @@ def write_atomic(path: str, text: str) -> str:
 
 def run_with_progress(jobs: Sequence[Any], run: Callable[[Any], str], workers: int, name: str,
                       report_only: bool = False) -> None:
-    """:func:`run_pending` behind a progress bar (nothing runs with ``report_only``)."""
+    """:func:`run_pending` behind a progress bar. With ``report_only`` nothing runs, and a stale
+    cached run is set aside all the same, so the report never shows a run of other options."""
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(jobs), desc=name, unit="run")
@@ -132,7 +135,9 @@ def run_with_progress(jobs: Sequence[Any], run: Callable[[Any], str], workers: i
         bar.n = done
         bar.refresh()
 
-    if not report_only:
+    if report_only:
+        set_aside_stale(jobs, rerun=False)
+    else:
         run_pending(jobs, run, workers, progress)
     bar.close()
 
