@@ -52,6 +52,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # the engine's default transform, which `distribution` does not take (docs/benchmarks.md §12)
     "GUIDE-NEI-winsorize": ("distribution", {"acquisition": "nei", "output_transform": "winsorize"}),
 }
+#: every method a job may name, in table order (the paper's first)
+RUNNABLE: dict[str, tuple[str, dict[str, Any]]] = {**METHODS, **VARIANTS}
 # Table 3 rows -> our method (the full method and vanilla UCB reuse the main runs)
 ABLATIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "Vanilla UCB": METHODS["UCB"],
@@ -77,7 +79,7 @@ def jobs(out: str, functions: Sequence[str], levels: Sequence[int], methods: Seq
          n_sites: int = 16, n_init: int = 30, budget: int = 50, noise_std: float = 0.1,
          ablation: bool = False, ablation_functions: Sequence[str] = ABLATION_FUNCTIONS) -> list[Job]:
     """One cached job per (level, function, method, seed); ``ablation`` adds Table 3 (level 2)."""
-    table = {m: {**METHODS, **VARIANTS}[m] for m in methods}
+    table = {m: RUNNABLE[m] for m in methods}
     result: list[Job] = []
 
     def add(level: int, fn: str, label: str, protocol: str, opts: dict[str, Any], s: int) -> None:
@@ -130,7 +132,7 @@ def tables(results: Sequence[SimulationResult], jobs_: Sequence[Job]) -> str:
     lines: list[str] = []
     levels = sorted({k[0] for k in by})
     for level in levels:
-        methods = [m for m in {**METHODS, **VARIANTS} if any(k[0] == level and k[2] == m for k in by)]
+        methods = [m for m in RUNNABLE if any(k[0] == level and k[2] == m for k in by)]
         fns = [f for f in GUIDE_NAMES if any(k[0] == level and k[1] == f for k in by)]
         paper_level = ref["final_regret"].get(str(level), {})
         lines += [f"\n### Level {level}: final mean simple regret (ours: mean ± sd over runs; paper: Tables 8–10)\n",
