@@ -226,3 +226,56 @@ def site_prior(space: SearchSpace, opts: PriorOptions) -> LocationPrior | None:
     if not opts.prior:
         return None
     return LocationPrior(space, opts.prior, floor=opts.prior_floor)
+
+
+class MixturePrior:
+    r"""A location prior that is a weighted mixture of isotropic Gaussian bumps in the unit cube,
+
+    .. math:: \tilde\pi(u) = (1 - \epsilon)\sum_b w_b\,\mathcal N(u; c_b, s^2 I) + \epsilon,
+
+    with the uniform floor :math:`\epsilon` (``floor``) of :class:`LocationPrior`. The bumps are
+    not renormalized to the cube (their mass outside it is small for :math:`s \lesssim 0.2`); a
+    prior only weighs an acquisition, so a constant factor does not move its argmax.
+    Federated protocols build it from what the other sites said (e.g. ``vote``'s tallies); it
+    has :class:`LocationPrior`'s interface (``log_density``, ``sample``, ``in_region``, ``floor``).
+    """
+
+    def __init__(self, space: SearchSpace, centres: np.ndarray, weights: np.ndarray, sd: float,
+                 floor: float = 0.1) -> None:
+        w = np.asarray(weights, dtype=float)
+        if len(w) == 0 or not np.all(w >= 0) or not w.sum() > 0 or not sd > 0:
+            raise ConfigurationError("a mixture prior needs at least one bump with a positive weight and sd > 0")
+        keep = w > 0
+        self.space, self.floor, self.sd = space, float(floor), float(sd)
+        self.centres = np.asarray(centres, dtype=float)[keep]
+        self.weights = w[keep] / w[keep].sum()
+
+    def log_density(self, X: torch.Tensor) -> torch.Tensor:
+        r""":math:`\log\tilde\pi(u)` for unit-cube ``X (..., d)`` (floor included)."""
+        C = torch.as_tensor(self.centres, dtype=X.dtype)
+        d = C.shape[-1]
+        sq = ((X.unsqueeze(-2) - C) ** 2).sum(-1)  # (..., B)
+        log_norm = -0.5 * d * math.log(2 * math.pi * self.sd ** 2)
+        log_pi = torch.logsumexp(torch.log(torch.as_tensor(self.weights, dtype=X.dtype)) - 0.5 * sq / self.sd ** 2,
+                                 dim=-1) + log_norm
+        if self.floor <= 0:
+            return log_pi
+        return torch.logaddexp(math.log1p(-self.floor) + log_pi, torch.full_like(log_pi, math.log(self.floor)))
+
+    def sample(self, n: int, seed: int) -> np.ndarray:
+        """``n`` unit-cube draws from the bumps (clipped to the cube, snapped to feasible values)."""
+        gen = np.random.default_rng(seed)
+        k = gen.choice(len(self.weights), size=n, p=self.weights)
+        U = np.clip(self.centres[k] + gen.normal(0.0, self.sd, size=(n, self.centres.shape[1])), 0.0, 1.0)
+        return self.space.snap(U)
+
+    def in_region(self, X: np.ndarray) -> np.ndarray:
+        r"""Where the prior boosts the acquisition: :math:`\tilde\pi(x) \ge 2\epsilon` (without a
+        floor: within three standard deviations of a bump)."""
+        if len(X) == 0:
+            return np.zeros(0, dtype=bool)
+        if self.floor > 0:
+            lp = self.log_density(torch.as_tensor(X, dtype=torch.float64)).numpy()
+            return lp >= math.log(2 * self.floor)
+        dist = np.sqrt(((np.asarray(X)[:, None, :] - self.centres[None]) ** 2).sum(-1))
+        return (dist <= 3 * self.sd).any(axis=1)

@@ -23,18 +23,21 @@ pytest.importorskip("fastapi")
 FAST = {"num_restarts": 2, "raw_samples": 32}
 EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_steps": 5, "svgd_steps": 2},
          "gradient-sa": {"warmup_steps": 5, "svgd_steps": 2, "secure_aggregation": True},  # masked uplink
-         "consensus": {}, "independent": {}, "surface": {}}
+         "consensus": {}, "independent": {}, "surface": {},
+         "vote-budget": {"privacy": labfbo.DP(epsilon=1.0)}}  # randomized responses, calibrated at every site
 SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1)])
 
 
-@pytest.mark.parametrize("protocol", ["independent", "consensus", "distribution", "gradient", "gradient-sa", "surface"])
+@pytest.mark.parametrize("protocol", ["independent", "consensus", "distribution", "gradient", "gradient-sa", "surface",
+                                      "vote-budget"])
 def test_http_gives_the_same_proposals_as_local(protocol: str, cpu_load) -> None:
     """Sites in their own threads, both cores busy with another process: timing must not matter."""
-    kw = dict(problem="branin", protocol=protocol.removesuffix("-sa"), n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
+    kw = dict(problem="branin", protocol=protocol.split("-")[0], n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
     http = labfbo.simulate(transport="http", **kw)
     local = labfbo.simulate(**kw)
     np.testing.assert_array_equal(http.proposals, local.proposals)
     np.testing.assert_array_equal(http.bytes_up, local.bytes_up)
+    assert http.epsilon == local.epsilon
 
 
 def test_a_site_that_does_not_ask_for_frames_gets_and_sends_json(monkeypatch) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 PROTOCOLS = ["independent", "consensus", "distribution", "gradient", "gradient-sa", "gradient-compact", "surface",
-             "surface-budget"]
+             "surface-budget", "vote-budget"]
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
 pytestmark = [pytest.mark.integration,  # mpiexec subprocesses
               pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (pip install 'labfbo[mpi]')")]
@@ -43,7 +43,7 @@ def test_mpi_gives_the_same_proposals_as_local(mpi_results: dict, protocol: str)
     np.testing.assert_array_equal(np.array(r["bytes_mpi"]), np.array(r["bytes_local"]))
     assert r["regret_equal"]
     assert r["epsilon_mpi"] == r["epsilon_local"]
-    if protocol == "surface-budget":  # DP(epsilon=1.0): calibrated and accounted the same over MPI
+    if protocol.endswith("-budget"):  # DP(epsilon=1.0): calibrated and accounted the same over MPI
         assert r["epsilon_mpi"] and max(r["epsilon_mpi"]) <= 1.0
 
 

@@ -58,16 +58,17 @@ def jobs(out: str, problem: str, sigmas: Sequence[float], seeds: Sequence[int], 
                         epsilon=float(e), **kw) for e in epsilons for k in seeds])
 
 
-def campaign(problem: str, n_sites: int, seed: int, budget: int, n_init: int = 5, **options: Any) -> list[Any]:
-    """A ``gradient`` campaign, all sites in one process, one proposal per site per round
-    (GUIDE functions at ``dim=2``); returns the sites' optimizers."""
+def campaign(problem: str, n_sites: int, seed: int, budget: int, n_init: int = 5, protocol: str = "gradient",
+             **options: Any) -> list[Any]:
+    """A campaign (``gradient`` by default), all sites in one process, one proposal per site per
+    round (GUIDE functions at ``dim=2``); returns the sites' optimizers."""
     import labfbo
     from labfbo.problems.families import GUIDE_NAMES, get_problem
 
     prob = get_problem(problem, n_sites=n_sites, seed=seed, **({"dim": 2} if problem in GUIDE_NAMES else {}))
-    coord = labfbo.Coordinator("gradient", sites=list(prob.site_names), seed=seed, horizon=budget, **options)
-    sites = [labfbo.Optimizer(prob.space, protocol="gradient", coordinator=coord, site=s, seed=seed,
-                              n_init=n_init, **options) for s in prob.site_names]
+    coord = labfbo.Coordinator(protocol, sites=list(prob.site_names), seed=seed, horizon=budget, **options)
+    sites = [labfbo.Optimizer(prob.space, protocol=protocol, coordinator=coord, site=s, seed=seed,
+                              n_init=n_init, horizon=budget, **options) for s in prob.site_names]
     for i, o in enumerate(sites):
         for tr in o.ask(n=o.n_init):
             o.tell(tr, prob.evaluate(i, tr.params))

@@ -68,6 +68,7 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "Pooled MTGP (labfbo defaults)": ("pooled", {}),
     "GUIDE-FBO (labfbo defaults)": ("distribution", {}),
     "Surface (labfbo defaults)": ("surface", {}),
+    "Vote (labfbo defaults)": ("vote", {}),
     "Surface-quadratic": ("surface", {"fourier_features": 0}),  # ablation: no Fourier features
     # ablations (only with --methods): the stalled-basin escape on Independent, and off on PACD-BO
     "Independent-escape": ("independent", {"stall_rounds": 10, **PAPER_ACQ}),

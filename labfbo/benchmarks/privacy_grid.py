@@ -6,6 +6,8 @@ each budget ``e`` (the noise calibrated by each site to its planned releases,
 :mod:`labfbo.privacy.budget`), beside the same protocol without DP and ``independent`` — all
 in one run, with the same designs and seeds:
 
+Protocol ``vote`` (randomized response over a public codebook) is in the grid beside them.
+
 * **pacd** — the `pacd` quick setting: Branin and Wing Weight families, 5 sites, T = 30,
   3 seeds (``--quick``: the same); metric: the final normalized regret and the AUC over the
   first 10 % of iterations, site-averaged;
@@ -41,10 +43,14 @@ PRIVATE: dict[str, tuple[str, dict[str, Any], float]] = {
     "gradient-distributed": ("gradient", {"secure_aggregation": True, "dp_noise": "distributed"}, 1.0),
     "surface-every5": ("surface", {"release_every": 5}, 2.0),
     "distribution-centre": ("distribution", {"dp_belief": "centre", "release_every": 5}, 3.0),
+    # a choice among 8 public points by randomized response (pure DP; clip unused): one vote under a budget
+    "vote": ("vote", {}, 1.0),
+    "vote-every10": ("vote", {"release_every": 10}, 1.0),
 }
 PACD_FUNCTIONS = ("branin", "wing_weight")
 NON_PRIVATE = {"independent": "Independent (labfbo defaults)", "gradient": "PACD-BO (labfbo defaults)",
-               "distribution": "GUIDE-FBO (labfbo defaults)", "surface": "Surface (labfbo defaults)"}
+               "distribution": "GUIDE-FBO (labfbo defaults)", "surface": "Surface (labfbo defaults)",
+               "vote": "Vote (labfbo defaults)"}
 
 
 def register(name: str, protocol: str, options: dict[str, Any], clip: float) -> None:

@@ -27,14 +27,16 @@ def _pacd(args: argparse.Namespace, names: list[str], epsilons: list[float], see
         alone = summary.get((fn, pg.NON_PRIVATE["independent"]))
         if alone is None:
             continue
-        rows = {n: ([e for e in epsilons if (fn, pg.label(n, e)) in summary],
-                    [float(np.mean(summary[(fn, pg.label(n, e))]["final"])) for e in epsilons
-                     if (fn, pg.label(n, e)) in summary]) for n in names}
-        plain = {n: float(np.mean(summary[(fn, pg.NON_PRIVATE[n])]["final"])) for n in names
-                 if n in pg.NON_PRIVATE and (fn, pg.NON_PRIVATE[n]) in summary}
-        panels[f"pacd suite: {fn}, 5 sites, T = 30"] = {"ylabel": "final normalized simple regret", "log": True,
-                                                        "independent": float(np.mean(alone["final"])),
-                                                        "rows": rows, "plain": plain}
+        for metric, ylabel in (("final", "final normalized simple regret"),
+                               ("auc", "AUC (mean normalized regret, first 10 % of rounds)")):
+            rows = {n: ([e for e in epsilons if (fn, pg.label(n, e)) in summary],
+                        [float(np.mean(summary[(fn, pg.label(n, e))][metric])) for e in epsilons
+                         if (fn, pg.label(n, e)) in summary]) for n in names}
+            plain = {n: float(np.mean(summary[(fn, pg.NON_PRIVATE[n])][metric])) for n in names
+                     if n in pg.NON_PRIVATE and (fn, pg.NON_PRIVATE[n]) in summary}
+            panels[f"pacd suite: {fn}, 5 sites, T = 30 ({'final' if metric == 'final' else 'AUC'})"] = {
+                "ylabel": ylabel, "log": metric == "final", "independent": float(np.mean(alone[metric])),
+                "rows": rows, "plain": plain}
     png = pg.plot(panels, Path(args.pacd_out) / "privacy_utility.png") if panels else None
     return pg.pacd_table(summary, names, epsilons), {"png": png}
 

@@ -35,7 +35,7 @@ from labfbo.exceptions import ProtocolError
 from labfbo.privacy import DP
 from labfbo.seeding import int_seed, rng
 
-PROTOCOLS = ("independent", "gradient", "distribution", "consensus", "surface")
+PROTOCOLS = ("independent", "gradient", "distribution", "consensus", "surface", "vote")
 METHODS = ("random", *PROTOCOLS, "pooled")
 #: variants studied beside the defaults: method -> (protocol, options)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {

@@ -8,8 +8,29 @@ import sys
 from pathlib import Path
 
 
+def run_vote(args: argparse.Namespace) -> int:
+    """The ``vote`` audit: the coordinator's guess of each site's optimum from its votes."""
+    from labfbo.benchmarks import vote_leakage
+
+    seeds = [0] if args.quick else list(range(args.seeds))
+    epsilons = [None, *(args.epsilons or [2.0])]
+    budget = 10 if args.quick else max(args.iterations)
+    cmd = "labfbo privacy audit " + " ".join(sys.argv[3:])
+    results = vote_leakage.audit_votes(args.problem, epsilons, seeds, n_sites=args.sites, n_init=args.n_init,
+                                       budget=budget)
+    text = vote_leakage.table(results)
+    out = Path(args.out) / args.problem
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "vote_report.md").write_text(f"# Vote audit: {args.problem}, {budget} rounds\n\n`{cmd}`\n\n{text}\n")
+    print(f"{cmd}\n{text}\n\nreport: {out / 'vote_report.md'}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
+
+    if args.protocol == "vote":
+        return run_vote(args)
 
     from labfbo.benchmarks import leakage
 
@@ -48,6 +69,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     pvsub = pv.add_subparsers(dest="privacy_cmd", required=True)
     au = pvsub.add_parser("audit", help="the coordinator's gradient-leakage attack (PACD-BO §V-A), with and "
                           "without DP (cached, resumable)")
+    au.add_argument("--protocol", choices=["gradient", "vote"], default="gradient", help="gradient: the "
+                    "gradient-inversion attack; vote: the coordinator's guess of each site's optimum from its votes "
+                    "(no DP and --epsilons, default 2; rounds: the largest --iterations)")
     au.add_argument("--problem", default="sphere", help="a 2-D problem (GUIDE functions run at dim 2)")
     au.add_argument("--sigmas", type=float, nargs="+", default=[0.0, 2.0, 8.0], help="DP noise multipliers; 0 = no DP")
     au.add_argument("--epsilons", type=float, nargs="+", help="campaign budgets DP(epsilon=...) audited too (the "

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -93,6 +93,29 @@ def calibrate(factors: Mapping[str, float], counts: Mapping[str, int], epsilon: 
     return sigma
 
 
+def calibrate_events(events_at: Callable[[float], Mapping[Any, int]], epsilon: float, delta: float) -> float:
+    r"""The smallest :math:`\sigma` (within 1e-4 relative) whose planned releases, ``events_at(sigma)``
+    (accounting event -> count, :attr:`labfbo.privacy.release.Release.event`), compose to at most
+    ``epsilon`` at ``delta``: bisection in :math:`\log\sigma` on the privacy report's accountant, for
+    plans that are not all Gaussian (e.g. randomized responses, whose epsilon is :math:`1/\sigma`)."""
+    def fits(sigma: float) -> bool:
+        return composed_epsilon(events_at(sigma), delta) <= epsilon
+
+    hi = 1.0
+    while not fits(hi):
+        hi *= 2.0
+        if hi > SIGMA_MAX:
+            raise ConfigurationError(f"a budget of epsilon={epsilon:g} at delta={delta:g} cannot cover the planned "
+                                     f"releases even at noise multiplier {SIGMA_MAX:g}")
+    lo = hi / 2.0
+    while fits(lo) and lo > 1e-6:
+        hi, lo = lo, lo / 2.0
+    while hi / lo > 1.0 + 1e-4:
+        mid = math.sqrt(hi * lo)
+        hi, lo = (mid, lo) if fits(mid) else (hi, mid)
+    return hi
+
+
 def _gaussian_multiplier(epsilon: float, delta: float) -> float:
     """The noise multiplier of one unit-sensitivity Gaussian that is exactly (epsilon, delta)-DP
     (dp-accounting's continuous Gaussian privacy loss, inverted by Brent's method)."""
@@ -109,11 +132,11 @@ class Budget:
     """Enforces ``dp.epsilon`` over a site's releases (``plan``: the planned releases' effective
     multipliers and counts at the calibrated sigma, within the budget by construction)."""
 
-    def __init__(self, dp: DP, plan: Mapping[float, int] | None = None) -> None:
+    def __init__(self, dp: DP, plan: Mapping[Any, int] | None = None) -> None:
         if dp.epsilon is None:
             raise ConfigurationError("a Budget needs DP(epsilon=...)")
         self.dp = dp
-        self.plan: Counter[float] = Counter(plan or {})
+        self.plan: Counter = Counter(plan or {})  # accounting event (Release.event) -> planned releases
 
     @property
     def epsilon(self) -> float:
@@ -125,21 +148,23 @@ class Budget:
 
     @property
     def weakest(self) -> float | None:
-        """The smallest effective noise multiplier of the plan (noise std over sensitivity)."""
-        return min(self.plan) if self.plan else None
+        """The smallest effective noise multiplier of the plan's Gaussian releases (noise std over
+        sensitivity); None without one."""
+        gaussian = [m for m in self.plan if not isinstance(m, tuple)]
+        return min(gaussian) if gaussian else None
 
     def spent(self, releases: list[Release]) -> float:
         """Cumulative epsilon of ``releases`` (infinite once one was not private)."""
         if any(not r.private for r in releases):
             return math.inf
-        return composed_epsilon(Counter(r.effective_noise_multiplier for r in releases), self.dp.delta)
+        return composed_epsilon(Counter(r.event for r in releases), self.dp.delta)
 
     def allows(self, releases: list[Release], release: Release) -> bool:
         """Whether ``release`` may leave after ``releases`` without going beyond the budget."""
         if not release.private or any(not r.private for r in releases):
             return False
-        used = Counter(r.effective_noise_multiplier for r in releases)
-        used[release.effective_noise_multiplier] += 1
+        used = Counter(r.event for r in releases)
+        used[release.event] += 1
         if all(n <= self.plan.get(m, 0) for m, n in used.items()):
             return True  # a prefix of the plan (composition is monotone)
         return composed_epsilon(used, self.dp.delta) <= self.epsilon
@@ -184,27 +209,35 @@ def plan(logic_cls: type, space: object, options: object, context: object,
     def with_sigma(sigma: float) -> object:
         return options.model_copy(update={"privacy": dp.model_copy(update={"noise_multiplier": sigma})})  # type: ignore[attr-defined]
 
-    def factors_of(logic: object, kinds: list[str]) -> dict[str, float]:
+    def events_of(logic: object, kinds: list[str]) -> dict[str, Any]:
         out = {}
         for kind in kinds:
             rel = logic.declare_release(kind, 0, None, True, None)  # type: ignore[attr-defined]
             if rel is None or not rel.private:
                 raise ConfigurationError(f"the protocol plans a release {kind!r} it does not protect with DP")
-            out[kind] = float(rel.effective_noise_multiplier)
+            out[kind] = rel.event
+        return out
+
+    def planned_at(sigma: float) -> Counter:
+        at = events_of(logic_cls(space, with_sigma(sigma), context), kinds)
+        out: Counter = Counter()
+        for k in kinds:
+            out[at[k]] += int(counts[k])
         return out
 
     counts = logic_cls(space, with_sigma(dp.sigma if dp.calibrated else 1.0), context).planned_releases(horizon)
     kinds = [k for k, n in counts.items() if n]
     if not dp.calibrated:
-        unit = factors_of(logic_cls(space, with_sigma(1.0), context), kinds)
-        options = with_sigma(calibrate(unit, counts, float(dp.epsilon), dp.delta))  # type: ignore[arg-type]
+        unit = events_of(logic_cls(space, with_sigma(1.0), context), kinds)
+        if all(isinstance(e, float) for e in unit.values()):  # Gaussians: the analytic bracket
+            sigma = calibrate(unit, counts, float(dp.epsilon), dp.delta)  # type: ignore[arg-type]
+        else:
+            sigma = calibrate_events(planned_at, float(dp.epsilon), dp.delta)  # type: ignore[arg-type]
+        options = with_sigma(sigma)
     resolved = options.privacy  # type: ignore[attr-defined]
     if resolved.epsilon is None:
         return options, None
-    at = factors_of(logic_cls(space, options, context), kinds)
-    planned: Counter[float] = Counter()
-    for k in kinds:
-        planned[at[k]] += int(counts[k])
+    planned = planned_at(resolved.sigma)
     if not planned:  # nothing to plan (e.g. no SVGD step at all): every release is checked as it comes
         return options, Budget(resolved)
     over = composed_epsilon(planned, resolved.delta)
@@ -213,7 +246,10 @@ def plan(logic_cls: type, space: object, options: object, context: object,
                       f"{sum(planned.values())} planned releases would spend epsilon={over:.3g}; the site will stop "
                       "releasing when the budget is spent (leave noise_multiplier out to calibrate it)", stacklevel=4)
         return options, Budget(resolved)
-    weakest = min(planned)  # the least noisy release of the plan, as a multiple of its sensitivity
+    gaussian = [m for m in planned if not isinstance(m, tuple)]
+    if not gaussian:  # randomized responses: each is a choice, truthful often enough by construction
+        return options, Budget(resolved, planned)
+    weakest = min(gaussian)  # the least noisy release of the plan, as a multiple of its sensitivity
     n = int(getattr(context, "n_sites", 1))
     # the sum of n releases: signal up to n*Delta/2 against noise sqrt(n)*m*Delta (local noise), or
     # sqrt(n/h)*m*Delta with distributed shares among h honest members: mostly noise once m exceeds this

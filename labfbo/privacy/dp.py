@@ -228,12 +228,29 @@ def gaussian_epsilon(noise_multiplier: float, compositions: int, delta: float,
     return _epsilon(m, int(compositions), float(delta), accountant)
 
 
-def composed_epsilon(multipliers: Mapping[float, int], delta: float,
+def composed_epsilon(multipliers: Mapping[Any, int], delta: float,
                      accountant: Literal["pld", "rdp"] = "pld") -> float:
-    """Epsilon at ``delta`` of unit-sensitivity Gaussian mechanisms composed: ``multipliers``
-    maps a noise multiplier to how many releases used it (an infinite multiplier releases
-    nothing; 0 gives ``math.inf``). One multiplier is :func:`gaussian_epsilon` exactly."""
-    items = sorted((float(m), int(n)) for m, n in multipliers.items() if n and not math.isinf(m))
+    """Epsilon at ``delta`` of mechanisms composed: ``multipliers`` maps a release's accounting
+    event (:attr:`labfbo.privacy.release.Release.event`) to how many releases had it.
+
+    A float is a unit-sensitivity Gaussian's noise multiplier (an infinite one releases
+    nothing; 0 gives ``math.inf``); one multiplier alone is :func:`gaussian_epsilon` exactly. A
+    ``(buckets, epsilon)`` pair is a randomized response (:mod:`labfbo.privacy.randomized_response`),
+    accounted under dp-accounting's replace-one relation (the PLD accountant's only one for it),
+    where the Gaussians then enter with twice their multiplier — the same privacy loss, as our
+    sensitivities are already the distance between two neighbouring releases.
+    """
+    rr = sorted((int(k[0]), float(k[1]), int(n)) for k, n in multipliers.items() if n and isinstance(k, tuple))
+    items = sorted((float(m), int(n)) for m, n in multipliers.items()
+                   if n and not isinstance(m, tuple) and not math.isinf(m))
+    if rr:
+        if accountant != "pld":
+            raise ValidationError("randomized-response releases are accounted by the PLD accountant only")
+        for m, n in items:
+            gaussian_epsilon(m, n, delta, accountant)  # validates each group (and 0 -> inf below)
+        if items and items[0][0] == 0:
+            return math.inf
+        return _composed_with_responses(tuple(items), tuple(rr), float(delta))
     if not items:
         return 0.0
     if len(items) == 1:
@@ -251,6 +268,29 @@ def _composed_epsilon(items: tuple[tuple[float, int], ...], delta: float, accoun
     acc = _accountant(accountant)
     acc.compose(ComposedDpEvent([SelfComposedDpEvent(GaussianDpEvent(m), n) for m, n in items]))
     return float(acc.get_epsilon(delta))
+
+
+@functools.lru_cache(maxsize=1024)
+def _composed_with_responses(gaussians: tuple[tuple[float, int], ...], responses: tuple[tuple[int, float, int], ...],
+                             delta: float) -> float:
+    """PLD (replace-one) over Gaussians and randomized responses. The responses are listed one by
+    one: dp-accounting 0.4's PLD accountant composes ``SelfComposedDpEvent(RandomizedResponseDpEvent)``
+    as a single response, whatever its count (tested). Never above basic composition's sum."""
+    from dp_accounting import (ComposedDpEvent, GaussianDpEvent, NeighboringRelation, RandomizedResponseDpEvent,
+                               SelfComposedDpEvent)
+    from dp_accounting.pld import PLDAccountant
+
+    from labfbo.privacy.randomized_response import noise_parameter
+
+    events: list[Any] = [SelfComposedDpEvent(GaussianDpEvent(2 * m), n) for m, n in gaussians]
+    for k, eps, n in responses:
+        events.extend([RandomizedResponseDpEvent(noise_parameter(eps, k), k)] * n)
+    acc = PLDAccountant(NeighboringRelation.REPLACE_ONE, value_discretization_interval=PLD_DISCRETIZATION)
+    acc.compose(ComposedDpEvent(events))
+    pld = float(acc.get_epsilon(delta))
+    if gaussians:
+        return pld
+    return min(pld, sum(eps * n for _, eps, n in responses))
 
 
 class LedgerEntry(BaseModel):

@@ -7,14 +7,18 @@ coordinator (:meth:`labfbo.protocols.SiteLogic.release`). The optimizer journals
 declaration before the message leaves the site; the privacy report and the accountant fold
 over those records and know nothing of any protocol.
 
-A release is *private* when it carries Gaussian noise: then ``effective_noise_multiplier``
+A release is *private* when it carries Gaussian noise — then ``effective_noise_multiplier``
 ``= noise_std / sensitivity`` is the multiplier of one unit-sensitivity Gaussian mechanism
-on the whole release (all its ``rows`` together), which is what the PLD accountant composes.
+on the whole release (all its ``rows`` together) — or is a randomized response (``buckets``
+options at ``pure_epsilon``, :mod:`labfbo.privacy.randomized_response`). :attr:`Release.event`
+is what the PLD accountant composes (:func:`labfbo.privacy.dp.composed_epsilon`).
 """
 
 from __future__ import annotations
 
 import math
+
+from typing import Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -22,6 +26,10 @@ from labfbo.privacy.dp import DP
 
 NEIGHBOURING = "task level: two datasets of this site differ in every observation"
 NOT_PRIVATE = "none: not differentially private"
+
+Event = Union[float, tuple[int, float]]
+"""What the accountant composes for one release: a Gaussian's effective noise multiplier, or
+``(buckets, epsilon)`` of a randomized response."""
 
 
 class Release(BaseModel):
@@ -40,23 +48,42 @@ class Release(BaseModel):
     noise_std: float | None = Field(None, ge=0, description="std of the Gaussian noise per coordinate")
     effective_noise_multiplier: float | None = Field(None, ge=0, description="noise_std / sensitivity")
     delta: float | None = Field(None, gt=0, lt=1)
+    buckets: int | None = Field(None, ge=2, description="randomized response: the number of options")
+    pure_epsilon: float | None = Field(None, gt=0, description="randomized response: its epsilon (pure DP)")
     secure_aggregation: bool = False
     neighbouring: str = NEIGHBOURING
 
     @model_validator(mode="after")
     def _consistent(self) -> "Release":
-        noised = (self.sensitivity, self.noise_std, self.effective_noise_multiplier, self.delta)
-        if any(v is not None for v in noised) and any(v is None for v in noised):
+        noised = (self.sensitivity, self.noise_std, self.effective_noise_multiplier)
+        if any(v is not None for v in noised) and (any(v is None for v in noised) or self.delta is None):
             raise ValueError("a private release declares its sensitivity, noise_std, effective_noise_multiplier "
                              "and delta together")
-        if self.private and math.isnan(self.effective_noise_multiplier):
+        if self.effective_noise_multiplier is not None and math.isnan(self.effective_noise_multiplier):
             raise ValueError("effective_noise_multiplier must be a number")
+        if self.delta is not None and self.effective_noise_multiplier is None and self.pure_epsilon is None:
+            raise ValueError("a release with a delta declares its mechanism: Gaussian noise or randomized response")
+        if (self.buckets is None) != (self.pure_epsilon is None):
+            raise ValueError("a randomized response declares its buckets and pure_epsilon together")
+        if self.buckets is not None and (self.effective_noise_multiplier is not None or self.delta is None
+                                         or not math.isfinite(self.pure_epsilon)):  # type: ignore[arg-type]
+            raise ValueError("a randomized response declares a finite pure_epsilon and the site's delta, "
+                             "and no Gaussian noise")
         return self
 
     @property
     def private(self) -> bool:
-        """Whether it carries Gaussian noise the accountant can compose."""
-        return self.effective_noise_multiplier is not None
+        """Whether it carries DP noise the accountant can compose (Gaussian or randomized response)."""
+        return self.effective_noise_multiplier is not None or self.pure_epsilon is not None
+
+    @property
+    def event(self) -> Event:
+        """What the accountant composes: the Gaussian's effective multiplier or ``(buckets, epsilon)``."""
+        if self.pure_epsilon is not None:
+            return (int(self.buckets), float(self.pure_epsilon))  # type: ignore[arg-type]
+        if self.effective_noise_multiplier is None:
+            raise ValueError(f"release {self.message!r} of round {self.round} is not private")
+        return float(self.effective_noise_multiplier)
 
     @classmethod
     def unprotected(cls, message: str, round: int, step: int | None = None, secure_aggregation: bool = False,
@@ -77,3 +104,13 @@ class Release(BaseModel):
                    sensitivity=sensitivity, noise_std=noise_std,
                    effective_noise_multiplier=noise_std / sensitivity,
                    delta=dp.delta)
+
+    @classmethod
+    def randomized_response(cls, message: str, round: int, dp: DP, mechanism: str, buckets: int, epsilon: float,
+                            step: int | None = None) -> "Release":
+        """One choice among ``buckets`` options reported by randomized response at ``epsilon``
+        (infinite: reported as it is, so no guarantee)."""
+        if math.isinf(epsilon):
+            return cls.unprotected(message, round, step)
+        return cls(round=round, message=message, step=step, mechanism=mechanism, noise_multiplier=dp.sigma,
+                   buckets=buckets, pure_epsilon=epsilon, delta=dp.delta)

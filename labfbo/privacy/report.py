@@ -27,7 +27,7 @@ def cumulative_epsilon(releases: Sequence[Release]) -> float:
     if any(not r.private for r in releases):
         return math.inf
     delta = delta_of(releases)
-    return 0.0 if delta is None else composed_epsilon(Counter(r.effective_noise_multiplier for r in releases), delta)
+    return 0.0 if delta is None else composed_epsilon(Counter(r.event for r in releases), delta)
 
 
 def report(releases: Sequence[Release]) -> list[dict[str, Any]]:
@@ -41,13 +41,13 @@ def report(releases: Sequence[Release]) -> list[dict[str, Any]]:
     """
     delta = delta_of(releases)
     rows: list[dict[str, Any]] = []
-    used: Counter[float] = Counter()
-    at_round_end: dict[int, Counter[float]] = {}  # round -> private releases up to its last release
+    used: Counter = Counter()
+    at_round_end: dict[int, Counter] = {}  # round -> private releases up to its last release
     exposed = False
     for rel in releases:
         exposed = exposed or not rel.private
         if rel.private:
-            used[rel.effective_noise_multiplier] += 1
+            used[rel.event] += 1
         at_round_end[rel.round] = Counter(used)
         row = rel.model_dump(exclude={"delta"})
         row["_exposed"] = exposed

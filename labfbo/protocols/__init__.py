@@ -20,6 +20,7 @@ _BUILTIN: dict[str, str] = {
     "centralized": "labfbo.protocols.centralized:CentralizedProtocol",
     "pooled": "labfbo.protocols.pooled:PooledProtocol",
     "surface": "labfbo.protocols.surface:SurfaceProtocol",
+    "vote": "labfbo.protocols.vote:VoteProtocol",
 }
 _REGISTRY: dict[str, type[Protocol]] = {}
 

@@ -35,7 +35,7 @@ class _Account:
 
     pending: list[tuple[Any, ...]] = field(default_factory=list)  # answers not declared yet (then dropped)
     releases: int = 0
-    multipliers: Counter[float] = field(default_factory=Counter)  # effective noise multiplier -> releases
+    multipliers: Counter = field(default_factory=Counter)  # accounting event (Release.event) -> releases
     exposed: bool = False         # a release without DP noise: no finite epsilon
     unknown: str | None = None    # why its epsilon is not known
     done: tuple[int, float] | None = None  # (releases accounted, epsilon) of the last accountant run
@@ -127,7 +127,7 @@ class PrivacyView:
                     continue
                 acc.releases += 1
                 if value.private:
-                    acc.multipliers[value.effective_noise_multiplier] += 1
+                    acc.multipliers[value.event] += 1
                 else:
                     acc.exposed = True
 

@@ -12,7 +12,8 @@ EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_step
          "gradient-sa": {"warmup_steps": 5, "svgd_steps": 2, "secure_aggregation": True},  # masked uplink
          "gradient-compact": {"warmup_steps": 5, "svgd_steps": 2, "wire": "compact"},  # 8-bit codes both ways
          "consensus": {}, "independent": {}, "surface": {},
-         "surface-budget": {"privacy": labfbo.DP(epsilon=1.0)}}  # a campaign budget, calibrated at every rank
+         "surface-budget": {"privacy": labfbo.DP(epsilon=1.0)},  # a campaign budget, calibrated at every rank
+         "vote-budget": {"privacy": labfbo.DP(epsilon=1.0)}}  # one randomized response per site
 
 out = {}
 for protocol in sys.argv[1:]:

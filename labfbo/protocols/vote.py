@@ -1,0 +1,273 @@
+r"""Protocol ``vote``: each site says, in a few bits, where it believes the optimum lies.
+
+Not from one of the seed papers: it is the mechanism for a small privacy budget. Under
+task-level DP a site's whole dataset is the unit protected, so at :math:`\varepsilon \approx 2`
+for a campaign every continuous release (scores, beliefs, statistics) is mostly noise
+(``docs/benchmarks.md`` §16). A *choice among a few public options* is different: k-ary
+randomized response (:mod:`labfbo.privacy.randomized_response`) reports it truthfully with
+probability :math:`e^{\varepsilon}/(e^{\varepsilon} + k - 1)` — 51 % for 8 options at
+:math:`\varepsilon = 2` — and costs exactly :math:`\varepsilon`, with no :math:`\delta`.
+
+**The codebook** (public). :math:`B` scrambled Sobol points :math:`c_1..c_B` of the unit cube,
+snapped to the space, drawn from a seed that is a function of the search space
+(:func:`codebook`): every site and the coordinator compute the same points, and none of
+them depends on anyone's data.
+
+**Site → coordinator** (:class:`OptimumVote`, one integer). In a release round the site
+votes for the codebook point its local GP's posterior mean ranks best,
+:math:`b_i = \arg\max_b \mu_i(c_b)`; with ``privacy`` it reports :math:`b_i` by randomized
+response at the per-vote :math:`\varepsilon_v` (a campaign budget :math:`\varepsilon` over
+:math:`V` planned votes: :math:`\varepsilon_v = \varepsilon / V`, composed by the PLD
+accountant).
+
+**Coordinator** (:func:`tallies`). Each site gets the other sites' votes counted per
+codebook point, :math:`n_{-i,b} = \#\{j \ne i: b_j = b\}` (:class:`VoteTally`): its own vote
+is never sent back.
+
+**Site proposal.** The tally becomes a location prior (:class:`labfbo.priors.MixturePrior`)
+
+.. math:: \tilde\pi_i(u) = (1 - \epsilon)\sum_b \frac{n_{-i,b}}{\sum_{b'} n_{-i,b'}}\,
+          \mathcal N(u; c_b, s^2 I) + \epsilon,
+
+and the site maximizes its acquisition on its local GP weighted by
+:math:`\tilde\pi_i^{\gamma_t}` — labfbo's expert-prior machinery (:mod:`labfbo.priors`): the
+decay or πBO exponent, the uniform floor :math:`\epsilon` (``prior_floor``), and the
+falsification and patience rules that drop a prior the site's own data contradict, which is
+what protects a site from the others' false votes (a randomized response, or a different
+optimum). :math:`s` is ``vote_sd`` (default half the codebook's spacing, :math:`B^{-1/d}/2`).
+
+**Fewer releases** (``release_every=k``): a site votes in rounds :math:`t \equiv 0 \pmod k`
+and the coordinator reuses its last vote for :math:`k - 1` rounds (post-processing). By
+default a site votes every round, and under a campaign budget ``DP(epsilon=...)`` once, in
+round 0 (:math:`k = T`): the whole budget buys the one vote the others need most, before their
+own data can locate anything.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Literal, Mapping
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from labfbo.acquisition import sobol_candidates
+from labfbo.messages import Abstain, Array, Message, register
+from labfbo.models.gp import predict
+from labfbo.priors import MixturePrior, prior_exponent
+from labfbo.privacy import DP
+from labfbo.privacy.randomized_response import keep_probability, respond
+from labfbo.privacy.release import Release
+from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
+from labfbo.protocols.held import HeldReleases, ReusesReleases
+from labfbo.protocols.independent import LocalGPSite, ModelOptions
+from labfbo.seeding import int_seed
+from labfbo.space import SearchSpace
+
+MAX_CODEBOOK = 4096
+
+
+# -- messages ----------------------------------------------------------------------------
+@register
+class VoteRequest(Message):
+    """Coordinator -> site: vote for the codebook point where you believe the optimum lies."""
+
+    kind: Literal["vote_request"] = "vote_request"
+
+
+@register
+class OptimumVote(Message):
+    """Site -> coordinator: one codebook index (with DP: a randomized response)."""
+
+    kind: Literal["optimum_vote"] = "optimum_vote"
+    index: int = Field(ge=0, lt=MAX_CODEBOOK)
+    codebook: int = Field(ge=2, le=MAX_CODEBOOK, description="B, the codebook's size the vote refers to")
+    dp_noise_multiplier: float | None = Field(None, gt=0, description="under DP: sigma, the inverse of the vote's "
+                                              "epsilon (randomized response)")
+    release_every: int | None = Field(None, ge=1, description="the site's schedule: the coordinator may reuse this "
+                                      "vote for the next k - 1 rounds (None: 1)")
+
+    @model_validator(mode="after")
+    def _in_codebook(self) -> "OptimumVote":
+        if self.index >= self.codebook:
+            raise ValueError(f"index {self.index} is not in a codebook of {self.codebook} points")
+        return self
+
+
+@register
+class VoteTally(Message):
+    """Coordinator -> site: the other sites' votes, counted per codebook point."""
+
+    kind: Literal["vote_tally"] = "vote_tally"
+    counts: Array  # (B,) int64
+    keep: float | None = Field(None, ge=0, le=1, description="the mean probability that a counted vote is "
+                               "truthful (randomized response); None: every vote is")
+
+    @model_validator(mode="after")
+    def _counts(self) -> "VoteTally":
+        c = self.counts.numpy()
+        if c.ndim != 1 or not 2 <= len(c) <= MAX_CODEBOOK or np.any(c < 0):
+            raise ValueError(f"counts must be a (B,) vector of non-negative integers, 2 <= B <= {MAX_CODEBOOK}")
+        return self
+
+
+# -- options -------------------------------------------------------------------------------
+class VoteOptions(ModelOptions):
+    """``vote``: the shared acquisition, surrogate and prior-weighting options, plus the vote's own."""
+
+    prior_mode: Literal["decay", "pibo"] = Field("pibo", description="the votes' prior weighs the acquisition "
+                                                 "with exponent beta/n (piBO: the site's own data take over as they "
+                                                 "grow); 'decay': PMCBO's slowly decaying exponent")
+    codebook: int = Field(8, ge=2, le=MAX_CODEBOOK, description="B: public Sobol points a site votes among")
+    vote_sd: float | None = Field(None, gt=0, le=1, description="s: sd of each voted point's bump in the prior "
+                                  "(unit cube; None: half the codebook's spacing, B^(-1/d)/2)")
+    release_every: int | None = Field(None, ge=1, description="k: vote only in rounds t with t % k == 0 "
+                                      "(ceil(T/k) votes; the coordinator reuses a vote in between). None: every "
+                                      "round, or under a campaign budget DP(epsilon=...) once, in round 0")
+    privacy: DP | None = Field(None, description="randomized response on the vote; for this protocol "
+                               "noise_multiplier is 1 / (each vote's epsilon)")
+
+    @model_validator(mode="after")
+    def _federated_prior(self) -> "VoteOptions":
+        if self.prior:
+            raise ValueError("the vote protocol builds each site's location prior from the other sites' votes; "
+                             "an expert prior cannot be combined with it")
+        if self.acquisition == "ts":
+            raise ValueError("the vote's prior weighs ucb, ei or nei; not Thompson sampling")
+        return self
+
+
+def codebook(space: SearchSpace, size: int) -> np.ndarray:
+    """The study's public codebook: ``size`` scrambled Sobol points of the unit cube, snapped to
+    the space, from a seed that is a function of the space alone."""
+    return sobol_candidates(space, size, int_seed(int(space.fingerprint()[:15], 16), 0, 0, "vote-codebook"))
+
+
+def default_sd(space: SearchSpace, size: int) -> float:
+    """Half the codebook's spacing, :math:`B^{-1/d}/2`."""
+    return 0.5 * size ** (-1.0 / max(space.dim, 1))
+
+
+VOTE_MECHANISM = ("randomized response over the public codebook (labfbo.privacy.randomized_response): "
+                  "pure epsilon-DP per vote")
+
+
+def vote_epsilon(dp: DP) -> float:
+    """The per-vote epsilon of ``dp``: the inverse of its noise multiplier (``inf`` for 0)."""
+    return math.inf if not dp.sigma else 1.0 / dp.sigma
+
+
+class VoteSite(LocalGPSite):
+    """Votes for a codebook point; proposes with the others' votes as a location prior."""
+
+    def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(space, options, context)
+        self.points = codebook(space, options.codebook)
+        self._vote_prior: MixturePrior | None = None
+
+    def answer(self, request: Message, data: SiteData, round: int) -> Message:
+        if not isinstance(request, VoteRequest):
+            return super().answer(request, data, round)
+        o, k = self.options, self.schedule(self.context.horizon)
+        if round % k:
+            return Abstain(reason=f"not a release round (release_every={k})")
+        if data.n < 2:
+            return Abstain(reason="fewer than two observations")
+        mean, _ = predict(self.local_model(data), self.points)
+        index = int(np.argmax(mean))
+        dp: DP | None = o.privacy
+        if dp is not None and dp.sigma:  # the site-private stream, keyed by the data it protects
+            index = respond(index, o.codebook, vote_epsilon(dp),
+                            self.context.private_rng(round, f"dp-vote/{data.digest()}"))
+        return OptimumVote(index=index, codebook=o.codebook,
+                           dp_noise_multiplier=dp.sigma if dp is not None and dp.sigma else None,
+                           release_every=None if k == 1 else k)
+
+    def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
+                        sensitivity: float | None) -> Release | None:
+        """A vote under DP is one randomized response over ``codebook`` options at ``1 / sigma``."""
+        dp = self.options.privacy
+        if kind != "optimum_vote" or not noised or dp is None:
+            return super().declare_release(kind, round, step, noised, sensitivity)
+        return Release.randomized_response(kind, round, dp, VOTE_MECHANISM, buckets=self.options.codebook,
+                                           epsilon=vote_epsilon(dp), step=step)
+
+    def schedule(self, horizon: int | None) -> int:
+        """``k``: ``release_every``, or by default every round (1) — under a campaign budget one vote
+        in round 0 (``k = horizon``), where the others' votes help most and a single vote is the most
+        truthful the budget buys."""
+        o = self.options
+        if o.release_every is not None:
+            return int(o.release_every)
+        budgeted = o.privacy is not None and o.privacy.epsilon is not None
+        return max(int(horizon), 1) if budgeted and horizon else 1
+
+    def planned_releases(self, horizon: int) -> dict[str, int]:
+        """One vote in each round ``t < horizon`` with ``t % k == 0`` (:meth:`schedule`): ``ceil(horizon / k)``."""
+        return {"optimum_vote": -(-horizon // self.schedule(horizon))}
+
+    def prior(self, tally: VoteTally) -> MixturePrior | None:
+        """The others' votes as a mixture prior (None without votes or for another codebook)."""
+        counts = tally.counts.numpy().astype(float)
+        if len(counts) != len(self.points) or counts.sum() <= 0:
+            return None
+        o = self.options
+        sd = o.vote_sd if o.vote_sd is not None else default_sd(self.space, o.codebook)
+        return MixturePrior(self.space, self.points, counts, sd, floor=o.prior_floor)
+
+    def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
+        self._vote_prior = self.prior(guidance) if isinstance(guidance, VoteTally) else None
+        return self.propose_local(data, n, round)
+
+    def prior_weight(self, data: SiteData, round: int) -> tuple[Any, float] | None:
+        prior = self._vote_prior
+        if prior is None:
+            return None
+        return prior, prior_exponent(self.options, prior, round, data.X, data.y)  # type: ignore[arg-type]
+
+
+def tallies(votes: Mapping[str, OptimumVote], sites: list[str], size: int) -> dict[str, VoteTally]:
+    """Each site's tally of the *other* sites' votes (and the mean truthfulness of those counted)."""
+    out = {}
+    for s in sites:
+        counts = np.zeros(size, dtype=np.int64)
+        keeps = []
+        for o, v in votes.items():
+            if o != s:
+                counts[v.index] += 1
+                keeps.append(1.0 if v.dp_noise_multiplier is None else keep_probability(1 / v.dp_noise_multiplier, size))
+        out[s] = VoteTally(counts=Array.of(counts, "int64"),
+                           keep=None if not keeps or all(k == 1.0 for k in keeps) else float(np.mean(keeps)))
+    return out
+
+
+class VoteAggregator(ReusesReleases, Aggregator):
+    """Counts the votes; reuses a vote sent with ``release_every = k > 1`` for the next ``k - 1`` rounds."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reuse: HeldReleases[OptimumVote] = HeldReleases(self.sites, OptimumVote, "vote")
+
+    def open_round(self, t: int) -> Step:
+        return Exchange({s: VoteRequest() for s in self.sites})
+
+    def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
+        size = self.options.codebook
+        votes = {s: m for s, m in responses.items() if isinstance(m, OptimumVote)}
+        wrong = sorted(s for s, m in votes.items() if m.codebook != size)
+        if wrong:
+            warnings.warn(f"vote: ignoring the votes of {wrong} (not over this study's codebook of {size} points)",
+                          stacklevel=2)
+            votes = {s: m for s, m in votes.items() if s not in wrong}
+        votes = self.reuse.merge(t, votes)
+        return Finish(tallies(votes, self.sites, size) if votes else {})
+
+
+class VoteProtocol(Protocol):
+    name = "vote"
+    federated = True
+    Options = VoteOptions
+    site_logic = VoteSite
+    aggregator = VoteAggregator
+    shared_options = ("codebook",)

@@ -1,0 +1,161 @@
+"""Protocol ``vote``: randomized response over a public codebook, its accounting and its budget."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import labfbo
+from labfbo.exceptions import ConfigurationError
+from labfbo.messages import Array, parse
+from labfbo.privacy import DP
+from labfbo.privacy.dp import composed_epsilon
+from labfbo.privacy.randomized_response import epsilon_of, keep_probability, noise_parameter, respond
+from labfbo.privacy.release import Release
+from labfbo.protocols.vote import OptimumVote, VoteOptions, VoteTally, codebook, tallies
+
+SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Real("y", 0.0, 1.0)])
+
+
+def test_randomized_response_reports_the_truth_as_often_as_its_epsilon_allows() -> None:
+    eps, k = 2.0, 8
+    keep = keep_probability(eps, k)
+    assert keep == pytest.approx(math.exp(2) / (math.exp(2) + 7))
+    assert epsilon_of(noise_parameter(eps, k), k) == pytest.approx(eps)
+    gen = np.random.default_rng(0)
+    out = np.array([respond(3, k, eps, gen) for _ in range(20000)])
+    assert out.min() >= 0 and out.max() < k
+    assert abs(np.mean(out == 3) - keep) < 0.01
+    others = np.bincount(out[out != 3], minlength=k)[[i for i in range(k) if i != 3]]
+    # every other option equally likely: the likelihood ratio of any two inputs is exactly e^eps
+    assert others.min() / others.max() > 0.85
+    assert abs(np.mean(out == 0) - (1 - keep) / (k - 1)) < 0.01
+    assert keep_probability(math.inf, k) == 1.0
+    with pytest.raises(ValueError):
+        respond(8, k, eps, gen)
+
+
+def test_responses_compose_one_by_one() -> None:
+    """dp-accounting's PLD accountant takes SelfComposedDpEvent(RandomizedResponseDpEvent, n) as one
+    response; labfbo lists them, so n responses cost about n times one (never more)."""
+    one = composed_epsilon({(8, 0.5): 1}, 1e-5)
+    three = composed_epsilon({(8, 0.5): 3}, 1e-5)
+    assert one == pytest.approx(0.5, abs=1e-3)
+    assert 1.3 < three <= 1.5 + 1e-9
+    # with a Gaussian in the same ledger: more than either alone
+    both = composed_epsilon({(8, 0.5): 3, 2.0: 1}, 1e-5)
+    assert both > max(three, composed_epsilon({2.0: 1}, 1e-5))
+
+
+def test_a_randomized_response_release_is_declared_completely() -> None:
+    rel = Release.randomized_response("optimum_vote", 0, DP(noise_multiplier=0.5), "rr", buckets=8, epsilon=2.0)
+    assert rel.private and rel.event == (8, 2.0)
+    assert not Release.randomized_response("optimum_vote", 0, DP(noise_multiplier=0.0), "rr", 8, math.inf).private
+    with pytest.raises(ValueError, match="buckets and pure_epsilon"):
+        Release(round=0, message="optimum_vote", buckets=8)
+    with pytest.raises(ValueError, match="mechanism"):
+        Release(round=0, message="optimum_vote", delta=1e-5)
+
+
+def test_the_codebook_is_public_and_every_party_computes_the_same() -> None:
+    a, b = codebook(SPACE, 8), codebook(SPACE, 8)
+    assert a.shape == (8, 2) and np.array_equal(a, b)
+    other = labfbo.SearchSpace([labfbo.Real("x", 0.0, 2.0), labfbo.Real("y", 0.0, 1.0)])
+    assert not np.array_equal(a, codebook(other, 8))
+
+
+def test_messages_are_checked() -> None:
+    with pytest.raises(ValueError, match="not in a codebook"):
+        OptimumVote(index=8, codebook=8)
+    with pytest.raises(ValueError):
+        VoteTally(counts=Array.of(np.array([1, -1, 0]), "int64"))
+    vote = OptimumVote(index=3, codebook=8, dp_noise_multiplier=0.5, round=2)
+    assert parse(vote.model_dump_json()) == vote
+    with pytest.raises(ConfigurationError):
+        labfbo.Optimizer(SPACE, protocol="vote", prior={"x": labfbo.priors.Normal(0.5, 0.1)})
+
+
+def test_a_site_gets_the_others_votes_never_its_own() -> None:
+    votes = {"a": OptimumVote(index=1, codebook=4), "b": OptimumVote(index=1, codebook=4),
+             "c": OptimumVote(index=3, codebook=4, dp_noise_multiplier=0.5)}
+    out = tallies(votes, ["a", "b", "c", "d"], 4)
+    assert out["a"].counts.numpy().tolist() == [0, 1, 0, 1]
+    assert out["c"].counts.numpy().tolist() == [0, 2, 0, 0] and out["c"].keep is None
+    assert out["d"].counts.numpy().tolist() == [0, 2, 0, 1]
+    assert out["d"].keep == pytest.approx((2 + keep_probability(2.0, 4)) / 3)
+
+
+def _campaign(budget: int, **options) -> labfbo.SimulationResult:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return labfbo.simulate("branin", protocol="vote", n_sites=3, n_init=4, budget=budget, seed=0,
+                               num_restarts=2, raw_samples=64, **options)
+
+
+def test_votes_shape_the_proposals_and_are_reproducible() -> None:
+    plain = _campaign(3)
+    again = _campaign(3)
+    assert np.array_equal(plain.proposals, again.proposals)
+    alone = labfbo.simulate("branin", protocol="independent", n_sites=3, n_init=4, budget=3, seed=0,
+                            num_restarts=2, raw_samples=64)
+    assert not np.array_equal(plain.proposals, alone.proposals)  # the others' votes moved them
+
+
+def test_a_campaign_budget_is_never_exceeded_even_past_the_horizon() -> None:
+    space = SPACE
+    names = ["a", "b", "c"]
+    coord = labfbo.Coordinator("vote", sites=names, seed=0, horizon=4, release_every=2)
+    dp = DP(epsilon=2.0)
+    sites = {s: labfbo.Optimizer(space, protocol="vote", coordinator=coord, site=s, seed=0, n_init=3, horizon=4,
+                                 release_every=2, privacy=dp, num_restarts=2, raw_samples=64) for s in names}
+    budget = sites["a"].privacy_budget()
+    assert budget["planned_releases"] == 2
+    assert 1 / budget["noise_multiplier"] == pytest.approx(1.0, rel=0.02)  # two votes of epsilon ~1 each
+    for s, opt in sites.items():
+        for trial in opt.ask(n=opt.n_init):
+            opt.tell(trial, float(sum((v - 0.3) ** 2 for v in trial.params.values())))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(7):  # past the horizon of 4
+            trials = {s: opt.ask() for s, opt in sites.items()}
+            for s, trial in trials.items():
+                sites[s].tell(trial, float(sum((v - 0.3) ** 2 for v in trial.params.values())))
+    for opt in sites.values():
+        assert opt.epsilon() <= 2.0
+        rows = opt.privacy_report()
+        assert len(rows) == 2 and all(r["message"] == "optimum_vote" for r in rows)
+        assert rows[-1]["epsilon"] <= 2.0 and rows[0]["buckets"] == 8
+        assert opt.privacy_budget()["exhausted"]
+    assert any("privacy budget spent" in str(w.message) for w in caught)
+
+
+def test_options() -> None:
+    assert VoteOptions().codebook == 8
+    with pytest.raises(ValueError, match="Thompson"):
+        VoteOptions(acquisition="ts")
+
+
+def test_the_vote_audit_compares_the_coordinators_guess_with_chance() -> None:
+    from labfbo.benchmarks.vote_leakage import audit_votes, table
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = audit_votes("sphere", [None], [0], n_sites=3, n_init=3, budget=2)
+    rows = out[None]
+    assert len(rows) == 3
+    for r in rows:
+        assert 0 <= r["guess"] <= math.sqrt(2) and r["hit"] in (0.0, 1.0) and r["hit_chance"] == 1 / 8
+        assert 0.2 < r["chance_uniform"] < 0.9 and not math.isnan(r["others"])
+    assert "| no DP | 3 |" in table(out)
+
+
+def test_calibrating_randomized_responses_to_a_budget() -> None:
+    from labfbo.privacy.budget import calibrate_events
+
+    sigma = calibrate_events(lambda s: {(8, 1.0 / s): 4}, 2.0, 1e-5)
+    assert composed_epsilon({(8, 1.0 / sigma): 4}, 1e-5) <= 2.0
+    assert composed_epsilon({(8, 1.0 / (sigma * 0.999)): 4}, 1e-5) > 2.0 - 1e-3  # the smallest that fits
+    assert 1 / sigma == pytest.approx(0.5, rel=0.05)  # four pure-DP votes: about 2 / 4 each
