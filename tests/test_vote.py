@@ -159,3 +159,14 @@ def test_calibrating_randomized_responses_to_a_budget() -> None:
     assert composed_epsilon({(8, 1.0 / sigma): 4}, 1e-5) <= 2.0
     assert composed_epsilon({(8, 1.0 / (sigma * 0.999)): 4}, 1e-5) > 2.0 - 1e-3  # the smallest that fits
     assert 1 / sigma == pytest.approx(0.5, rel=0.05)  # four pure-DP votes: about 2 / 4 each
+
+
+def test_a_site_is_told_when_its_votes_would_be_barely_better_than_a_guess() -> None:
+    coord = labfbo.Coordinator("vote", sites=["a", "b"], seed=0, horizon=30)
+    with pytest.warns(UserWarning, match="truthfully only"):
+        labfbo.Optimizer(SPACE, protocol="vote", coordinator=coord, site="a", seed=0, horizon=30, release_every=1,
+                         privacy=DP(epsilon=2.0))  # 30 votes of epsilon 0.07: 13 % against 12.5 %
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        labfbo.Optimizer(SPACE, protocol="vote", coordinator=coord, site="b", seed=0, horizon=30,
+                         privacy=DP(epsilon=2.0))  # one vote: 51 %

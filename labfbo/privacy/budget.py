@@ -247,7 +247,15 @@ def plan(logic_cls: type, space: object, options: object, context: object,
                       "releasing when the budget is spent (leave noise_multiplier out to calibrate it)", stacklevel=4)
         return options, Budget(resolved)
     gaussian = [m for m in planned if not isinstance(m, tuple)]
-    if not gaussian:  # randomized responses: each is a choice, truthful often enough by construction
+    if not gaussian:  # randomized responses: say so when a choice is barely more often true than a guess
+        from labfbo.privacy.randomized_response import keep_probability
+
+        k, eps = min((e for e in planned), key=lambda e: keep_probability(e[1], e[0]) * e[0])
+        if keep_probability(eps, k) < 2.0 / k:
+            warnings.warn(f"DP(epsilon={resolved.epsilon:g}) over {sum(planned.values())} planned choices among {k}: "
+                          f"each is reported truthfully only {100 * keep_probability(eps, k):.0f} % of the time "
+                          f"(a guess: {100 / k:.0f} %), so expect little gain from the federation at this budget "
+                          "(fewer releases or a larger budget help; docs/privacy.md)", stacklevel=4)
         return options, Budget(resolved, planned)
     weakest = min(gaussian)  # the least noisy release of the plan, as a multiple of its sensitivity
     n = int(getattr(context, "n_sites", 1))

@@ -17,10 +17,9 @@ is what the PLD accountant composes (:func:`labfbo.privacy.dp.composed_epsilon`)
 from __future__ import annotations
 
 import math
+from typing import Any, Union
 
-from typing import Union
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from labfbo.privacy.dp import DP
 
@@ -52,6 +51,14 @@ class Release(BaseModel):
     pure_epsilon: float | None = Field(None, gt=0, description="randomized response: its epsilon (pure DP)")
     secure_aggregation: bool = False
     neighbouring: str = NEIGHBOURING
+
+    @model_serializer(mode="wrap")
+    def _no_unset_response(self, handler: Any) -> Any:
+        out = handler(self)
+        if self.buckets is None and isinstance(out, dict):  # Gaussian and unprotected records read as before
+            out.pop("buckets", None)
+            out.pop("pure_epsilon", None)
+        return out
 
     @model_validator(mode="after")
     def _consistent(self) -> "Release":
