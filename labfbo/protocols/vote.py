@@ -22,7 +22,7 @@ accountant).
 
 **Coordinator** (:func:`tallies`). Each site gets the other sites' votes counted per
 codebook point, :math:`n_{-i,b} = \#\{j \ne i: b_j = b\}` (:class:`VoteTally`): its own vote
-is never sent back.
+is never sent back, and nothing says who voted for what.
 
 **Site proposal.** The tally becomes a location prior (:class:`labfbo.priors.MixturePrior`)
 
@@ -57,7 +57,7 @@ from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.gp import predict
 from labfbo.priors import MixturePrior, prior_exponent
 from labfbo.privacy import DP
-from labfbo.privacy.randomized_response import keep_probability, respond
+from labfbo.privacy.randomized_response import respond
 from labfbo.privacy.release import Release
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.held import HeldReleases, ReusesReleases
@@ -101,13 +101,12 @@ class VoteTally(Message):
 
     kind: Literal["vote_tally"] = "vote_tally"
     counts: Array  # (B,) int64
-    keep: float | None = Field(None, ge=0, le=1, description="the mean probability that a counted vote is "
-                               "truthful (randomized response); None: every vote is")
 
     @model_validator(mode="after")
     def _counts(self) -> "VoteTally":
         c = self.counts.numpy()
-        if c.ndim != 1 or not 2 <= len(c) <= MAX_CODEBOOK or np.any(c < 0):
+        if self.counts.dtype not in ("int64", "int32") or c.ndim != 1 or not 2 <= len(c) <= MAX_CODEBOOK \
+                or np.any(c < 0):
             raise ValueError(f"counts must be a (B,) vector of non-negative integers, 2 <= B <= {MAX_CODEBOOK}")
         return self
 
@@ -228,17 +227,14 @@ class VoteSite(LocalGPSite):
 
 
 def tallies(votes: Mapping[str, OptimumVote], sites: list[str], size: int) -> dict[str, VoteTally]:
-    """Each site's tally of the *other* sites' votes (and the mean truthfulness of those counted)."""
+    """Each site's tally of the *other* sites' votes."""
     out = {}
     for s in sites:
         counts = np.zeros(size, dtype=np.int64)
-        keeps = []
         for o, v in votes.items():
             if o != s:
                 counts[v.index] += 1
-                keeps.append(1.0 if v.dp_noise_multiplier is None else keep_probability(1 / v.dp_noise_multiplier, size))
-        out[s] = VoteTally(counts=Array.of(counts, "int64"),
-                           keep=None if not keeps or all(k == 1.0 for k in keeps) else float(np.mean(keeps)))
+        out[s] = VoteTally(counts=Array.of(counts, "int64"))
     return out
 
 
