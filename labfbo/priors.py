@@ -228,54 +228,74 @@ def site_prior(space: SearchSpace, opts: PriorOptions) -> LocationPrior | None:
     return LocationPrior(space, opts.prior, floor=opts.prior_floor)
 
 
-class MixturePrior:
-    r"""A location prior that is a weighted mixture of isotropic Gaussian bumps in the unit cube,
+class CellPrior:
+    r"""A location prior spread uniformly over the cells of a public codebook that were named.
 
-    .. math:: \tilde\pi(u) = (1 - \epsilon)\sum_b w_b\,\mathcal N(u; c_b, s^2 I) + \epsilon,
+    A codebook :math:`c_1..c_B` cuts the unit cube into Voronoi cells (the points nearer
+    :math:`c_b` than any other codepoint). Naming :math:`c_b` says exactly that the optimum
+    is believed to lie in :math:`c_b`'s cell; the prior with weights :math:`w_b` is
 
-    with the uniform floor :math:`\epsilon` (``floor``) of :class:`LocationPrior`. The bumps are
-    not renormalized to the cube (their mass outside it is small for :math:`s \lesssim 0.2`); a
-    prior only weighs an acquisition, so a constant factor does not move its argmax.
-    Federated protocols build it from what the other sites said (e.g. ``vote``'s tallies); it
-    has :class:`LocationPrior`'s interface (``log_density``, ``sample``, ``in_region``, ``floor``).
+    .. math:: \tilde\pi(u) = (1 - \epsilon)\sum_b w_b\,\frac{a_b(u)}{V_b} + \epsilon,
+              \qquad a_b(u) = \operatorname{softmax}_b\Big(-\frac{\lVert u - c_b\rVert^2}{2\tau^2}\Big),
+
+    with :math:`V_b` the cell's volume (the mass of :math:`a_b` under the uniform measure,
+    by quasi-Monte Carlo) and the uniform floor :math:`\epsilon` (``floor``) of
+    :class:`LocationPrior`. The soft assignment (:math:`\tau` a fraction of the codebook's
+    spacing) keeps the density smooth for the acquisition's gradient. Unlike a bump at
+    :math:`c_b`, it does not pull a site towards the codepoint: in six dimensions eight
+    codepoints are far from any corner, and a named cell holds the corners nearest its point.
+    Federated protocols build it from what the other sites named (``vote``'s tallies); it has
+    :class:`LocationPrior`'s interface (``log_density``, ``sample``, ``in_region``, ``floor``).
     """
 
-    def __init__(self, space: SearchSpace, centres: np.ndarray, weights: np.ndarray, sd: float,
-                 floor: float = 0.1) -> None:
+    def __init__(self, space: SearchSpace, codebook: np.ndarray, weights: np.ndarray, floor: float = 0.1,
+                 softness: float = 0.125, seed: int = 0) -> None:
         w = np.asarray(weights, dtype=float)
-        if len(w) == 0 or not np.all(w >= 0) or not w.sum() > 0 or not sd > 0:
-            raise ConfigurationError("a mixture prior needs at least one bump with a positive weight and sd > 0")
-        keep = w > 0
-        self.space, self.floor, self.sd = space, float(floor), float(sd)
-        self.centres = np.asarray(centres, dtype=float)[keep]
-        self.weights = w[keep] / w[keep].sum()
+        C = np.asarray(codebook, dtype=float)
+        if C.ndim != 2 or len(w) != len(C) or len(C) < 2 or not np.all(w >= 0) or not w.sum() > 0:
+            raise ConfigurationError("a cell prior needs a codebook of at least two points and non-negative "
+                                     "weights, one per point, not all zero")
+        # a codebook snapped to a discrete space can repeat a point: one cell, the votes for both
+        C, inverse = np.unique(C, axis=0, return_inverse=True)
+        w = np.bincount(np.ravel(inverse), weights=w, minlength=len(C))
+        if len(C) < 2:
+            raise ConfigurationError("a cell prior needs a codebook of at least two distinct points")
+        self.space, self.floor = space, float(floor)
+        self.codebook, self.weights = C, w / w.sum()
+        spacing = float(np.min([np.sort(np.linalg.norm(C - c, axis=1))[1] for c in C]))
+        self.tau = max(softness * spacing, 1e-3)
+        from scipy.stats import qmc
+
+        U = qmc.Sobol(C.shape[1], scramble=True, seed=seed).random(4096)
+        self.volumes = np.maximum(self._assign(torch.as_tensor(U)).mean(0).numpy(), 1e-6)
+
+    def _assign(self, X: torch.Tensor) -> torch.Tensor:
+        C = torch.as_tensor(self.codebook, dtype=X.dtype)
+        sq = ((X.unsqueeze(-2) - C) ** 2).sum(-1)
+        return torch.softmax(-sq / (2 * self.tau ** 2), dim=-1)
 
     def log_density(self, X: torch.Tensor) -> torch.Tensor:
         r""":math:`\log\tilde\pi(u)` for unit-cube ``X (..., d)`` (floor included)."""
-        C = torch.as_tensor(self.centres, dtype=X.dtype)
-        d = C.shape[-1]
-        sq = ((X.unsqueeze(-2) - C) ** 2).sum(-1)  # (..., B)
-        log_norm = -0.5 * d * math.log(2 * math.pi * self.sd ** 2)
-        log_pi = torch.logsumexp(torch.log(torch.as_tensor(self.weights, dtype=X.dtype)) - 0.5 * sq / self.sd ** 2,
-                                 dim=-1) + log_norm
+        scale = torch.as_tensor(self.weights / self.volumes, dtype=X.dtype)
+        pi = (self._assign(X) * scale).sum(-1)
         if self.floor <= 0:
-            return log_pi
-        return torch.logaddexp(math.log1p(-self.floor) + log_pi, torch.full_like(log_pi, math.log(self.floor)))
+            return torch.log(pi.clamp_min(1e-300))
+        return torch.log((1 - self.floor) * pi + self.floor)
 
     def sample(self, n: int, seed: int) -> np.ndarray:
-        """``n`` unit-cube draws from the bumps (clipped to the cube, snapped to feasible values)."""
+        """``n`` unit-cube draws from the named cells (uniform draws kept by their cell, then snapped)."""
         gen = np.random.default_rng(seed)
-        k = gen.choice(len(self.weights), size=n, p=self.weights)
-        U = np.clip(self.centres[k] + gen.normal(0.0, self.sd, size=(n, self.centres.shape[1])), 0.0, 1.0)
-        return self.space.snap(U)
+        U = gen.random((max(64 * n, 4096), self.codebook.shape[1]))
+        nearest = np.argmin(((U[:, None, :] - self.codebook[None]) ** 2).sum(-1), axis=1)
+        p = self.weights[nearest] / self.volumes[nearest]
+        if not p.sum() > 0:
+            return self.space.snap(U[:n])
+        pick = gen.choice(len(U), size=n, p=p / p.sum())
+        return self.space.snap(U[pick])
 
     def in_region(self, X: np.ndarray) -> np.ndarray:
-        r"""Where the prior boosts the acquisition: :math:`\tilde\pi(x) \ge 2\epsilon` (without a
-        floor: within three standard deviations of a bump)."""
+        """Where the prior boosts the acquisition: inside a named cell (nearest codepoint has weight)."""
         if len(X) == 0:
             return np.zeros(0, dtype=bool)
-        if self.floor > 0:
-            lp = self.log_density(torch.as_tensor(X, dtype=torch.float64)).numpy()
-            return lp >= math.log(2 * self.floor)
-        dist = np.sqrt(((np.asarray(X)[:, None, :] - self.centres[None]) ** 2).sum(-1))
-        return (dist <= 3 * self.sd).any(axis=1)
+        nearest = np.argmin(((np.asarray(X)[:, None, :] - self.codebook[None]) ** 2).sum(-1), axis=1)
+        return self.weights[nearest] > 0

@@ -171,3 +171,49 @@ def test_a_site_is_told_when_its_votes_would_be_barely_better_than_a_guess() -> 
         warnings.simplefilter("error")
         labfbo.Optimizer(SPACE, protocol="vote", coordinator=coord, site="b", seed=0, horizon=30,
                          privacy=DP(epsilon=2.0))  # one vote: 51 %
+
+
+def test_the_votes_prior_is_uniform_over_the_named_cells() -> None:
+    import torch
+
+    from labfbo.priors import CellPrior
+
+    space = labfbo.SearchSpace([labfbo.Real(f"x{i}", 0.0, 1.0) for i in range(3)])
+    points = codebook(space, 8)
+    prior = CellPrior(space, points, np.array([0, 2, 0, 0, 1, 0, 0, 0]), floor=0.1)
+    U = torch.rand(20000, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    assert float(torch.exp(prior.log_density(U)).mean()) == pytest.approx(1.0, abs=0.03)  # a density
+    draws = prior.sample(200, seed=1)
+    nearest = np.argmin(((draws[:, None, :] - points[None]) ** 2).sum(-1), axis=1)
+    assert set(nearest) <= {1, 4} and np.mean(nearest == 1) > 0.5  # twice the votes, twice the mass
+    assert prior.in_region(draws).all() and not prior.in_region(points[[0, 2]]).any()
+    # uniform inside a cell: its codepoint is no likelier than another point of the cell
+    inside = torch.as_tensor(draws[nearest == 1][:20])
+    dens = prior.log_density(inside).numpy()
+    assert dens.max() - dens.min() < 0.7
+    with pytest.raises(ConfigurationError):
+        CellPrior(space, points, np.zeros(8))
+
+
+def test_under_a_budget_a_site_votes_in_the_first_round_it_can() -> None:
+    from labfbo.protocols.base import SiteContext, SiteData
+    from labfbo.protocols.vote import VoteRequest, VoteSite
+
+    opts = VoteOptions(privacy=DP(epsilon=2.0, noise_multiplier=0.5))
+    site = VoteSite(SPACE, opts, SiteContext(site="a", horizon=10, secret=3))
+
+    def data(n: int) -> SiteData:
+        X = np.random.default_rng(n).random((n, 2))
+        return SiteData(SPACE, X, -((X - 0.3) ** 2).sum(1), None, np.zeros((0, 2)))
+
+    assert site.answer(VoteRequest(), data(1), 0).kind == "abstain"  # one observation: not yet
+    vote = site.answer(VoteRequest(), data(3), 1)  # round 1, not a multiple of the horizon: it votes now
+    assert isinstance(vote, OptimumVote) and vote.dp_noise_multiplier == 0.5 and vote.release_every == 10
+    assert site.answer(VoteRequest(), data(4), 2).kind == "abstain"  # once per horizon
+
+
+def test_vote_refuses_outcome_constraints() -> None:
+    from labfbo.objectives import Outcome
+
+    with pytest.raises(ConfigurationError, match="outcome constraints"):
+        labfbo.Optimizer(SPACE, protocol="vote", outcome_constraints=[Outcome("impurity", "<=", 0.5)], seed=0)

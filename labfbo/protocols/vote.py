@@ -24,23 +24,28 @@ accountant).
 codebook point, :math:`n_{-i,b} = \#\{j \ne i: b_j = b\}` (:class:`VoteTally`): its own vote
 is never sent back, and nothing says who voted for what.
 
-**Site proposal.** The tally becomes a location prior (:class:`labfbo.priors.MixturePrior`)
+**Site proposal.** The tally becomes a location prior spread over the named codebook
+cells (:class:`labfbo.priors.CellPrior`: :math:`V_b` the volume of :math:`c_b`'s Voronoi
+cell, :math:`a_b` a soft assignment to it)
 
 .. math:: \tilde\pi_i(u) = (1 - \epsilon)\sum_b \frac{n_{-i,b}}{\sum_{b'} n_{-i,b'}}\,
-          \mathcal N(u; c_b, s^2 I) + \epsilon,
+          \frac{a_b(u)}{V_b} + \epsilon,
 
 and the site maximizes its acquisition on its local GP weighted by
 :math:`\tilde\pi_i^{\gamma_t}` — labfbo's expert-prior machinery (:mod:`labfbo.priors`): the
 decay or πBO exponent, the uniform floor :math:`\epsilon` (``prior_floor``), and the
 falsification and patience rules that drop a prior the site's own data contradict, which is
 what protects a site from the others' false votes (a randomized response, or a different
-optimum). :math:`s` is ``vote_sd`` (default half the codebook's spacing, :math:`B^{-1/d}/2`).
+optimum). A vote says "nearer this codepoint than any other", so the prior is uniform over
+that cell rather than a bump at the codepoint, which in higher dimensions lies far from
+where the optimum is.
 
 **Fewer releases** (``release_every=k``): a site votes in rounds :math:`t \equiv 0 \pmod k`
 and the coordinator reuses its last vote for :math:`k - 1` rounds (post-processing). By
-default a site votes every round, and under a campaign budget ``DP(epsilon=...)`` once, in
-round 0 (:math:`k = T`): the whole budget buys the one vote the others need most, before their
-own data can locate anything.
+default a site votes every round, and under a campaign budget ``DP(epsilon=...)`` once
+(:math:`k = T`), in the first round it can (round 0, or when it joins or has two
+observations): the whole budget buys the one vote the others need most, before their own
+data can locate anything.
 """
 
 from __future__ import annotations
@@ -51,11 +56,12 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 from pydantic import Field, model_validator
+from scipy.stats import qmc
 
-from labfbo.acquisition import sobol_candidates
+from labfbo.exceptions import ConfigurationError
 from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.gp import predict
-from labfbo.priors import MixturePrior, prior_exponent
+from labfbo.priors import CellPrior, prior_exponent
 from labfbo.privacy import DP
 from labfbo.privacy.randomized_response import respond
 from labfbo.privacy.release import Release
@@ -104,9 +110,10 @@ class VoteTally(Message):
 
     @model_validator(mode="after")
     def _counts(self) -> "VoteTally":
+        if self.counts.dtype not in ("int64", "int32"):
+            raise ValueError(f"counts must be integers, got {self.counts.dtype}")
         c = self.counts.numpy()
-        if self.counts.dtype not in ("int64", "int32") or c.ndim != 1 or not 2 <= len(c) <= MAX_CODEBOOK \
-                or np.any(c < 0):
+        if c.ndim != 1 or not 2 <= len(c) <= MAX_CODEBOOK or np.any(c < 0):
             raise ValueError(f"counts must be a (B,) vector of non-negative integers, 2 <= B <= {MAX_CODEBOOK}")
         return self
 
@@ -119,8 +126,6 @@ class VoteOptions(ModelOptions):
                                                  "with exponent beta/n (piBO: the site's own data take over as they "
                                                  "grow); 'decay': PMCBO's slowly decaying exponent")
     codebook: int = Field(8, ge=2, le=MAX_CODEBOOK, description="B: public Sobol points a site votes among")
-    vote_sd: float | None = Field(None, gt=0, le=1, description="s: sd of each voted point's bump in the prior "
-                                  "(unit cube; None: half the codebook's spacing, B^(-1/d)/2)")
     release_every: int | None = Field(None, ge=1, description="k: vote only in rounds t with t % k == 0 "
                                       "(ceil(T/k) votes; the coordinator reuses a vote in between). None: every "
                                       "round, or under a campaign budget DP(epsilon=...) once, in round 0")
@@ -139,13 +144,11 @@ class VoteOptions(ModelOptions):
 
 def codebook(space: SearchSpace, size: int) -> np.ndarray:
     """The study's public codebook: ``size`` scrambled Sobol points of the unit cube, snapped to
-    the space, from a seed that is a function of the space alone."""
-    return sobol_candidates(space, size, int_seed(int(space.fingerprint()[:15], 16), 0, 0, "vote-codebook"))
-
-
-def default_sd(space: SearchSpace, size: int) -> float:
-    """Half the codebook's spacing, :math:`B^{-1/d}/2`."""
-    return 0.5 * size ** (-1.0 / max(space.dim, 1))
+    the space, from a seed that is a function of the space alone. Never a sample of the feasible
+    set: a site's own nonlinear constraints would then give it other points than the others'."""
+    seed = int_seed(int(space.fingerprint()[:15], 16), 0, 0, "vote-codebook")
+    m = int(np.ceil(np.log2(max(size, 2))))
+    return space.snap(qmc.Sobol(space.dim, scramble=True, seed=np.random.default_rng(seed)).random_base2(m)[:size])
 
 
 VOTE_MECHANISM = ("randomized response over the public codebook (labfbo.privacy.randomized_response): "
@@ -162,17 +165,23 @@ class VoteSite(LocalGPSite):
 
     def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
         super().__init__(space, options, context)
+        spec = context.outcomes
+        if spec is not None and (spec.constraints or spec.multi):
+            raise ConfigurationError("the vote protocol weighs one objective's acquisition by the others' votes; "
+                                     "it does not support outcome constraints or several objectives yet")
         self.points = codebook(space, options.codebook)
-        self._vote_prior: MixturePrior | None = None
+        self._vote_prior: CellPrior | None = None
+        self._voted: int | None = None  # the round of this process's last vote
 
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
         if not isinstance(request, VoteRequest):
             return super().answer(request, data, round)
         o, k = self.options, self.schedule(self.context.horizon)
-        if round % k:
+        if not self.release_round(round, k):
             return Abstain(reason=f"not a release round (release_every={k})")
         if data.n < 2:
             return Abstain(reason="fewer than two observations")
+        self._voted = round
         mean, _ = predict(self.local_model(data), self.points)
         index = int(np.argmax(mean))
         dp: DP | None = o.privacy
@@ -202,18 +211,25 @@ class VoteSite(LocalGPSite):
         budgeted = o.privacy is not None and o.privacy.epsilon is not None
         return max(int(horizon), 1) if budgeted and horizon else 1
 
+    def release_round(self, round: int, k: int) -> bool:
+        """Whether to vote in ``round``: ``round % k == 0`` with ``release_every=k``; by default under
+        a budget, the first round this site can (a late joiner, or one without two observations in
+        round 0, votes when it can), and again ``k`` rounds after its last vote."""
+        if self.options.release_every is not None or k == 1:
+            return round % k == 0
+        return self._voted is None or round >= self._voted + k
+
     def planned_releases(self, horizon: int) -> dict[str, int]:
         """One vote in each round ``t < horizon`` with ``t % k == 0`` (:meth:`schedule`): ``ceil(horizon / k)``."""
         return {"optimum_vote": -(-horizon // self.schedule(horizon))}
 
-    def prior(self, tally: VoteTally) -> MixturePrior | None:
-        """The others' votes as a mixture prior (None without votes or for another codebook)."""
+    def prior(self, tally: VoteTally) -> CellPrior | None:
+        """The others' votes as a prior over the named codebook cells (None without votes or for
+        another codebook)."""
         counts = tally.counts.numpy().astype(float)
         if len(counts) != len(self.points) or counts.sum() <= 0:
             return None
-        o = self.options
-        sd = o.vote_sd if o.vote_sd is not None else default_sd(self.space, o.codebook)
-        return MixturePrior(self.space, self.points, counts, sd, floor=o.prior_floor)
+        return CellPrior(self.space, self.points, counts, floor=self.options.prior_floor)
 
     def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
         self._vote_prior = self.prior(guidance) if isinstance(guidance, VoteTally) else None
