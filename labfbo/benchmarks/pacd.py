@@ -10,7 +10,7 @@ for 1-D/2-D and 10 for 6-D by collaborative LHS (any other problem of
 Independent (``independent``), PACOH-BO (``centralized``), PACD-BO (``gradient``), CBOC-U /
 CBOC-L (``consensus``, uniform / leader W), the same protocols with labfbo's defaults
 (``... (labfbo defaults)``) and, with ``--dp``, DP-PACD-BO (σ = 8, C = 1) for the
-privacy–utility plot. By name: GUIDE-FBO (``distribution``), Surface (``surface``) and Pooled MTGP (``pooled``,
+privacy–utility plot. By name: GUIDE-FBO (``distribution``), Surface (``surface``), Vote (``vote``) and Pooled MTGP (``pooled``,
 the multi-task GP on every site's raw data), the preferred pooled reference of the
 transfer efficiency printed under the table (PACOH-BO otherwise, which ``gradient``
 equals by construction).

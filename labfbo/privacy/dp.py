@@ -274,7 +274,7 @@ def _composed_epsilon(items: tuple[tuple[float, int], ...], delta: float, accoun
 def _composed_with_responses(gaussians: tuple[tuple[float, int], ...], responses: tuple[tuple[int, float, int], ...],
                              delta: float) -> float:
     """PLD (replace-one) over Gaussians and randomized responses. The responses are listed one by
-    one: dp-accounting 0.4's PLD accountant composes ``SelfComposedDpEvent(RandomizedResponseDpEvent)``
+    one: dp-accounting 0.6's PLD accountant composes ``SelfComposedDpEvent(RandomizedResponseDpEvent)``
     as a single response, whatever its count (tested). Never above basic composition's sum."""
     from dp_accounting import (ComposedDpEvent, GaussianDpEvent, NeighboringRelation, RandomizedResponseDpEvent,
                                SelfComposedDpEvent)
