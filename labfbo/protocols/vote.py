@@ -203,8 +203,8 @@ class VoteSite(LocalGPSite):
 
     def schedule(self, horizon: int | None) -> int:
         """``k``: ``release_every``, or by default every round (1) — under a campaign budget one vote
-        in round 0 (``k = horizon``), where the others' votes help most and a single vote is the most
-        truthful the budget buys."""
+        a campaign (``k = horizon``), in the first round the site can (:meth:`release_round`): early,
+        where the others' votes help most, and as truthful as the budget can buy."""
         o = self.options
         if o.release_every is not None:
             return int(o.release_every)
