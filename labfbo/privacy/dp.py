@@ -243,22 +243,16 @@ def composed_epsilon(multipliers: Mapping[Any, int], delta: float,
     rr = sorted((int(k[0]), float(k[1]), int(n)) for k, n in multipliers.items() if n and isinstance(k, tuple))
     items = sorted((float(m), int(n)) for m, n in multipliers.items()
                    if n and not isinstance(m, tuple) and not math.isinf(m))
-    if rr:
-        if accountant != "pld":
-            raise ValidationError("randomized-response releases are accounted by the PLD accountant only")
-        for m, n in items:
-            gaussian_epsilon(m, n, delta, accountant)  # validates each group (and 0 -> inf below)
-        if items and items[0][0] == 0:
-            return math.inf
-        return _composed_with_responses(tuple(items), tuple(rr), float(delta))
-    if not items:
-        return 0.0
-    if len(items) == 1:
-        return gaussian_epsilon(items[0][0], items[0][1], delta, accountant)
+    if rr and accountant != "pld":
+        raise ValidationError("randomized-response releases are accounted by the PLD accountant only")
+    if not rr and len(items) <= 1:
+        return gaussian_epsilon(items[0][0], items[0][1], delta, accountant) if items else 0.0
     for m, n in items:
         gaussian_epsilon(m, n, delta, accountant)  # validates each group (and 0 -> inf below)
-    if items[0][0] == 0:
+    if items and items[0][0] == 0:
         return math.inf
+    if rr:
+        return _composed_with_responses(tuple(items), tuple(rr), float(delta))
     return _composed_epsilon(tuple(items), float(delta), accountant)
 
 
