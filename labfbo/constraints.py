@@ -78,7 +78,7 @@ class LinearConstraint(_Checked):
         return f"{lhs} {self.op} {self.rhs:g}"
 
     def span(self, by_name: dict[str, Any]) -> float:
-        """The range of the left side over the parameters' box: :math:`\sum_i |a_i| (h_i - l_i)`."""
+        r"""The range of the left side over the parameters' box: :math:`\sum_i |a_i| (h_i - l_i)`."""
         return math.fsum(abs(a) * (by_name[n].high - by_name[n].low) for n, a in self.coefficients.items())
 
     def check_space(self, by_name: dict[str, Any]) -> None:

@@ -38,33 +38,17 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
-from scipy.stats import qmc
 
 from labfbo.exceptions import ConfigurationError, FederationError, RoundError
 from labfbo.messages import Abstain, Array, JoinReply, JoinRequest, Message, NoGuidance, PrivacyDeclaration
 from labfbo.privacy.budget import BUDGET_SPENT, PrivacyFloor
 from labfbo.protocols import ConfiguredProtocol, Exchange, Finish, get_protocol, resolve
-from labfbo.seeding import rng
+from labfbo.site import collaborative_design
 from labfbo.space import SearchSpace
 
 Gather = Callable[[Mapping[str, Message], int, "float | None"], "dict[str, Message | BaseException]"]
 
 MAX_EXCHANGES_PER_ROUND = 100_000
-
-
-def collaborative_design(space: SearchSpace, n_sites: int, n_init: int, seed: int) -> np.ndarray:
-    """``(n_sites, n_init, d)``: one scrambled LHS of ``n_sites * n_init`` points, dealt to sites.
-
-    Site ``i`` receives rows ``perm[i*n_init:(i+1)*n_init]`` of a seeded random
-    permutation, so each site's cells are spread over the whole space.
-    """
-    if n_init <= 0:
-        return np.zeros((n_sites, 0, space.dim))
-    gen = rng(seed, 0, 0, f"collaborative-lhs/{n_sites}/{n_init}")
-    pts = qmc.LatinHypercube(space.dim, scramble=True, seed=gen).random(n_sites * n_init)
-    pts = space.design(pts[gen.permutation(n_sites * n_init)], int(gen.integers(2**31)))
-    return pts.reshape(n_sites, n_init, space.dim)
 
 
 class Coordinator:

@@ -31,7 +31,8 @@ from labfbo.records import (Ask, Enqueue, Fail, GuidanceReceived, Header, Histor
                             Traffic, dump_record, parse_record)
 from labfbo.protocols import ConfiguredProtocol, SiteContext, SiteData, get_protocol, resolve, shared_of
 from labfbo.seeding import rng, stable_hash
-from labfbo.site import SiteLedger, build_site_data, dedupe, design_rows, history_record, round_target
+from labfbo.site import (SiteLedger, build_site_data, dedupe, design_rows, history_record, round_target,
+                         study_design)
 from labfbo.site_state import SiteState
 from labfbo.space import SearchSpace
 from labfbo.transport import connect
@@ -194,7 +195,8 @@ class Optimizer(CampaignViews):
             self.horizon = self.horizon if self.horizon is not None else self._state.join_reply.horizon
         self.context = SiteContext(site=self.site, site_index=ctx_index, n_sites=n_sites, seed=self.seed,
                                    horizon=self.horizon, objective=self.objective, secret=self._secret,
-                                   key_seed=self._key_seed, outcomes=self.outcomes)
+                                   key_seed=self._key_seed, outcomes=self.outcomes,
+                                   study_design=study_design(self.space, self.n_init, self._state.join_reply))
         # DP(epsilon=...): the noise calibrated to the campaign's planned releases, and its enforcer
         logic_options, self._budget = plan_budget(self.protocol_cls.site_logic, self.space, self.options,
                                                   self.context, self.horizon)

@@ -128,13 +128,13 @@ def test_a_campaign_budget_is_never_exceeded_even_past_the_horizon() -> None:
         assert opt.epsilon() <= 2.0
         rows = opt.privacy_report()
         assert len(rows) == 2 and all(r["message"] == "optimum_vote" for r in rows)
-        assert rows[-1]["epsilon"] <= 2.0 and rows[0]["buckets"] == 8
+        assert rows[-1]["epsilon"] <= 2.0 and rows[0]["buckets"] == 3  # the site's 3 dealt rows
         assert opt.privacy_budget()["exhausted"]
     assert any("privacy budget spent" in str(w.message) for w in caught)
 
 
 def test_options() -> None:
-    assert VoteOptions().codebook == 8
+    assert VoteOptions().codebook == "design" and VoteOptions(codebook=8).codebook == 8
     with pytest.raises(ValueError, match="Thompson"):
         VoteOptions(acquisition="ts")
 
@@ -148,7 +148,7 @@ def test_the_vote_audit_compares_the_coordinators_guess_with_chance() -> None:
     rows = out[None]
     assert len(rows) == 3
     for r in rows:
-        assert 0 <= r["guess"] <= math.sqrt(2) and r["hit"] in (0.0, 1.0) and r["hit_chance"] == 1 / 8
+        assert 0 <= r["guess"] <= math.sqrt(2) and r["hit"] in (0.0, 1.0) and r["hit_chance"] == 1 / 3
         assert 0.2 < r["chance_uniform"] < 0.9 and not math.isnan(r["others"])
     assert "| no DP | 3 |" in table(out)
 
@@ -199,7 +199,7 @@ def test_under_a_budget_a_site_votes_in_the_first_round_it_can() -> None:
     from labfbo.protocols.base import SiteContext, SiteData
     from labfbo.protocols.vote import VoteRequest, VoteSite
 
-    opts = VoteOptions(privacy=DP(epsilon=2.0, noise_multiplier=0.5))
+    opts = VoteOptions(codebook=8, privacy=DP(epsilon=2.0, noise_multiplier=0.5))
     site = VoteSite(SPACE, opts, SiteContext(site="a", horizon=10, secret=3))
 
     def data(n: int) -> SiteData:
@@ -217,3 +217,92 @@ def test_vote_refuses_outcome_constraints() -> None:
 
     with pytest.raises(ConfigurationError, match="outcome constraints"):
         labfbo.Optimizer(SPACE, protocol="vote", outcome_constraints=[Outcome("impurity", "<=", 0.5)], seed=0)
+
+
+def test_a_design_vote_names_one_of_the_sites_own_dealt_rows() -> None:
+    """codebook='design': the codebook is the study's collaborative design, which every site can
+    compute from its join reply; a site's randomized response chooses among the n_init rows it
+    was dealt (k = n_init), and a vote made once under a budget is reused in every later tally."""
+    from labfbo.coordinator import collaborative_design
+
+    names, n_init = ["a", "b", "c", "d"], 3
+    coord = labfbo.Coordinator("vote", sites=names, seed=5, horizon=4, codebook="design")
+    sites = {s: labfbo.Optimizer(SPACE, protocol="vote", coordinator=coord, site=s, seed=5, n_init=n_init, horizon=4,
+                                 codebook="design", privacy=DP(epsilon=2.0), num_restarts=2, raw_samples=64)
+             for s in names}
+    design = collaborative_design(SPACE, len(names), n_init, 5)
+    for i, (s, opt) in enumerate(sites.items()):
+        assert np.array_equal(opt.context.study_design, design)
+        assert opt.privacy_budget()["planned_releases"] == 1
+    for _ in range(n_init + 3):
+        trials = {s: opt.ask() for s, opt in sites.items()}
+        for s, trial in trials.items():
+            sites[s].tell(trial, float(sum((v - 0.3) ** 2 for v in trial.params.values())))
+    for i, (s, opt) in enumerate(sites.items()):
+        votes = [m for m in opt.ledger.sent if isinstance(m, OptimumVote)]
+        assert len(votes) == 1 and votes[0].codebook == len(names) * n_init
+        assert i * n_init <= votes[0].index < (i + 1) * n_init  # one of its own rows, even when randomized
+        rows = opt.privacy_report()
+        assert len(rows) == 1 and rows[0]["buckets"] == n_init and rows[0]["epsilon"] <= 2.0
+        tallies_got = [m for m in opt.ledger.received if isinstance(m, VoteTally)]
+        assert len(tallies_got) >= 3  # round 0's votes, held for every later round
+        assert all(m.counts.numpy().sum() == len(names) - 1 for m in tallies_got)
+
+
+def test_a_design_vote_needs_the_study_design() -> None:
+    from labfbo.protocols.base import SiteContext, SiteData
+    from labfbo.protocols.vote import VoteRequest, VoteSite
+    from labfbo.site import study_design
+
+    site = VoteSite(SPACE, VoteOptions(codebook="design"), SiteContext(site="a"))  # not in a study
+    X = np.random.default_rng(0).random((4, 2))
+    answer = site.answer(VoteRequest(), SiteData(SPACE, X, -X.sum(1), None, np.zeros((0, 2))), 0)
+    assert answer.kind == "abstain" and "collaborative design" in answer.reason
+    coord = labfbo.Coordinator("vote", sites=["a", "b", "c"], seed=1)
+    reply = coord.join(labfbo.messages.JoinRequest(site="a", protocol="vote", study="", space_hash=SPACE.fingerprint(),
+                                                   space=SPACE.model_dump(mode="json"), n_init=4))
+    assert study_design(SPACE, 4, reply).shape == (3, 4, 2)
+    assert study_design(SPACE, 5, reply) is None  # another n_init: the rows dealt are not that design's
+    assert study_design(SPACE, 4, reply.model_copy(update={"study_seed": None})) is None
+    with pytest.raises(ValueError):
+        VoteOptions(codebook="grid")
+
+
+def test_design_votes_of_another_size_are_left_out() -> None:
+    """Sites with another n_init computed another design: the coordinator counts the majority's."""
+    from labfbo.protocols.base import Finish
+    from labfbo.protocols.vote import VoteAggregator
+
+    agg = VoteAggregator(VoteOptions(), ["a", "b", "c", "d"], 0, 4, SPACE)
+    votes = {"a": OptimumVote(index=1, codebook=12), "b": OptimumVote(index=4, codebook=12),
+             "c": OptimumVote(index=14, codebook=16)}
+    with pytest.warns(UserWarning, match=r"ignoring the votes of \['c'\]"):
+        step = agg.on_responses(0, votes)
+    assert isinstance(step, Finish)
+    assert step.replies["d"].counts.numpy().tolist() == [0, 1, 0, 0, 1] + [0] * 7
+    assert step.replies["c"].counts.numpy().sum() == 2 and step.replies["a"].counts.numpy()[4] == 1
+
+
+def test_randomized_votes_count_by_their_truth_weight() -> None:
+    """A randomized response is the truth with probability q = (e^eps - 1)/(e^eps + k - 1), else a
+    uniform draw: the tally carries the summed q per point, and the prior leaves the rest uniform."""
+    from labfbo.protocols.base import SiteContext
+    from labfbo.protocols.vote import VoteSite
+
+    plain = OptimumVote(index=2, codebook=8)
+    noisy = OptimumVote(index=2, codebook=8, dp_noise_multiplier=0.5, choices=5)  # eps 2 among 5
+    q = (math.exp(2) - 1) / (math.exp(2) + 4)
+    assert plain.truth_weight == 1.0 and noisy.truth_weight == pytest.approx(q)
+    assert OptimumVote(index=2, codebook=8, dp_noise_multiplier=0.5).truth_weight == pytest.approx(
+        (math.exp(2) - 1) / (math.exp(2) + 7))  # without `choices`: among the whole codebook
+    with pytest.raises(ValueError, match="among 9 points"):
+        OptimumVote(index=2, codebook=8, choices=9)
+    assert tallies({"a": plain, "b": plain}, ["a", "b", "c"], 8)["c"].evidence is None  # no DP: counts alone
+    t = tallies({"a": plain, "b": noisy}, ["a", "b", "c"], 8)["c"]
+    assert t.counts.numpy()[2] == 2 and t.evidence.numpy()[2] == pytest.approx(1 + q)
+    with pytest.raises(ValueError, match="evidence"):
+        VoteTally(counts=Array.of(np.array([1, 0], dtype=np.int64), "int64"), evidence=Array.of(np.array([2.0, 0.0])))
+    site = VoteSite(SPACE, VoteOptions(codebook=8, prior_floor=0.1), SiteContext(site="c"))
+    truthful, randomized = site.prior(tallies({"a": plain}, ["a", "c"], 8)["c"]), site.prior(
+        tallies({"b": noisy}, ["b", "c"], 8)["c"])
+    assert truthful.floor == pytest.approx(0.1) and randomized.floor == pytest.approx(1 - 0.9 * q)

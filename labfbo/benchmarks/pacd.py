@@ -69,6 +69,7 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "GUIDE-FBO (labfbo defaults)": ("distribution", {}),
     "Surface (labfbo defaults)": ("surface", {}),
     "Vote (labfbo defaults)": ("vote", {}),
+    "Vote-codebook8": ("vote", {"codebook": 8}),  # vote's default until session 20: 8 Sobol points of the cube
     "Surface-quadratic": ("surface", {"fourier_features": 0}),  # ablation: no Fourier features
     # ablations (only with --methods): the stalled-basin escape on Independent, and off on PACD-BO
     "Independent-escape": ("independent", {"stall_rounds": 10, **PAPER_ACQ}),

@@ -43,14 +43,22 @@ PRIVATE: dict[str, tuple[str, dict[str, Any], float]] = {
     "gradient-distributed": ("gradient", {"secure_aggregation": True, "dp_noise": "distributed"}, 1.0),
     "surface-every5": ("surface", {"release_every": 5}, 2.0),
     "distribution-centre": ("distribution", {"dp_belief": "centre", "release_every": 5}, 3.0),
-    # a choice among 8 public points by randomized response (pure DP; clip unused): one vote under a budget
+    # a choice among a site's dealt design rows by randomized response (pure DP; clip unused): one vote under a budget
     "vote": ("vote", {}, 1.0),
     "vote-every10": ("vote", {"release_every": 10}, 1.0),
+    # the session-19 default: every site chooses among 8 public Sobol points of the cube
+    "vote-codebook8": ("vote", {"codebook": 8}, 1.0),
 }
 PACD_FUNCTIONS = ("branin", "wing_weight")
 NON_PRIVATE = {"independent": "Independent (labfbo defaults)", "gradient": "PACD-BO (labfbo defaults)",
                "distribution": "GUIDE-FBO (labfbo defaults)", "surface": "Surface (labfbo defaults)",
-               "vote": "Vote (labfbo defaults)"}
+               "vote": "Vote (labfbo defaults)", "vote-codebook8": "Vote-codebook8"}
+
+
+def plain_of(name: str) -> str | None:
+    """The non-private method a variant's gain is measured against: its own if it has one (a variant
+    that changes more than the DP mechanism), else its protocol's."""
+    return NON_PRIVATE.get(name) or NON_PRIVATE.get(PRIVATE[name][0])
 
 
 def register(name: str, protocol: str, options: dict[str, Any], clip: float) -> None:
@@ -70,9 +78,8 @@ def private_options(name: str, epsilon: float) -> tuple[str, dict[str, Any]]:
 def pacd_jobs(out: str, names: Sequence[str], epsilons: Sequence[float], seeds: Sequence[int],
               functions: Sequence[str] = PACD_FUNCTIONS, budget: int = 30) -> list[Job]:
     """The non-private rows (the `pacd` suite's cache folder layout) and one row per (variant, budget)."""
-    protocols = sorted({PRIVATE[n][0] for n in names})
-    plain = ["independent", *[p for p in protocols if p in NON_PRIVATE]]
-    jobs = pacd.jobs(out, tuple(functions), list(seeds), budget=budget, methods=tuple(NON_PRIVATE[p] for p in plain))
+    plain = [NON_PRIVATE["independent"], *sorted({m for m in map(plain_of, names) if m is not None})]
+    jobs = pacd.jobs(out, tuple(functions), list(seeds), budget=budget, methods=tuple(plain))
     for fn in functions:
         for name in names:
             for eps in epsilons:
@@ -124,10 +131,10 @@ def pacd_table(summary: dict[tuple[str, str], dict[str, Any]], names: Sequence[s
         lines.append(f"| {fn} | independent | {len(alone['final'])} | {_mean_sd(alone['final'])} | | "
                      f"{_mean_sd(alone['auc'])} | | — |")
         for name in names:
-            plain = summary.get((fn, NON_PRIVATE.get(PRIVATE[name][0], "")))
+            plain = summary.get((fn, plain_of(name) or ""))
             rows = [(None, plain)] + [(e, summary.get((fn, label(name, e)))) for e in epsilons]
             for eps, row in rows:
-                if row is None or (eps is None and name != PRIVATE[name][0]):
+                if row is None or (eps is None and name != PRIVATE[name][0] and name not in NON_PRIVATE):
                     continue
                 kept_f = kept_a = ""
                 if eps is not None and plain is not None:
@@ -138,6 +145,12 @@ def pacd_table(summary: dict[tuple[str, str], dict[str, Any]], names: Sequence[s
                              f"{len(row['final'])} | {_mean_sd(row['final'])} | {kept_f} | {_mean_sd(row['auc'])} | "
                              f"{kept_a} | {spent} |")
     return "\n".join(lines)
+
+
+def reaction_plain(name: str) -> str:
+    """The reactions suite's non-private method of a variant: its own (a method of the suite's
+    ``VARIANTS``) if it has one, else its protocol's defaults."""
+    return name if name in NON_PRIVATE else PRIVATE[name][0]
 
 
 def reaction_method(name: str, epsilon: float) -> str:
@@ -177,10 +190,9 @@ def reaction_table(summary: dict[str, dict[str, Any]], names: Sequence[str], eps
         return "\n".join(lines)
     lines.append(f"| independent | {len(alone['@10'])} | {_mean_sd(alone['@10'])} | | {_mean_sd(alone['@20'])} | | — |")
     for name in names:
-        protocol = PRIVATE[name][0]
-        plain = summary.get(protocol)
-        rows = ([(None, plain)] if name == protocol else []) + [(e, summary.get(reaction_method(name, e)))
-                                                               for e in epsilons]
+        plain = summary.get(reaction_plain(name))
+        rows = ([(None, plain)] if name in (PRIVATE[name][0], reaction_plain(name)) else []) + [
+            (e, summary.get(reaction_method(name, e))) for e in epsilons]
         for eps, row in rows:
             if row is None:
                 continue

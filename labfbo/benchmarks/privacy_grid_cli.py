@@ -49,7 +49,7 @@ def _reactions(args: argparse.Namespace, names: list[str], epsilons: list[float]
 
     data = load_reactions(None)
     scen = {"a": scenarios(data)["a"]}
-    plain = ["independent", *sorted({pg.PRIVATE[n][0] for n in names})]
+    plain = ["independent", *sorted({pg.reaction_plain(n) for n in names})]
     methods = plain + [pg.reaction_method(n, e) for n in names for e in epsilons]
     jobs = rx.jobs(args.reactions_out, scen, methods, seeds, budget=20)
     print(f"{len(jobs)} campaigns ({sum(not Path(j.path).exists() for j in jobs)} to do), cache: {args.reactions_out}")

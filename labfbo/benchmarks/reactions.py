@@ -52,6 +52,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "distribution-winsorize": ("distribution", {"output_transform": "winsorize"}),  # the engine's default
     "surface-standardize": ("surface", {"output_transform": "standardize"}),
     "independent-auto-winsorize": ("independent", {"noise_prior": "auto", "output_transform": "winsorize"}),
+    "vote-beta3": ("vote", {"prior_beta": 3.0}),  # the votes' prior at exponent 1 after the 3 initial experiments
+    "vote-codebook8": ("vote", {"codebook": 8}),  # vote's default until session 20: 8 Sobol points of the cube
 }
 CHECKPOINTS = (5, 10, 20)
 

@@ -14,6 +14,10 @@ optimized), per site:
   give any attacker, whatever this site does;
 * ``hit``: whether the guess is the codebook point nearest the final best (chance ``1/B``).
 
+With ``codebook="design"`` the codebook is the study's collaborative design and site ``i``
+names one of the ``n_init`` rows dealt to it, which the coordinator knows: ``chance_codebook``
+and ``hit`` are then over those rows (chance ``1/n_init``).
+
 Under ``DP(epsilon=e)`` one vote reports the true index with probability
 :math:`e^{e}/(e^{e} + B - 1)` (51 % at :math:`e = 2`, :math:`B = 8`), which bounds ``hit``
 (:mod:`labfbo.privacy.randomized_response`).
@@ -33,7 +37,7 @@ COLUMNS = ("guess", "chance_uniform", "chance_codebook", "others", "hit", "hit_c
 
 def site_rows(sites: Sequence[Any]) -> list[dict[str, float]]:
     """One row of metrics per site of a finished ``vote`` campaign."""
-    from labfbo.protocols.vote import codebook
+    from labfbo.protocols.vote import VoteSite
 
     rows = []
     last: dict[int, int] = {}
@@ -44,7 +48,7 @@ def site_rows(sites: Sequence[Any]) -> list[dict[str, float]]:
     for i, o in enumerate(sites):
         if i not in last:
             continue
-        points = codebook(o.space, o.options.codebook)
+        points, mine = VoteSite._codebook(o.space, o.options.codebook, o.context)  # what site i could name
         best = o.space.encode([o.best.params])[0]
         dist = np.linalg.norm(points - best, axis=1)
         others = Counter(v for j, v in last.items() if j != i)
@@ -52,14 +56,14 @@ def site_rows(sites: Sequence[Any]) -> list[dict[str, float]]:
         uniform = np.random.default_rng(0).random((4096, best.shape[0]))
         rows.append({"guess": float(dist[last[i]]),
                      "chance_uniform": float(np.linalg.norm(uniform - best, axis=1).mean()),
-                     "chance_codebook": float(dist.mean()),
+                     "chance_codebook": float(dist[mine].mean()),
                      "others": float(dist[other_guess]) if other_guess is not None else float("nan"),
-                     "hit": float(last[i] == int(np.argmin(dist))), "hit_chance": 1.0 / len(points)})
+                     "hit": float(last[i] == int(mine[np.argmin(dist[mine])])), "hit_chance": 1.0 / len(mine)})
     return rows
 
 
 def audit_votes(problem: str, epsilons: Sequence[float | None], seeds: Sequence[int], n_sites: int = 5,
-                n_init: int = 5, budget: int = 10) -> dict[float | None, list[dict[str, float]]]:
+                n_init: int = 5, budget: int = 10, **vote_options: Any) -> dict[float | None, list[dict[str, float]]]:
     """Per budget (None: no DP), the rows of every site of every seed's campaign."""
     import warnings
 
@@ -67,7 +71,8 @@ def audit_votes(problem: str, epsilons: Sequence[float | None], seeds: Sequence[
 
     out: dict[float | None, list[dict[str, float]]] = {}
     for eps in epsilons:
-        options: dict[str, Any] = {} if eps is None else {"privacy": labfbo.DP(epsilon=eps)}
+        options: dict[str, Any] = dict(vote_options) if eps is None else {**vote_options,
+                                                                          "privacy": labfbo.DP(epsilon=eps)}
         for seed in seeds:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -248,10 +248,11 @@ def plan(logic_cls: type, space: object, options: object, context: object,
         return options, Budget(resolved)
     gaussian = [m for m in planned if not isinstance(m, tuple)]
     if not gaussian:  # randomized responses: say so when a choice is barely more often true than a guess
-        from labfbo.privacy.randomized_response import keep_probability
+        from labfbo.privacy.randomized_response import keep_probability, noise_parameter
 
-        k, eps = min((e for e in planned), key=lambda e: keep_probability(e[1], e[0]) * e[0])
-        if keep_probability(eps, k) < 2.0 / k:
+        # a response is the truth with probability q = 1 - p, else a uniform draw: q < 1/4 is mostly noise
+        k, eps = max((e for e in planned), key=lambda e: noise_parameter(e[1], e[0]))
+        if noise_parameter(eps, k) > 0.75:
             warnings.warn(f"DP(epsilon={resolved.epsilon:g}) over {sum(planned.values())} planned choices among {k}: "
                           f"each is reported truthfully only {100 * keep_probability(eps, k):.0f} % of the time "
                           f"(a guess: {100 / k:.0f} %), so expect little gain from the federation at this budget "

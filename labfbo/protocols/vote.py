@@ -5,39 +5,48 @@ task-level DP a site's whole dataset is the unit protected, so at :math:`\vareps
 for a campaign every continuous release (scores, beliefs, statistics) is mostly noise
 (``docs/benchmarks.md`` §16). A *choice among a few public options* is different: k-ary
 randomized response (:mod:`labfbo.privacy.randomized_response`) reports it truthfully with
-probability :math:`e^{\varepsilon}/(e^{\varepsilon} + k - 1)` — 51 % for 8 options at
+probability :math:`e^{\varepsilon}/(e^{\varepsilon} + k - 1)` — 65 % for 5 options at
 :math:`\varepsilon = 2` — and costs exactly :math:`\varepsilon`, with no :math:`\delta`.
 
-**The codebook** (public). :math:`B` scrambled Sobol points :math:`c_1..c_B` of the unit cube,
-snapped to the space, drawn from a seed that is a function of the search space
-(:func:`codebook`): every site and the coordinator compute the same points, and none of
-them depends on anyone's data.
+**The codebook** (public, :meth:`VoteSite._codebook`). By default (``codebook="design"``) the
+study's collaborative design: the :math:`B = n \cdot n_0` points :math:`c_1..c_B` the
+coordinator deals to the :math:`n` sites as their initial designs, which every site computes
+from the study's seed (:func:`labfbo.site.study_design`); site :math:`i` may name only the
+:math:`n_0` rows :math:`R_i` dealt to it. With ``codebook=B``: :math:`B` scrambled Sobol
+points of the unit cube, snapped to the space, from a seed that is a function of the search
+space (:func:`codebook`), any of which a site may name. None of the points depends on
+anyone's data.
 
 **Site → coordinator** (:class:`OptimumVote`, one integer). In a release round the site
-votes for the codebook point its local GP's posterior mean ranks best,
-:math:`b_i = \arg\max_b \mu_i(c_b)`; with ``privacy`` it reports :math:`b_i` by randomized
-response at the per-vote :math:`\varepsilon_v` (a campaign budget :math:`\varepsilon` over
-:math:`V` planned votes: :math:`\varepsilon_v = \varepsilon / V`, composed by the PLD
-accountant).
+votes for the point of :math:`R_i` its local GP's posterior mean ranks best,
+:math:`b_i = \arg\max_{b \in R_i} \mu_i(c_b)`; with ``privacy`` it reports :math:`b_i` by
+randomized response over :math:`R_i` (:math:`k = |R_i|`) at the per-vote
+:math:`\varepsilon_v` (a campaign budget :math:`\varepsilon` over :math:`V` planned votes,
+composed by the PLD accountant; one vote under a budget: :math:`\varepsilon_v = \varepsilon`).
 
 **Coordinator** (:func:`tallies`). Each site gets the other sites' votes counted per
 codebook point, :math:`n_{-i,b} = \#\{j \ne i: b_j = b\}` (:class:`VoteTally`): its own vote
-is never sent back, and nothing says who voted for what.
+is never sent back, and nothing says who voted for what. When votes were randomized the
+tally also carries each point's *evidence* :math:`e_{-i,b} = \sum_{j \ne i: b_j = b} q_j`:
+a randomized response is the truth with probability
+:math:`q = (e^{\varepsilon_v} - 1)/(e^{\varepsilon_v} + k - 1)` and otherwise a uniform draw
+of the :math:`k` points (a vote without DP has :math:`q = 1`).
 
 **Site proposal.** The tally becomes a location prior spread over the named codebook
 cells (:class:`labfbo.priors.CellPrior`: :math:`V_b` the volume of :math:`c_b`'s Voronoi
-cell, :math:`a_b` a soft assignment to it)
+cell, :math:`a_b` a soft assignment to it), the randomized votes' untruthful share left
+uniform (:math:`N = \sum_b n_{-i,b}`, :math:`E = \sum_b e_{-i,b}`):
 
-.. math:: \tilde\pi_i(u) = (1 - \epsilon)\sum_b \frac{n_{-i,b}}{\sum_{b'} n_{-i,b'}}\,
-          \frac{a_b(u)}{V_b} + \epsilon,
+.. math:: \tilde\pi_i(u) = (1 - \epsilon)\frac{E}{N}\sum_b \frac{e_{-i,b}}{E}\,
+          \frac{a_b(u)}{V_b} + 1 - (1 - \epsilon)\frac{E}{N},
 
 and the site maximizes its acquisition on its local GP weighted by
 :math:`\tilde\pi_i^{\gamma_t}` — labfbo's expert-prior machinery (:mod:`labfbo.priors`): the
 decay or πBO exponent, the uniform floor :math:`\epsilon` (``prior_floor``), and the
 falsification and patience rules that drop a prior the site's own data contradict, which is
 what protects a site from the others' false votes (a randomized response, or a different
-optimum). A vote says "nearer this codepoint than any other", so the prior is uniform over
-that cell rather than a bump at the codepoint, which in higher dimensions lies far from
+optimum). A vote says "nearer this point than any other", so the prior is uniform over
+that cell rather than a bump at the point, which in higher dimensions lies far from
 where the optimum is.
 
 **Fewer releases** (``release_every=k``): a site votes in rounds :math:`t \equiv 0 \pmod k`
@@ -52,7 +61,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -63,7 +72,7 @@ from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.gp import predict
 from labfbo.priors import CellPrior, prior_exponent
 from labfbo.privacy import DP
-from labfbo.privacy.randomized_response import respond
+from labfbo.privacy.randomized_response import noise_parameter, respond
 from labfbo.privacy.release import Release
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.held import HeldReleases, ReusesReleases
@@ -93,12 +102,24 @@ class OptimumVote(Message):
                                               "epsilon (randomized response)")
     release_every: int | None = Field(None, ge=1, description="the site's schedule: the coordinator may reuse this "
                                       "vote for the next k - 1 rounds (None: 1)")
+    choices: int | None = Field(None, ge=2, le=MAX_CODEBOOK, description="under DP: k, how many points the "
+                                "randomized response chose among (the site's dealt rows with the design)")
 
     @model_validator(mode="after")
     def _in_codebook(self) -> "OptimumVote":
         if self.index >= self.codebook:
             raise ValueError(f"index {self.index} is not in a codebook of {self.codebook} points")
+        if self.choices is not None and self.choices > self.codebook:
+            raise ValueError(f"a vote among {self.choices} points of a codebook of {self.codebook}")
         return self
+
+    @property
+    def truth_weight(self) -> float:
+        r"""q: a randomized response is the truth with probability :math:`q = (e^\varepsilon - 1)/
+        (e^\varepsilon + k - 1)` and otherwise a uniform draw of the k points (1 without DP)."""
+        if self.dp_noise_multiplier is None:
+            return 1.0
+        return 1.0 - noise_parameter(1.0 / self.dp_noise_multiplier, self.choices or self.codebook)
 
 
 @register
@@ -107,6 +128,8 @@ class VoteTally(Message):
 
     kind: Literal["vote_tally"] = "vote_tally"
     counts: Array  # (B,) int64
+    evidence: Array | None = Field(None, description="(B,) float64, when some votes were randomized: per point, "
+                                   "the sum of its votes' truth weights q (a vote without DP weighs 1)")
 
     @model_validator(mode="after")
     def _counts(self) -> "VoteTally":
@@ -115,6 +138,10 @@ class VoteTally(Message):
         c = self.counts.numpy()
         if c.ndim != 1 or not 2 <= len(c) <= MAX_CODEBOOK or np.any(c < 0):
             raise ValueError(f"counts must be a (B,) vector of non-negative integers, 2 <= B <= {MAX_CODEBOOK}")
+        if self.evidence is not None:
+            e = self.evidence.numpy()
+            if e.shape != c.shape or not np.all(np.isfinite(e)) or np.any(e < 0) or np.any(e > c + 1e-9):
+                raise ValueError("evidence must be one weight in [0, count] per codebook point")
         return self
 
 
@@ -125,7 +152,9 @@ class VoteOptions(ModelOptions):
     prior_mode: Literal["decay", "pibo"] = Field("pibo", description="the votes' prior weighs the acquisition "
                                                  "with exponent beta/n (piBO: the site's own data take over as they "
                                                  "grow); 'decay': PMCBO's slowly decaying exponent")
-    codebook: int = Field(8, ge=2, le=MAX_CODEBOOK, description="B: public Sobol points a site votes among")
+    codebook: Annotated[int, Field(ge=2, le=MAX_CODEBOOK)] | Literal["design"] = Field(
+        "design", description="'design': the study's collaborative design is the codebook, and each site votes "
+        "among the n_init rows it was dealt; or B: public Sobol points every site votes among")
     release_every: int | None = Field(None, ge=1, description="k: vote only in rounds t with t % k == 0 "
                                       "(ceil(T/k) votes; the coordinator reuses a vote in between). None: every "
                                       "round, or under a campaign budget DP(epsilon=...) once, in round 0")
@@ -169,28 +198,54 @@ class VoteSite(LocalGPSite):
         if spec is not None and (spec.constraints or spec.multi):
             raise ConfigurationError("the vote protocol weighs one objective's acquisition by the others' votes; "
                                      "it does not support outcome constraints or several objectives yet")
-        self.points = codebook(space, options.codebook)
+        self.points, self.mine = self._codebook(space, options.codebook, context)
+        if self.points is None and context.n_sites > 1:
+            warnings.warn(f"vote: site {context.site!r} cannot know the study's collaborative design (it needs the "
+                          "coordinator's design: n_init > 0 and a coordinator that states its seed), so it will not "
+                          "vote; give n_init, or codebook=B on every site for a public Sobol codebook", stacklevel=2)
         self._vote_prior: CellPrior | None = None
         self._voted: int | None = None  # the round of this process's last vote
+
+    @staticmethod
+    def _codebook(space: SearchSpace, size: int | str, context: Any) -> tuple[np.ndarray | None, np.ndarray]:
+        """The codebook's points and the indices of those this site may name: all ``size`` Sobol
+        points; or with ``"design"`` the study's collaborative design (None when the site cannot
+        know it) and the rows dealt to this site."""
+        if size != "design":
+            return codebook(space, int(size)), np.arange(int(size))
+        design = context.study_design
+        if design is None:
+            return None, np.zeros(0, dtype=int)
+        n_init = design.shape[1]
+        return design.reshape(-1, space.dim), context.site_index * n_init + np.arange(n_init)
+
+    @property
+    def buckets(self) -> int:
+        """k of the randomized response: how many codepoints this site chooses among."""
+        return max(len(self.mine), 2)
 
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
         if not isinstance(request, VoteRequest):
             return super().answer(request, data, round)
         o, k = self.options, self.schedule(self.context.horizon)
+        if self.points is None:
+            return Abstain(reason="codebook='design' needs the study's collaborative design: join the coordinator "
+                                  "and start from the design it deals")
         if not self.release_round(round, k):
             return Abstain(reason=f"not a release round (release_every={k})")
         if data.n < 2:
             return Abstain(reason="fewer than two observations")
         self._voted = round
-        mean, _ = predict(self.local_model(data), self.points)
-        index = int(np.argmax(mean))
+        mean, _ = predict(self.local_model(data), self.points[self.mine])
+        choice = int(np.argmax(mean))
         dp: DP | None = o.privacy
         if dp is not None and dp.sigma:  # the site-private stream, keyed by the data it protects
-            index = respond(index, o.codebook, vote_epsilon(dp),
-                            self.context.private_rng(round, f"dp-vote/{data.digest()}"))
-        return OptimumVote(index=index, codebook=o.codebook,
-                           dp_noise_multiplier=dp.sigma if dp is not None and dp.sigma else None,
-                           release_every=None if k == 1 else k)
+            choice = respond(choice, self.buckets, vote_epsilon(dp),
+                             self.context.private_rng(round, f"dp-vote/{data.digest()}"))
+        noised = dp is not None and bool(dp.sigma)
+        return OptimumVote(index=int(self.mine[choice]), codebook=len(self.points),
+                           dp_noise_multiplier=dp.sigma if noised else None,  # type: ignore[union-attr]
+                           choices=self.buckets if noised else None, release_every=None if k == 1 else k)
 
     def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
                         sensitivity: float | None) -> Release | None:
@@ -198,7 +253,7 @@ class VoteSite(LocalGPSite):
         dp = self.options.privacy
         if kind != "optimum_vote" or not noised or dp is None:
             return super().declare_release(kind, round, step, noised, sensitivity)
-        return Release.randomized_response(kind, round, dp, VOTE_MECHANISM, buckets=self.options.codebook,
+        return Release.randomized_response(kind, round, dp, VOTE_MECHANISM, buckets=self.buckets,
                                            epsilon=vote_epsilon(dp), step=step)
 
     def schedule(self, horizon: int | None) -> int:
@@ -224,12 +279,18 @@ class VoteSite(LocalGPSite):
         return {"optimum_vote": -(-horizon // self.schedule(horizon))}
 
     def prior(self, tally: VoteTally) -> CellPrior | None:
-        """The others' votes as a prior over the named codebook cells (None without votes or for
-        another codebook)."""
+        r"""The others' votes as a prior over the named codebook cells (None without votes or for
+        another codebook). Randomized votes count by their truth weight q and leave the rest of
+        their mass uniform: :math:`N` votes of evidence :math:`E = \sum q` give the cells
+        weight :math:`E/N` and the uniform floor :math:`1 - (1 - \epsilon) E / N`."""
         counts = tally.counts.numpy().astype(float)
-        if len(counts) != len(self.points) or counts.sum() <= 0:
+        if self.points is None or len(counts) != len(self.points) or counts.sum() <= 0:
             return None
-        return CellPrior(self.space, self.points, counts, floor=self.options.prior_floor)
+        weights = counts if tally.evidence is None else tally.evidence.numpy().astype(float)
+        if not weights.sum() > 0:
+            return None
+        floor = 1.0 - (1.0 - self.options.prior_floor) * min(weights.sum() / counts.sum(), 1.0)
+        return CellPrior(self.space, self.points, weights, floor=floor)
 
     def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
         self._vote_prior = self.prior(guidance) if isinstance(guidance, VoteTally) else None
@@ -244,13 +305,16 @@ class VoteSite(LocalGPSite):
 
 def tallies(votes: Mapping[str, OptimumVote], sites: list[str], size: int) -> dict[str, VoteTally]:
     """Each site's tally of the *other* sites' votes."""
+    randomized = any(v.dp_noise_multiplier is not None for v in votes.values())
     out = {}
     for s in sites:
-        counts = np.zeros(size, dtype=np.int64)
+        counts, evidence = np.zeros(size, dtype=np.int64), np.zeros(size)
         for o, v in votes.items():
             if o != s:
                 counts[v.index] += 1
-        out[s] = VoteTally(counts=Array.of(counts, "int64"))
+                evidence[v.index] += v.truth_weight
+        out[s] = VoteTally(counts=Array.of(counts, "int64"),
+                           evidence=Array.of(np.minimum(evidence, counts)) if randomized else None)
     return out
 
 
@@ -265,14 +329,18 @@ class VoteAggregator(ReusesReleases, Aggregator):
         return Exchange({s: VoteRequest() for s in self.sites})
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
+        fresh = {s: m for s, m in responses.items() if isinstance(m, OptimumVote)}
+        votes = self.reuse.merge(t, fresh)
         size = self.options.codebook
-        votes = {s: m for s, m in responses.items() if isinstance(m, OptimumVote)}
+        if size == "design":  # the design's size follows the sites' n_init: the majority's is the study's
+            sizes = sorted(m.codebook for m in votes.values())
+            size = max(sizes, key=sizes.count) if sizes else 2
         wrong = sorted(s for s, m in votes.items() if m.codebook != size)
         if wrong:
-            warnings.warn(f"vote: ignoring the votes of {wrong} (not over this study's codebook of {size} points)",
-                          stacklevel=2)
+            if set(wrong) & set(fresh):
+                warnings.warn(f"vote: ignoring the votes of {sorted(set(wrong) & set(fresh))} (not over this "
+                              f"study's codebook of {size} points)", stacklevel=2)
             votes = {s: m for s, m in votes.items() if s not in wrong}
-        votes = self.reuse.merge(t, votes)
         return Finish(tallies(votes, self.sites, size) if votes else {})
 
 
