@@ -196,7 +196,8 @@ class Optimizer(CampaignViews):
         self.context = SiteContext(site=self.site, site_index=ctx_index, n_sites=n_sites, seed=self.seed,
                                    horizon=self.horizon, objective=self.objective, secret=self._secret,
                                    key_seed=self._key_seed, outcomes=self.outcomes,
-                                   study_design=study_design(self.space, self.n_init, self._state.join_reply))
+                                   study_design=study_design(self.space, self.n_init, self._state.join_reply)
+                                   if getattr(self.protocol_cls.site_logic, "uses_study_design", False) else None)
         # DP(epsilon=...): the noise calibrated to the campaign's planned releases, and its enforcer
         logic_options, self._budget = plan_budget(self.protocol_cls.site_logic, self.space, self.options,
                                                   self.context, self.horizon)

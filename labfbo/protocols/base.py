@@ -82,7 +82,8 @@ class SiteContext:
     secret: int = 0  # site-private: seeds draws the coordinator must not predict (DP noise)
     key_seed: bytes = b""  # site-private, 32 random bytes: secure-aggregation keys and self masks
     outcomes: "OutcomeSpec | None" = None  # named objectives and outcome constraints (site-local)
-    study_design: np.ndarray | None = None  # (n_sites, n_init, d): the study's collaborative design (public)
+    # (n_sites, n_init, d): the study's collaborative design (public), for site logic with ``uses_study_design``
+    study_design: np.ndarray | None = None
 
     def seed_for(self, round: int, purpose: str) -> int:
         return int_seed(self.seed, self.site_index, round, purpose)

@@ -192,6 +192,8 @@ def vote_epsilon(dp: DP) -> float:
 class VoteSite(LocalGPSite):
     """Votes for a codebook point; proposes with the others' votes as a location prior."""
 
+    uses_study_design = True  # the Optimizer computes the study's design into the context only for such logic
+
     def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
         super().__init__(space, options, context)
         spec = context.outcomes
