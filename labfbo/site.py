@@ -209,7 +209,10 @@ def study_design(space: "SearchSpace", n_init: int, join_reply: Any) -> np.ndarr
     not say its seed or dealt this site other rows."""
     if join_reply is None or join_reply.study_seed is None or n_init <= 0:
         return None
-    full = collaborative_design(space, join_reply.n_sites, n_init, join_reply.study_seed)
+    from labfbo.space import SearchSpace
+
+    shared = SearchSpace.model_validate(space.model_dump(mode="json"))  # as the coordinator holds it: no local constraints
+    full = collaborative_design(shared, join_reply.n_sites, n_init, join_reply.study_seed)
     mine = join_reply.design.numpy().reshape(-1, space.dim)
     if mine.shape != full[join_reply.site_index].shape or not np.allclose(mine, full[join_reply.site_index]):
         return None

@@ -264,6 +264,13 @@ def test_a_design_vote_needs_the_study_design() -> None:
     assert study_design(SPACE, 4, reply).shape == (3, 4, 2)
     assert study_design(SPACE, 5, reply) is None  # another n_init: the rows dealt are not that design's
     assert study_design(SPACE, 4, reply.model_copy(update={"study_seed": None})) is None
+    # a site's own nonlinear constraints do not change the study's design (the coordinator never sees them)
+    local = labfbo.SearchSpace(SPACE.params, constraints=[labfbo.NonlinearConstraint("disc", lambda p: 1.0 - p["x"])])
+    assert np.array_equal(study_design(local, 4, reply), study_design(SPACE, 4, reply))
+    with pytest.warns(UserWarning, match="will not vote"):
+        one_row = VoteSite(SPACE, VoteOptions(codebook="design"),
+                           SiteContext(site="a", n_sites=3, study_design=np.random.default_rng(0).random((3, 1, 2))))
+    assert one_row.points is None  # one dealt row is no choice: the site does not vote
     with pytest.raises(ValueError):
         VoteOptions(codebook="grid")
 

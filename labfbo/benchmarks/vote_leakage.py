@@ -49,6 +49,8 @@ def site_rows(sites: Sequence[Any]) -> list[dict[str, float]]:
         if i not in last:
             continue
         points, mine = VoteSite._codebook(o.space, o.options.codebook, o.context)  # what site i could name
+        if points is None:
+            continue
         best = o.space.encode([o.best.params])[0]
         dist = np.linalg.norm(points - best, axis=1)
         others = Counter(v for j, v in last.items() if j != i)

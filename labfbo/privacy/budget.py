@@ -255,7 +255,8 @@ def plan(logic_cls: type, space: object, options: object, context: object,
         if noise_parameter(eps, k) > 0.75:
             warnings.warn(f"DP(epsilon={resolved.epsilon:g}) over {sum(planned.values())} planned choices among {k}: "
                           f"each is reported truthfully only {100 * keep_probability(eps, k):.0f} % of the time "
-                          f"(a guess: {100 / k:.0f} %), so expect little gain from the federation at this budget "
+                          f"(a guess: {100 / k:.0f} %) — fewer than one in four carries the truth rather than a "
+                          "uniform draw — so expect little gain from the federation at this budget "
                           "(fewer releases or a larger budget help; docs/privacy.md)", stacklevel=4)
         return options, Budget(resolved, planned)
     weakest = min(gaussian)  # the least noisy release of the plan, as a multiple of its sensitivity

@@ -203,7 +203,7 @@ class VoteSite(LocalGPSite):
         self.points, self.mine = self._codebook(space, options.codebook, context)
         if self.points is None and context.n_sites > 1:
             warnings.warn(f"vote: site {context.site!r} cannot know the study's collaborative design (it needs the "
-                          "coordinator's design: n_init > 0 and a coordinator that states its seed), so it will not "
+                          "coordinator's design: n_init >= 2 and a coordinator that states its seed), so it will not "
                           "vote; give n_init, or codebook=B on every site for a public Sobol codebook", stacklevel=2)
         self._vote_prior: CellPrior | None = None
         self._voted: int | None = None  # the round of this process's last vote
@@ -216,14 +216,18 @@ class VoteSite(LocalGPSite):
         if size != "design":
             return codebook(space, int(size)), np.arange(int(size))
         design = context.study_design
-        if design is None:
+        if design is None or design.shape[1] < 2:  # one dealt row is no choice: nothing to vote on
             return None, np.zeros(0, dtype=int)
         n_init = design.shape[1]
+        if design.shape[0] * n_init > MAX_CODEBOOK:
+            raise ConfigurationError(f"vote: the study's design has {design.shape[0] * n_init} rows, more than a "
+                                     f"vote can name ({MAX_CODEBOOK}); use codebook=B (public Sobol points)")
         return design.reshape(-1, space.dim), context.site_index * n_init + np.arange(n_init)
 
     @property
     def buckets(self) -> int:
-        """k of the randomized response: how many codepoints this site chooses among."""
+        """k of the randomized response: how many codepoints this site chooses among (>= 2 whenever it
+        can vote; 2 for the plan of a site that cannot, which never releases)."""
         return max(len(self.mine), 2)
 
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
