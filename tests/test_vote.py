@@ -282,12 +282,17 @@ def test_design_votes_of_another_size_are_left_out() -> None:
 
     agg = VoteAggregator(VoteOptions(), ["a", "b", "c", "d"], 0, 4, SPACE)
     votes = {"a": OptimumVote(index=1, codebook=12), "b": OptimumVote(index=4, codebook=12),
-             "c": OptimumVote(index=14, codebook=16)}
-    with pytest.warns(UserWarning, match=r"ignoring the votes of \['c'\]"):
+             "c": OptimumVote(index=9, codebook=16)}
+    with pytest.warns(UserWarning, match=r"ignoring the votes of \['c'\] \(not over"):
         step = agg.on_responses(0, votes)
     assert isinstance(step, Finish)
     assert step.replies["d"].counts.numpy().tolist() == [0, 1, 0, 0, 1] + [0] * 7
     assert step.replies["c"].counts.numpy().sum() == 2 and step.replies["a"].counts.numpy()[4] == 1
+    # a vote for a row dealt to another site is left out (site d holds rows 9..11 of 12)
+    with pytest.warns(UserWarning, match=r"ignoring the votes of \['d'\] \(not one of the design rows"):
+        step = VoteAggregator(VoteOptions(), ["a", "b", "c", "d"], 0, 4, SPACE).on_responses(
+            0, {"a": OptimumVote(index=1, codebook=12), "d": OptimumVote(index=0, codebook=12)})
+    assert step.replies["b"].counts.numpy().tolist() == [0, 1] + [0] * 10
 
 
 def test_randomized_votes_count_by_their_truth_weight() -> None:

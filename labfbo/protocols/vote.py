@@ -339,6 +339,7 @@ class VoteAggregator(ReusesReleases, Aggregator):
         votes = self.reuse.merge(t, fresh)
         size = self.options.codebook
         if size == "design":  # the design's size follows the sites' n_init: the majority's is the study's
+            votes = self._own_rows(votes, fresh)
             sizes = sorted(m.codebook for m in votes.values())
             size = max(sizes, key=sizes.count) if sizes else 2
         wrong = sorted(s for s, m in votes.items() if m.codebook != size)
@@ -348,6 +349,19 @@ class VoteAggregator(ReusesReleases, Aggregator):
                               f"study's codebook of {size} points)", stacklevel=2)
             votes = {s: m for s, m in votes.items() if s not in wrong}
         return Finish(tallies(votes, self.sites, size) if votes else {})
+
+
+    def _own_rows(self, votes: dict[str, OptimumVote], fresh: Mapping[str, Message]) -> dict[str, OptimumVote]:
+        """The design votes that name one of the rows dealt to their voter (site ``i`` of ``n`` holds
+        rows ``i*m .. (i+1)*m - 1`` of a design of ``n*m``); the others are left out, with a warning."""
+        n = len(self.sites)
+        own = {s: m for s, m in votes.items()
+               if m.codebook % n == 0 and m.index // (m.codebook // n) == self.sites.index(s)}
+        stray = sorted(set(fresh) & (set(votes) - set(own)))
+        if stray:
+            warnings.warn(f"vote: ignoring the votes of {stray} (not one of the design rows dealt to the voter)",
+                          stacklevel=3)
+        return own
 
 
 class VoteProtocol(Protocol):
