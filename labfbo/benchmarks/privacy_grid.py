@@ -134,7 +134,7 @@ def pacd_table(summary: dict[tuple[str, str], dict[str, Any]], names: Sequence[s
             plain = summary.get((fn, plain_of(name) or ""))
             rows = [(None, plain)] + [(e, summary.get((fn, label(name, e)))) for e in epsilons]
             for eps, row in rows:
-                if row is None or (eps is None and name != PRIVATE[name][0] and name not in NON_PRIVATE):
+                if row is None or (eps is None and name not in NON_PRIVATE):  # a variant: its protocol's row
                     continue
                 kept_f = kept_a = ""
                 if eps is not None and plain is not None:
@@ -191,7 +191,7 @@ def reaction_table(summary: dict[str, dict[str, Any]], names: Sequence[str], eps
     lines.append(f"| independent | {len(alone['@10'])} | {_mean_sd(alone['@10'])} | | {_mean_sd(alone['@20'])} | | — |")
     for name in names:
         plain = summary.get(reaction_plain(name))
-        rows = ([(None, plain)] if name in (PRIVATE[name][0], reaction_plain(name)) else []) + [
+        rows = ([(None, plain)] if name in NON_PRIVATE else []) + [
             (e, summary.get(reaction_method(name, e))) for e in epsilons]
         for eps, row in rows:
             if row is None:

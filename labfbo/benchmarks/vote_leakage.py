@@ -37,7 +37,7 @@ COLUMNS = ("guess", "chance_uniform", "chance_codebook", "others", "hit", "hit_c
 
 def site_rows(sites: Sequence[Any]) -> list[dict[str, float]]:
     """One row of metrics per site of a finished ``vote`` campaign."""
-    from labfbo.protocols.vote import VoteSite
+    from labfbo.protocols.vote import choice_set
 
     rows = []
     last: dict[int, int] = {}
@@ -48,7 +48,7 @@ def site_rows(sites: Sequence[Any]) -> list[dict[str, float]]:
     for i, o in enumerate(sites):
         if i not in last:
             continue
-        points, mine = VoteSite._codebook(o.space, o.options.codebook, o.context)  # what site i could name
+        points, mine = choice_set(o.space, o.options.codebook, o.context)  # what site i could name
         if points is None:
             continue
         best = o.space.encode([o.best.params])[0]

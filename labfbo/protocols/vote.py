@@ -8,7 +8,7 @@ randomized response (:mod:`labfbo.privacy.randomized_response`) reports it truth
 probability :math:`e^{\varepsilon}/(e^{\varepsilon} + k - 1)` — 65 % for 5 options at
 :math:`\varepsilon = 2` — and costs exactly :math:`\varepsilon`, with no :math:`\delta`.
 
-**The codebook** (public, :meth:`VoteSite._codebook`). By default (``codebook="design"``) the
+**The codebook** (public, :func:`choice_set`). By default (``codebook="design"``) the
 study's collaborative design: the :math:`B = n \cdot n_0` points :math:`c_1..c_B` the
 coordinator deals to the :math:`n` sites as their initial designs, which every site computes
 from the study's seed (:func:`labfbo.site.study_design`); site :math:`i` may name only the
@@ -180,6 +180,22 @@ def codebook(space: SearchSpace, size: int) -> np.ndarray:
     return space.snap(qmc.Sobol(space.dim, scramble=True, seed=np.random.default_rng(seed)).random_base2(m)[:size])
 
 
+def choice_set(space: SearchSpace, size: int | str, context: Any) -> tuple[np.ndarray | None, np.ndarray]:
+    """The codebook's points and the indices of those the site of ``context`` may name: all ``size`` Sobol
+    points; or with ``"design"`` the study's collaborative design (None when the site cannot
+    know it) and the rows dealt to this site."""
+    if size != "design":
+        return codebook(space, int(size)), np.arange(int(size))
+    design = context.study_design
+    if design is None or design.shape[1] < 2:  # one dealt row is no choice: nothing to vote on
+        return None, np.zeros(0, dtype=int)
+    n_init = design.shape[1]
+    if design.shape[0] * n_init > MAX_CODEBOOK:
+        raise ConfigurationError(f"vote: the study's design has {design.shape[0] * n_init} rows, more than a "
+                                 f"vote can name ({MAX_CODEBOOK}); use codebook=B (public Sobol points)")
+    return design.reshape(-1, space.dim), context.site_index * n_init + np.arange(n_init)
+
+
 VOTE_MECHANISM = ("randomized response over the public codebook (labfbo.privacy.randomized_response): "
                   "pure epsilon-DP per vote")
 
@@ -200,29 +216,13 @@ class VoteSite(LocalGPSite):
         if spec is not None and (spec.constraints or spec.multi):
             raise ConfigurationError("the vote protocol weighs one objective's acquisition by the others' votes; "
                                      "it does not support outcome constraints or several objectives yet")
-        self.points, self.mine = self._codebook(space, options.codebook, context)
+        self.points, self.mine = choice_set(space, options.codebook, context)
         if self.points is None and context.n_sites > 1:
             warnings.warn(f"vote: site {context.site!r} cannot know the study's collaborative design (it needs the "
                           "coordinator's design: n_init >= 2 and a coordinator that states its seed), so it will not "
                           "vote; give n_init, or codebook=B on every site for a public Sobol codebook", stacklevel=2)
         self._vote_prior: CellPrior | None = None
         self._voted: int | None = None  # the round of this process's last vote
-
-    @staticmethod
-    def _codebook(space: SearchSpace, size: int | str, context: Any) -> tuple[np.ndarray | None, np.ndarray]:
-        """The codebook's points and the indices of those this site may name: all ``size`` Sobol
-        points; or with ``"design"`` the study's collaborative design (None when the site cannot
-        know it) and the rows dealt to this site."""
-        if size != "design":
-            return codebook(space, int(size)), np.arange(int(size))
-        design = context.study_design
-        if design is None or design.shape[1] < 2:  # one dealt row is no choice: nothing to vote on
-            return None, np.zeros(0, dtype=int)
-        n_init = design.shape[1]
-        if design.shape[0] * n_init > MAX_CODEBOOK:
-            raise ConfigurationError(f"vote: the study's design has {design.shape[0] * n_init} rows, more than a "
-                                     f"vote can name ({MAX_CODEBOOK}); use codebook=B (public Sobol points)")
-        return design.reshape(-1, space.dim), context.site_index * n_init + np.arange(n_init)
 
     @property
     def buckets(self) -> int:
