@@ -127,7 +127,7 @@ def test_a_campaign_budget_is_never_exceeded_even_past_the_horizon() -> None:
     for opt in sites.values():
         assert opt.epsilon() <= 2.0
         rows = opt.privacy_report()
-        assert len(rows) == 2 and all(r["message"] == "optimum_vote" for r in rows)
+        assert len(rows) == 2 and all(r["message"] == "sealed_vote" for r in rows)  # key shares are no release
         assert rows[-1]["epsilon"] <= 2.0 and rows[0]["buckets"] == 3  # the site's 3 dealt rows
         assert opt.privacy_budget()["exhausted"]
     assert any("privacy budget spent" in str(w.message) for w in caught)
@@ -145,12 +145,18 @@ def test_the_vote_audit_compares_the_coordinators_guess_with_chance() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out = audit_votes("sphere", [None], [0], n_sites=3, n_init=3, budget=2)
-    rows = out[None]
-    assert len(rows) == 3
-    for r in rows:
-        assert 0 <= r["guess"] <= math.sqrt(2) and r["hit"] in (0.0, 1.0) and r["hit_chance"] == 1 / 3
-        assert 0.2 < r["chance_uniform"] < 0.9 and not math.isnan(r["others"])
-    assert "| no DP | 3 |" in table(out)
+        plain = audit_votes("sphere", [None], [0], n_sites=3, n_init=3, budget=2, sealed=False)
+    for rows in (out[None, "peer"], plain[None, "coordinator"], plain[None, "peer"]):  # readers of the votes
+        assert len(rows) == 3
+        for r in rows:
+            assert 0 <= r["guess"] <= math.sqrt(2) and r["hit"] in (0.0, 1.0) and r["hit_chance"] == 1 / 3
+            assert 0.2 < r["chance_uniform"] < 0.9 and not math.isnan(r["others"])
+    assert [r["guess"] for r in out[None, "peer"]] == [r["guess"] for r in plain[None, "coordinator"]]
+    # sealed: the coordinator reads no vote, so its guess is a uniform draw of the site's rows
+    for r in out[None, "coordinator"]:
+        assert r["guess"] == pytest.approx(r["chance_codebook"]) and r["hit"] == pytest.approx(1 / 3)
+        assert math.isnan(r["others"])
+    assert "| no DP | coordinator | 3 |" in table(out) and "reads no vote" in table(out)
 
 
 def test_calibrating_randomized_responses_to_a_budget() -> None:
@@ -199,7 +205,7 @@ def test_under_a_budget_a_site_votes_in_the_first_round_it_can() -> None:
     from labfbo.protocols.base import SiteContext, SiteData
     from labfbo.protocols.vote import VoteRequest, VoteSite
 
-    opts = VoteOptions(codebook=8, privacy=DP(epsilon=2.0, noise_multiplier=0.5))
+    opts = VoteOptions(codebook=8, sealed=False, privacy=DP(epsilon=2.0, noise_multiplier=0.5))
     site = VoteSite(SPACE, opts, SiteContext(site="a", horizon=10, secret=3))
 
     def data(n: int) -> SiteData:
@@ -219,17 +225,20 @@ def test_vote_refuses_outcome_constraints() -> None:
         labfbo.Optimizer(SPACE, protocol="vote", outcome_constraints=[Outcome("impurity", "<=", 0.5)], seed=0)
 
 
-def test_a_design_vote_names_one_of_the_sites_own_dealt_rows() -> None:
+@pytest.mark.parametrize("sealed", [True, False])
+def test_a_design_vote_names_one_of_the_sites_own_dealt_rows(sealed: bool) -> None:
     """codebook='design': the codebook is the study's collaborative design, which every site can
     compute from its join reply; a site's randomized response chooses among the n_init rows it
-    was dealt (k = n_init), and a vote made once under a budget is reused in every later tally."""
+    was dealt (k = n_init), and a vote made once under a budget is reused in every later tally
+    (sealed: every tally's tokens open to the same votes)."""
     from labfbo.coordinator import collaborative_design
+    from labfbo.protocols.vote_sealed import SealedTally, SealedVote
 
     names, n_init = ["a", "b", "c", "d"], 3
-    coord = labfbo.Coordinator("vote", sites=names, seed=5, horizon=4, codebook="design")
+    coord = labfbo.Coordinator("vote", sites=names, seed=5, horizon=4, codebook="design", sealed=sealed)
     sites = {s: labfbo.Optimizer(SPACE, protocol="vote", coordinator=coord, site=s, seed=5, n_init=n_init, horizon=4,
-                                 codebook="design", privacy=DP(epsilon=2.0), num_restarts=2, raw_samples=64)
-             for s in names}
+                                 codebook="design", sealed=sealed, privacy=DP(epsilon=2.0), num_restarts=2,
+                                 raw_samples=64) for s in names}
     design = collaborative_design(SPACE, len(names), n_init, 5)
     for i, (s, opt) in enumerate(sites.items()):
         assert np.array_equal(opt.context.study_design, design)
@@ -239,12 +248,24 @@ def test_a_design_vote_names_one_of_the_sites_own_dealt_rows() -> None:
         for s, trial in trials.items():
             sites[s].tell(trial, float(sum((v - 0.3) ** 2 for v in trial.params.values())))
     for i, (s, opt) in enumerate(sites.items()):
-        votes = [m for m in opt.ledger.sent if isinstance(m, OptimumVote)]
-        assert len(votes) == 1 and votes[0].codebook == len(names) * n_init
-        assert i * n_init <= votes[0].index < (i + 1) * n_init  # one of its own rows, even when randomized
+        votes = [m for m in opt.ledger.sent if isinstance(m, (SealedVote, OptimumVote))]
+        assert len(votes) == 1 and all(isinstance(v, SealedVote if sealed else OptimumVote) for v in votes)
+        if sealed:  # a peer opens its token: the same packed vote
+            peer = names[(i + 1) % len(names)]
+            token = sites[peer]._logic.open(SealedTally(study=votes[0].study, votes=[
+                {"sender": s, "public_key": votes[0].public_key, "round": votes[0].round,
+                 "token": votes[0].sealed[peer]}]))
+            assert token is not None and set(votes[0].sealed) == set(names) - {s}
+            vote = OptimumVote(index=int(np.flatnonzero(token.counts.numpy())[0]), codebook=len(token.counts.numpy()))
+            assert len({len(t) for t in votes[0].sealed.values()}) == 1  # one size whatever the vote
+        else:
+            vote = votes[0]
+        assert vote.codebook == len(names) * n_init
+        assert i * n_init <= vote.index < (i + 1) * n_init  # one of its own rows, even when randomized
         rows = opt.privacy_report()
         assert len(rows) == 1 and rows[0]["buckets"] == n_init and rows[0]["epsilon"] <= 2.0
-        tallies_got = [m for m in opt.ledger.received if isinstance(m, VoteTally)]
+        got = [m for m in opt.ledger.received if isinstance(m, (SealedTally, VoteTally))]
+        tallies_got = [opt._logic.open(m) if sealed else m for m in got]
         assert len(tallies_got) >= 3  # round 0's votes, held for every later round
         assert all(m.counts.numpy().sum() == len(names) - 1 for m in tallies_got)
 
@@ -280,7 +301,7 @@ def test_design_votes_of_another_size_are_left_out() -> None:
     from labfbo.protocols.base import Finish
     from labfbo.protocols.vote import VoteAggregator
 
-    agg = VoteAggregator(VoteOptions(), ["a", "b", "c", "d"], 0, 4, SPACE)
+    agg = VoteAggregator(VoteOptions(sealed=False), ["a", "b", "c", "d"], 0, 4, SPACE)
     votes = {"a": OptimumVote(index=1, codebook=12), "b": OptimumVote(index=4, codebook=12),
              "c": OptimumVote(index=9, codebook=16)}
     with pytest.warns(UserWarning, match=r"ignoring the votes of \['c'\] \(not over"):
@@ -290,7 +311,7 @@ def test_design_votes_of_another_size_are_left_out() -> None:
     assert step.replies["c"].counts.numpy().sum() == 2 and step.replies["a"].counts.numpy()[4] == 1
     # a vote for a row dealt to another site is left out (site d holds rows 9..11 of 12)
     with pytest.warns(UserWarning, match=r"ignoring the votes of \['d'\] \(not one of the design rows"):
-        step = VoteAggregator(VoteOptions(), ["a", "b", "c", "d"], 0, 4, SPACE).on_responses(
+        step = VoteAggregator(VoteOptions(sealed=False), ["a", "b", "c", "d"], 0, 4, SPACE).on_responses(
             0, {"a": OptimumVote(index=1, codebook=12), "d": OptimumVote(index=0, codebook=12)})
     assert step.replies["b"].counts.numpy().tolist() == [0, 1] + [0] * 10
 

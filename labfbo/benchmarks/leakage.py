@@ -64,11 +64,13 @@ def campaign(problem: str, n_sites: int, seed: int, budget: int, n_init: int = 5
     round (GUIDE functions at ``dim=2``); returns the sites' optimizers."""
     import labfbo
     from labfbo.problems.families import GUIDE_NAMES, get_problem
+    from labfbo.seeding import int_seed
 
     prob = get_problem(problem, n_sites=n_sites, seed=seed, **({"dim": 2} if problem in GUIDE_NAMES else {}))
     coord = labfbo.Coordinator(protocol, sites=list(prob.site_names), seed=seed, horizon=budget, **options)
     sites = [labfbo.Optimizer(prob.space, protocol=protocol, coordinator=coord, site=s, seed=seed,
-                              n_init=n_init, horizon=budget, **options) for s in prob.site_names]
+                              n_init=n_init, horizon=budget, secret=int_seed(seed, i, 0, "site-secret"), **options)
+             for i, s in enumerate(prob.site_names)]  # site secrets from the seed, as simulate's: reproducible DP draws
     for i, o in enumerate(sites):
         for tr in o.ask(n=o.n_init):
             o.tell(tr, prob.evaluate(i, tr.params))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def run_vote(args: argparse.Namespace) -> int:
-    """The ``vote`` audit: the coordinator's guess of each site's optimum from its votes."""
+    """The ``vote`` audit: the coordinator's and a peer's guess of each site's optimum from its votes."""
     from labfbo.benchmarks import vote_leakage
 
     seeds = [0] if args.quick else list(range(args.seeds))
@@ -17,7 +17,7 @@ def run_vote(args: argparse.Namespace) -> int:
     budget = 10 if args.quick else max(args.iterations)
     cmd = "labfbo privacy audit " + " ".join(sys.argv[3:])
     results = vote_leakage.audit_votes(args.problem, epsilons, seeds, n_sites=args.sites, n_init=args.n_init,
-                                       budget=budget)
+                                       budget=budget, sealed=not args.unsealed)
     text = vote_leakage.table(results)
     out = Path(args.out) / args.problem
     out.mkdir(parents=True, exist_ok=True)
@@ -70,7 +70,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     au = pvsub.add_parser("audit", help="the coordinator's gradient-leakage attack (PACD-BO §V-A), with and "
                           "without DP (cached, resumable)")
     au.add_argument("--protocol", choices=["gradient", "vote"], default="gradient", help="gradient: the "
-                    "gradient-inversion attack; vote: the coordinator's guess of each site's optimum from its votes "
+                    "gradient-inversion attack; vote: the coordinator's and a peer's guess of each site's optimum from its votes "
                     "(no DP and --epsilons, default 2; rounds: the largest --iterations)")
     au.add_argument("--problem", default="sphere", help="a 2-D problem (GUIDE functions run at dim 2)")
     au.add_argument("--sigmas", type=float, nargs="+", default=[0.0, 2.0, 8.0], help="DP noise multipliers; 0 = no DP")
@@ -91,6 +91,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     "default carries the reconstruction from round to round); use another --out")
     au.add_argument("--acquisition", default="ucb", help="the sites' acquisition (ucb: kappa 2; ei converges "
                     "faster); use another --out")
+    au.add_argument("--unsealed", action="store_true", help="vote: the coordinator counts the votes in the clear "
+                    "(sealed=False) instead of relaying sealed ones")
     au.add_argument("--out", default="runs/audit")
     au.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 1)))
     au.add_argument("--quick", action="store_true", help="sigma 0 and 8, t 1 and 10, one seed (minutes)")

@@ -24,6 +24,10 @@ randomized response over :math:`R_i` (:math:`k = |R_i|`) at the per-vote
 :math:`\varepsilon_v` (a campaign budget :math:`\varepsilon` over :math:`V` planned votes,
 composed by the PLD accountant; one vote under a budget: :math:`\varepsilon_v = \varepsilon`).
 
+**Sealed** (``sealed=True``, the default; :mod:`labfbo.protocols.vote_sealed`): the vote is
+encrypted for each other site and the coordinator only relays it; each site counts the votes
+it opens as below. Otherwise:
+
 **Coordinator** (:func:`tallies`). Each site gets the other sites' votes counted per
 codebook point, :math:`n_{-i,b} = \#\{j \ne i: b_j = b\}` (:class:`VoteTally`): its own vote
 is never sent back, and nothing says who voted for what. When votes were randomized the
@@ -61,7 +65,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Iterable, Literal, Mapping
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -71,12 +75,14 @@ from labfbo.exceptions import ConfigurationError
 from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.gp import predict
 from labfbo.priors import CellPrior, prior_exponent
-from labfbo.privacy import DP
+from labfbo.privacy import DP, secagg
 from labfbo.privacy.randomized_response import noise_parameter, respond
 from labfbo.privacy.release import Release
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.held import HeldReleases, ReusesReleases
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
+from labfbo.protocols.secure_sum import KeyRequest, PublicKeyShare
+from labfbo.protocols.vote_sealed import SealedTally, SealedVote, open_votes, relay, seal_vote
 from labfbo.seeding import int_seed
 from labfbo.space import SearchSpace
 
@@ -89,6 +95,8 @@ class VoteRequest(Message):
     """Coordinator -> site: vote for the codebook point where you believe the optimum lies."""
 
     kind: Literal["vote_request"] = "vote_request"
+    cohort: dict[str, str] | None = Field(None, description="sealed votes: every member's X25519 public key "
+                                          "(base64), for sealing the vote to each other member")
 
 
 @register
@@ -160,6 +168,8 @@ class VoteOptions(ModelOptions):
                                       "round, or under a campaign budget DP(epsilon=...) once, in round 0")
     privacy: DP | None = Field(None, description="randomized response on the vote; for this protocol "
                                "noise_multiplier is 1 / (each vote's epsilon)")
+    sealed: bool = Field(True, description="seal each vote for the other sites (X25519 + ChaCha20-Poly1305): the "
+                         "coordinator relays votes it cannot read (labfbo.protocols.vote_sealed); False: it counts them")
 
     @model_validator(mode="after")
     def _federated_prior(self) -> "VoteOptions":
@@ -223,6 +233,8 @@ class VoteSite(LocalGPSite):
                           "vote; give n_init, or codebook=B on every site for a public Sobol codebook", stacklevel=2)
         self._vote_prior: CellPrior | None = None
         self._voted: int | None = None  # the round of this process's last vote
+        self._last_vote: OptimumVote | None = None  # sealed: what it said, to seal again for sites that join later
+        self._sealed_for: set[str] = set()  # ... and whom it was sealed for
 
     @property
     def buckets(self) -> int:
@@ -231,13 +243,19 @@ class VoteSite(LocalGPSite):
         return max(len(self.mine), 2)
 
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
+        if isinstance(request, KeyRequest):
+            return PublicKeyShare(public_key=secagg.public_key(self.context.key_seed))
         if not isinstance(request, VoteRequest):
             return super().answer(request, data, round)
         o, k = self.options, self.schedule(self.context.horizon)
         if self.points is None:
             return Abstain(reason="codebook='design' needs the study's collaborative design: join the coordinator "
                                   "and start from the design it deals")
+        if o.sealed and (refusal := self._check_cohort(request.cohort)):
+            return refusal
         if not self.release_round(round, k):
+            if o.sealed and (again := self._reseal(request, round)) is not None:
+                return again
             return Abstain(reason=f"not a release round (release_every={k})")
         if data.n < 2:
             return Abstain(reason="fewer than two observations")
@@ -249,15 +267,52 @@ class VoteSite(LocalGPSite):
             choice = respond(choice, self.buckets, vote_epsilon(dp),
                              self.context.private_rng(round, f"dp-vote/{data.digest()}"))
         noised = dp is not None and bool(dp.sigma)
-        return OptimumVote(index=int(self.mine[choice]), codebook=len(self.points),
+        vote = OptimumVote(index=int(self.mine[choice]), codebook=len(self.points),
                            dp_noise_multiplier=dp.sigma if noised else None,  # type: ignore[union-attr]
                            choices=self.buckets if noised else None, release_every=None if k == 1 else k)
+        if not o.sealed:
+            return vote
+        out = seal_vote(vote.model_dump(), self.context.site_index, self.context.site, self.context.key_seed,
+                        request.cohort or {}, request.study, round)
+        self._last_vote, self._sealed_for = vote, set(out.sealed)
+        return out
+
+    def _reseal(self, request: VoteRequest, round: int) -> SealedVote | None:
+        """This process's last vote sealed again, for a cohort with members it was not sealed for (a site
+        that joined later): the same randomized response, so no new release (:meth:`release`)."""
+        last, cohort = self._last_vote, request.cohort or {}
+        if last is None or not set(cohort) - {self.context.site} - self._sealed_for:
+            return None
+        out = seal_vote(last.model_dump(), self.context.site_index, self.context.site, self.context.key_seed,
+                        cohort, request.study, round)
+        self._sealed_for = set(out.sealed)
+        return out.model_copy(update={"resealed_from": self._voted})
+
+    def release(self, message: Message) -> Release | None:
+        """A vote sealed again (``resealed_from``) repeats a randomized response already released and
+        accounted: post-processing, no new release. Everything else as declared."""
+        if isinstance(message, SealedVote) and message.resealed_from is not None:
+            return None
+        return super().release(message)
+
+    def _check_cohort(self, cohort: Mapping[str, str] | None) -> Message | None:
+        """Why this site cannot seal a vote for ``cohort`` (the answer to send instead), or None."""
+        me, mine = self.context.site, secagg.public_key(self.context.key_seed)
+        if cohort is None:
+            return Abstain(reason="sealed votes need the cohort's public keys (a coordinator with sealed=False?)")
+        if cohort.get(me) != mine:  # the coordinator holds no key of ours, or an old one
+            return PublicKeyShare(public_key=mine)
+        if len(cohort) < 2:
+            return Abstain(reason="no other site to seal a vote for")
+        return None
 
     def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
                         sensitivity: float | None) -> Release | None:
         """A vote under DP is one randomized response over ``codebook`` options at ``1 / sigma``."""
         dp = self.options.privacy
-        if kind != "optimum_vote" or not noised or dp is None:
+        if kind == "secagg_public_key":  # key material: nothing computed from the data
+            return None
+        if kind not in ("optimum_vote", "sealed_vote") or not noised or dp is None:
             return super().declare_release(kind, round, step, noised, sensitivity)
         return Release.randomized_response(kind, round, dp, VOTE_MECHANISM, buckets=self.buckets,
                                            epsilon=vote_epsilon(dp), step=step)
@@ -282,7 +337,8 @@ class VoteSite(LocalGPSite):
 
     def planned_releases(self, horizon: int) -> dict[str, int]:
         """One vote in each round ``t < horizon`` with ``t % k == 0`` (:meth:`schedule`): ``ceil(horizon / k)``."""
-        return {"optimum_vote": -(-horizon // self.schedule(horizon))}
+        kind = "sealed_vote" if self.options.sealed else "optimum_vote"
+        return {kind: -(-horizon // self.schedule(horizon))}
 
     def prior(self, tally: VoteTally) -> CellPrior | None:
         r"""The others' votes as a prior over the named codebook cells (None without votes or for
@@ -299,8 +355,32 @@ class VoteSite(LocalGPSite):
         return CellPrior(self.space, self.points, weights, floor=floor)
 
     def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
+        if isinstance(guidance, SealedTally):
+            guidance = self.open(guidance)
         self._vote_prior = self.prior(guidance) if isinstance(guidance, VoteTally) else None
         return self.propose_local(data, n, round)
+
+    def open(self, tally: SealedTally) -> VoteTally | None:
+        """The sealed votes this site can open and use, counted (None without any): a vote over
+        another codebook, or naming a design row not dealt to its voter, is left out with a warning."""
+        if self.points is None:
+            return None
+        n_init = len(self.mine) if self.options.codebook == "design" else None
+        kept, stray = {}, []
+        for sender, (fields, voter) in open_votes(tally, self.context.site, self.context.key_seed).items():
+            try:
+                vote = OptimumVote(**fields)
+            except ValueError:
+                stray.append(sender)
+                continue
+            if vote.codebook != len(self.points) or (n_init is not None and vote.index // n_init != voter):
+                stray.append(sender)
+            else:
+                kept[sender] = vote
+        if stray:
+            warnings.warn(f"vote: ignoring the sealed votes of {sorted(stray)} (not over this site's codebook of "
+                          f"{len(self.points)} points, or not a row dealt to the voter)", stacklevel=2)
+        return count_votes(kept.values(), len(self.points)) if kept else None
 
     def prior_weight(self, data: SiteData, round: int) -> tuple[Any, float] | None:
         prior = self._vote_prior
@@ -309,19 +389,23 @@ class VoteSite(LocalGPSite):
         return prior, prior_exponent(self.options, prior, round, data.X, data.y)  # type: ignore[arg-type]
 
 
+def count_votes(votes: Iterable[OptimumVote], size: int, randomized: bool | None = None) -> VoteTally:
+    """The votes counted per codebook point, with their evidence when some were randomized
+    (``randomized``: decided over a larger set of votes, so that every site's tally has the same form)."""
+    votes = list(votes)
+    randomized = any(v.dp_noise_multiplier is not None for v in votes) if randomized is None else randomized
+    counts, evidence = np.zeros(size, dtype=np.int64), np.zeros(size)
+    for v in votes:
+        counts[v.index] += 1
+        evidence[v.index] += v.truth_weight
+    return VoteTally(counts=Array.of(counts, "int64"),
+                     evidence=Array.of(np.minimum(evidence, counts)) if randomized else None)
+
+
 def tallies(votes: Mapping[str, OptimumVote], sites: list[str], size: int) -> dict[str, VoteTally]:
     """Each site's tally of the *other* sites' votes."""
     randomized = any(v.dp_noise_multiplier is not None for v in votes.values())
-    out = {}
-    for s in sites:
-        counts, evidence = np.zeros(size, dtype=np.int64), np.zeros(size)
-        for o, v in votes.items():
-            if o != s:
-                counts[v.index] += 1
-                evidence[v.index] += v.truth_weight
-        out[s] = VoteTally(counts=Array.of(counts, "int64"),
-                           evidence=Array.of(np.minimum(evidence, counts)) if randomized else None)
-    return out
+    return {s: count_votes((v for o, v in votes.items() if o != s), size, randomized) for s in sites}
 
 
 class VoteAggregator(ReusesReleases, Aggregator):
@@ -329,12 +413,26 @@ class VoteAggregator(ReusesReleases, Aggregator):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.reuse: HeldReleases[OptimumVote] = HeldReleases(self.sites, OptimumVote, "vote")
+        kind = SealedVote if self.options.sealed else OptimumVote
+        self.reuse: HeldReleases[Any] = HeldReleases(self.sites, kind, "vote")
+        self.keys: dict[str, str] = {}  # sealed votes: the members' public keys, as they sent them
+        self.asking_keys = False
 
     def open_round(self, t: int) -> Step:
-        return Exchange({s: VoteRequest() for s in self.sites})
+        if not self.options.sealed:
+            return Exchange({s: VoteRequest() for s in self.sites})
+        missing = [s for s in self.sites if s not in self.keys]
+        self.asking_keys = bool(missing)
+        return Exchange({s: KeyRequest() for s in missing}) if missing else self._sealed_request()
+
+    def _sealed_request(self) -> Exchange:
+        self.asking_keys = False
+        request = VoteRequest(cohort={s: self.keys[s] for s in self.sites if s in self.keys})
+        return Exchange({s: request for s in request.cohort or {}})
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
+        if self.options.sealed:
+            return self._relay(t, responses)
         fresh = {s: m for s, m in responses.items() if isinstance(m, OptimumVote)}
         votes = self.reuse.merge(t, fresh)
         size = self.options.codebook
@@ -350,6 +448,30 @@ class VoteAggregator(ReusesReleases, Aggregator):
             votes = {s: m for s, m in votes.items() if s not in wrong}
         return Finish(tallies(votes, self.sites, size) if votes else {})
 
+    def _relay(self, t: int, responses: Mapping[str, Message]) -> Step:
+        """Sealed votes: learn keys; after the keys exchange, ask for the votes; then hand each site the
+        tokens sealed for it (fresh, or held from an earlier round of the voter's schedule)."""
+        for s, m in responses.items():
+            if isinstance(m, PublicKeyShare) and s in self.sites:
+                if secagg.valid_public_key(m.public_key):
+                    self.keys[s] = m.public_key
+                else:
+                    warnings.warn(f"vote: {s!r} sent an invalid public key", stacklevel=3)
+        if self.asking_keys:
+            return self._sealed_request() if len(self.keys) >= 2 else Finish({})
+        fresh = {s: m for s, m in responses.items() if isinstance(m, SealedVote)}
+        votes = self.reuse.merge(t, fresh)
+        for s, m in fresh.items():  # a vote sealed again for a newcomer keeps its first release's window
+            if m.resealed_from is not None and s in self.reuse.held:
+                self.reuse.held[s] = (m.resealed_from, m)
+        return Finish(relay(votes, self.sites))
+
+    def state(self) -> dict[str, Any]:
+        return {**self.reuse.state(), **({"keys": dict(self.keys)} if self.keys else {})}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.reuse.restore(state)
+        self.keys = dict(state.get("keys", {}))
 
     def _own_rows(self, votes: dict[str, OptimumVote], fresh: Mapping[str, Message]) -> dict[str, OptimumVote]:
         """The design votes that name one of the rows dealt to their voter (site ``i`` of ``n`` holds
@@ -370,4 +492,4 @@ class VoteProtocol(Protocol):
     Options = VoteOptions
     site_logic = VoteSite
     aggregator = VoteAggregator
-    shared_options = ("codebook",)
+    shared_options = ("codebook", "sealed")

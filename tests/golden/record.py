@@ -8,6 +8,13 @@ It writes ``tests/golden/proposals.json`` (every protocol, on a continuous and a
 space: the proposals of a small lock-step campaign from seed 7) and two journals of the
 current format under ``tests/golden/journals/`` with what their sites propose next. The
 commit it was recorded at is written next to the numbers.
+
+A machine whose floating point differs (:func:`numerics`: the CPU vendor and whether it has
+AVX-512, which select MKL's and OpenBLAS's kernels) proposes other bits on a few protocols,
+at the same commit. ``record.py --machine`` writes ``proposals.<numerics>.json`` with that
+machine's proposals where they differ from ``proposals.json``; the test holds each machine to
+its own record, at the same tolerance. Record it only at a commit whose proposals match
+``proposals.json`` on the machine that recorded that (say so in the commit).
 """
 
 from __future__ import annotations
@@ -152,6 +159,47 @@ def _federated_journal(path: Path) -> list[dict[str, Any]]:
     return report
 
 
+def numerics() -> str:
+    """The floating-point class of this machine: ``<cpu vendor>-<avx512|avx2|other>`` (Linux; else the platform)."""
+    import platform
+
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.machine() or "unknown"
+    vendor = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("vendor_id")), "unknown")
+    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
+    return f"{vendor}-{'avx512' if 'avx512f' in flags else 'avx2' if 'avx2' in flags else 'other'}"
+
+
+def _close(got: Any, want: Any) -> bool:
+    """The test's strictest comparison: equal, floats to a relative 1e-9 (absolute 1e-12)."""
+    if isinstance(want, float) and isinstance(got, (int, float)):
+        return abs(got - want) <= max(1e-9 * abs(want), 1e-12)
+    if isinstance(want, list) and isinstance(got, list):
+        return len(got) == len(want) and all(_close(g, w) for g, w in zip(got, want))
+    if isinstance(want, dict) and isinstance(got, dict):
+        return got.keys() == want.keys() and all(_close(got[k], want[k]) for k in want)
+    return got == want
+
+
+def record_machine() -> None:
+    """``proposals.<numerics>.json``: this machine's proposals where they differ from ``proposals.json``."""
+    main_record = json.loads((HERE / "proposals.json").read_text())
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
+    differ = {}
+    for key, want in main_record["proposals"].items():
+        name, label = key.split("/")
+        space, f = (CONT, cont_f) if label == "cont" else (MIXED, mixed_f)
+        got = campaign(name, space, f)
+        if not _close(got, want):
+            differ[key] = got
+            print(f"{key}: differs here", flush=True)
+    path = HERE / f"proposals.{numerics()}.json"
+    path.write_text(json.dumps({"commit": commit, "numerics": numerics(), "proposals": differ}, indent=1) + "\n")
+    print("written", os.path.relpath(path))
+
+
 def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     dirty = bool(subprocess.run(["git", "status", "--porcelain", "labfbo"], capture_output=True, text=True,
@@ -181,4 +229,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    record_machine() if "--machine" in sys.argv[1:] else main()

@@ -1,0 +1,152 @@
+"""Sealed votes: the coordinator relays votes it cannot read; each recipient opens and counts them."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import labfbo
+from labfbo.exceptions import ProtocolError
+from labfbo.privacy import secagg, sealed
+from labfbo.protocols.base import Finish, SiteContext
+from labfbo.protocols.secure_sum import KeyRequest, PublicKeyShare
+from labfbo.protocols.vote import OptimumVote, VoteAggregator, VoteOptions, VoteRequest, VoteSite
+from labfbo.protocols.vote_sealed import (TOKEN_CHARS, SealedVote, context, open_votes, pack, relay,
+                                          seal_vote, unpack)
+
+SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Real("y", 0.0, 1.0)])
+KEYS = {s: bytes([i + 1]) * 32 for i, s in enumerate("abcd")}
+PUBLIC = {s: secagg.public_key(k) for s, k in KEYS.items()}
+
+
+def test_a_sealed_payload_opens_only_for_its_recipient_round_and_sender() -> None:
+    token = sealed.seal(b"vote 7", "a", KEYS["a"], "b", PUBLIC["b"], b"r0")
+    assert sealed.unseal(token, "b", KEYS["b"], "a", PUBLIC["a"], b"r0") == b"vote 7"
+    assert token == sealed.seal(b"vote 7", "a", KEYS["a"], "b", PUBLIC["b"], b"r0")  # the same bytes on any transport
+    assert token != sealed.seal(b"vote 8", "a", KEYS["a"], "b", PUBLIC["b"], b"r0")
+    for who, sender, ctx in [("c", "a", b"r0"), ("b", "a", b"r1"), ("b", "c", b"r0")]:  # another reader, round, sender
+        with pytest.raises(ProtocolError, match="does not authenticate"):
+            sealed.unseal(token, who, KEYS[who], sender, PUBLIC[sender], ctx)
+    tampered = token[:20] + ("A" if token[20] != "A" else "B") + token[21:]
+    with pytest.raises(ProtocolError):
+        sealed.unseal(tampered, "b", KEYS["b"], "a", PUBLIC["a"], b"r0")
+
+
+def test_a_sealed_vote_has_one_size_whatever_it_says() -> None:
+    cohort = {s: PUBLIC[s] for s in "abc"}
+    plain = OptimumVote(index=0, codebook=12).model_dump()
+    noisy = OptimumVote(index=4093, codebook=4096, dp_noise_multiplier=0.5, choices=5, release_every=30).model_dump()
+    votes = [seal_vote(v, i, "a", KEYS["a"], cohort, "study", 3) for i, v in enumerate([plain, noisy])]
+    assert {len(t) for v in votes for t in v.sealed.values()} == {TOKEN_CHARS}
+    assert set(votes[0].sealed) == {"b", "c"} and votes[0].public_key == PUBLIC["a"]
+    assert votes[1].dp_noise_multiplier == 0.5 and votes[1].release_every == 30  # configuration, in the clear
+    fields, voter = unpack(pack(noisy, 1))
+    assert voter == 1 and OptimumVote(**fields) == OptimumVote(**noisy)
+    with pytest.raises(ValueError):
+        SealedVote(public_key=PUBLIC["a"], sealed={"b": "short"})
+
+
+def test_the_coordinator_relays_each_site_only_the_tokens_sealed_for_it() -> None:
+    agg = VoteAggregator(VoteOptions(), ["a", "b", "c"], 0, 4, SPACE)
+    step = agg.open_round(0)  # no key yet: the keys first
+    assert all(isinstance(m, KeyRequest) for m in step.requests.values()) and len(step.requests) == 3
+    step = agg.on_responses(0, {s: PublicKeyShare(public_key=PUBLIC[s]) for s in "abc"})
+    request = step.requests["a"]
+    assert isinstance(request, VoteRequest) and request.cohort == {s: PUBLIC[s] for s in "abc"}
+    votes = {s: seal_vote(OptimumVote(index=3 * i, codebook=9).model_dump(), i, s, KEYS[s], request.cohort,
+                          "st", 0).model_copy(update={"round": 0, "study": "st"}) for i, s in enumerate("abc")}
+    done = agg.on_responses(0, votes)
+    assert isinstance(done, Finish)
+    for s in "abc":
+        tally = done.replies[s].model_copy(update={"study": "st"})
+        assert sorted(e.sender for e in tally.votes) == sorted(set("abc") - {s})
+        opened = open_votes(tally, s, KEYS[s])
+        assert {o: v[0]["index"] for o, v in opened.items()} == {o: 3 * "abc".index(o) for o in set("abc") - {s}}
+    assert agg.open_round(1).requests["a"].cohort == request.cohort  # keys are kept: one exchange a round
+    again = VoteAggregator(VoteOptions(), ["a", "b", "c"], 0, 4, SPACE)
+    again.restore(agg.state())
+    assert again.keys == agg.keys
+
+
+def test_a_site_with_a_stale_key_sends_its_current_one_and_a_lone_site_does_not_vote() -> None:
+    ctx = SiteContext(site="a", n_sites=3, key_seed=KEYS["a"], study_design=np.random.default_rng(0).random((3, 2, 2)))
+    site = VoteSite(SPACE, VoteOptions(), ctx)
+    X = np.random.default_rng(1).random((4, 2))
+    data = labfbo.protocols.base.SiteData(SPACE, X, -X.sum(1), None, np.zeros((0, 2)))
+    stale = site.answer(VoteRequest(cohort={"a": PUBLIC["b"], "b": PUBLIC["b"]}), data, 0)
+    assert isinstance(stale, PublicKeyShare) and stale.public_key == PUBLIC["a"]
+    alone = site.answer(VoteRequest(cohort={"a": PUBLIC["a"]}), data, 0)
+    assert alone.kind == "abstain" and "no other site" in alone.reason
+    assert site.answer(VoteRequest(), data, 0).kind == "abstain"  # an unsealed coordinator
+    assert site.declare_release("secagg_public_key", 0, None, False, None) is None  # key material is no release
+
+
+def test_a_recipient_leaves_out_a_vote_that_does_not_open_or_is_not_the_voters_row() -> None:
+    design = np.random.default_rng(0).random((3, 2, 2))
+    site = VoteSite(SPACE, VoteOptions(), SiteContext(site="c", site_index=2, n_sites=3, key_seed=KEYS["c"],
+                                                      study_design=design))
+    cohort = {s: PUBLIC[s] for s in "abc"}
+    good = seal_vote(OptimumVote(index=1, codebook=6).model_dump(), 0, "a", KEYS["a"], cohort, "st", 0)
+    foreign = seal_vote(OptimumVote(index=0, codebook=6).model_dump(), 1, "b", KEYS["b"], cohort, "st", 0)  # a's row
+    tally = relay({"a": good.model_copy(update={"round": 0}), "b": foreign.model_copy(update={"round": 0})},
+                  ["a", "b", "c"])["c"].model_copy(update={"study": "st"})
+    with pytest.warns(UserWarning, match=r"ignoring the sealed votes of \['b'\]"):
+        counted = site.open(tally)
+    assert counted is not None and counted.counts.numpy().tolist() == [0, 1, 0, 0, 0, 0]
+    with pytest.warns(UserWarning, match="does not authenticate"):
+        assert site.open(tally.model_copy(update={"study": "another study"})) is None
+    assert context("st", 0) != context("st", 1)
+
+
+def test_sealing_changes_no_proposal() -> None:
+    runs = [labfbo.simulate("branin", protocol="vote", n_sites=3, n_init=4, budget=3, seed=0, num_restarts=2,
+                            raw_samples=64, sealed=flag) for flag in (True, False)]
+    assert np.array_equal(runs[0].proposals, runs[1].proposals)
+
+
+def test_the_coordinator_of_a_sealed_campaign_holds_no_vote() -> None:
+    names = ["a", "b", "c"]
+    coord = labfbo.Coordinator("vote", sites=names, seed=2, horizon=3)
+    sites = {s: labfbo.Optimizer(SPACE, protocol="vote", coordinator=coord, site=s, seed=2, n_init=3, horizon=3,
+                                 privacy=labfbo.DP(epsilon=2.0), num_restarts=2, raw_samples=64) for s in names}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(5):
+            trials = {s: o.ask() for s, o in sites.items()}
+            for s, t in trials.items():
+                sites[s].tell(t, float(sum((v - 0.3) ** 2 for v in t.params.values())))
+    sent = [m for o in sites.values() for m in o.ledger.sent]
+    assert not any(isinstance(m, OptimumVote) for m in sent)
+    assert sum(isinstance(m, SealedVote) for m in sent) == 3
+    assert all(o.epsilon() <= 2.0 for o in sites.values())
+
+
+def test_a_vote_is_sealed_again_for_a_newcomer_without_a_new_release() -> None:
+    """Under a budget a site votes once; a site that joins later gets that same vote, sealed for it."""
+    design = np.random.default_rng(0).random((4, 3, 2))
+    opts = VoteOptions(privacy=labfbo.DP(epsilon=2.0, noise_multiplier=0.5))
+    site = VoteSite(SPACE, opts, SiteContext(site="a", n_sites=4, horizon=10, secret=3, key_seed=KEYS["a"],
+                                             study_design=design))
+    X = np.random.default_rng(1).random((4, 2))
+    data = labfbo.protocols.base.SiteData(SPACE, X, -X.sum(1), None, np.zeros((0, 2)))
+    three = {s: PUBLIC[s] for s in "abc"}
+    first = site.answer(VoteRequest(cohort=three, study="st"), data, 0).model_copy(update={"round": 0, "study": "st"})
+    assert isinstance(first, SealedVote) and first.resealed_from is None and site.release(first) is not None
+    assert site.answer(VoteRequest(cohort=three, study="st"), data, 1).kind == "abstain"  # nobody new: nothing
+    again = site.answer(VoteRequest(cohort={**three, "d": PUBLIC["d"]}, study="st"), data, 2)
+    assert isinstance(again, SealedVote) and again.resealed_from == 0 and set(again.sealed) == {"b", "c", "d"}
+    assert site.release(again) is None  # the same randomized response: post-processing, no new release
+    again = again.model_copy(update={"round": 2, "study": "st"})
+    said = {}
+    for who, msg in (("b", first), ("d", again)):
+        tally = relay({"a": msg}, ["a", who])[who].model_copy(update={"study": "st"})
+        said[who] = open_votes(tally, who, KEYS[who])["a"]
+    assert said["b"] == said["d"]
+    agg = VoteAggregator(opts, ["a", "b", "c", "d"], 0, 10, SPACE)
+    agg.keys = dict(PUBLIC)
+    agg.asking_keys = False
+    agg.on_responses(0, {"a": first})
+    agg.on_responses(2, {"a": again})
+    assert agg.reuse.held["a"] == (0, again)  # held for the first release's window, not a new one
