@@ -493,6 +493,7 @@ class Optimizer(CampaignViews):
                 self._commit(Released(**release.model_dump()))  # accounted before it leaves
             frame = answer.to_wire()  # encoded once: sized for the ledger, then sent
             self.ledger.record_sent(answer, len(frame))
+            self._logic.sent(answer)
             if len(self.ledger.unjournaled) >= TRAFFIC_BATCH:  # a long exchange (gradient's warm-up)
                 self._commit(Traffic(messages=self.ledger.take()))
         return frame

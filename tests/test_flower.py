@@ -30,7 +30,7 @@ from labfbo.transport.flower_deploy import LocalFlowerDeployment  # noqa: E402
 
 FAST = {"num_restarts": 2, "raw_samples": 32}
 EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_steps": 5, "svgd_steps": 2},
-         "consensus": {}}
+         "consensus": {}, "vote": {"privacy": labfbo.DP(epsilon=2.0)}}  # vote: sealed, a randomized response
 SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1)])
 
 
@@ -63,7 +63,7 @@ def _logs(fl: LocalFlowerDeployment, name: str) -> str:
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("protocol", ["consensus", "distribution", "gradient"])
+@pytest.mark.parametrize("protocol", ["consensus", "distribution", "gradient", "vote"])
 def test_flower_gives_the_same_proposals_as_local(deployment, protocol: str) -> None:
     kw = dict(problem="branin", protocol=protocol, n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
     flower = labfbo.simulate(transport="flower", flower_deployment=deployment, **kw)

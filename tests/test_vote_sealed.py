@@ -55,8 +55,9 @@ def test_the_coordinator_relays_each_site_only_the_tokens_sealed_for_it() -> Non
     step = agg.on_responses(0, {s: PublicKeyShare(public_key=PUBLIC[s]) for s in "abc"})
     request = step.requests["a"]
     assert isinstance(request, VoteRequest) and request.cohort == {s: PUBLIC[s] for s in "abc"}
-    votes = {s: seal_vote(OptimumVote(index=3 * i, codebook=9).model_dump(), i, s, KEYS[s], request.cohort,
-                          "st", 0).model_copy(update={"round": 0, "study": "st"}) for i, s in enumerate("abc")}
+    votes = {s: seal_vote(OptimumVote(index=3 * i, codebook=9, release_every=4).model_dump(), i, s, KEYS[s],
+                          request.cohort, "st", 0).model_copy(update={"round": 0, "study": "st"})
+             for i, s in enumerate("abc")}
     done = agg.on_responses(0, votes)
     assert isinstance(done, Finish)
     for s in "abc":
@@ -67,7 +68,27 @@ def test_the_coordinator_relays_each_site_only_the_tokens_sealed_for_it() -> Non
     assert agg.open_round(1).requests["a"].cohort == request.cohort  # keys are kept: one exchange a round
     again = VoteAggregator(VoteOptions(), ["a", "b", "c"], 0, 4, SPACE)
     again.restore(agg.state())
-    assert again.keys == agg.keys
+    assert again.sealed.keys == agg.sealed.keys
+    again.open_round(2)  # the held votes (release_every=4) survive the restore and still open
+    held = again.on_responses(2, {})
+    assert open_votes(held.replies["c"].model_copy(update={"study": "st"}), "c", KEYS["c"]).keys() == {"a", "b"}
+
+
+def test_a_newcomer_is_asked_its_key_beside_the_others_votes_and_a_rekeyed_member_again() -> None:
+    """After round 0 a key request never stands alone (an absent keyless site cannot hold a round up);
+    a member that answers with a new key instead of its vote is asked again in the same round."""
+    agg = VoteAggregator(VoteOptions(), ["a", "b", "c", "d"], 0, 4, SPACE)
+    agg.open_round(0)
+    step = agg.on_responses(0, {s: PublicKeyShare(public_key=PUBLIC[s]) for s in "abc"})  # d is away
+    assert set(step.requests) == set("abc")
+    agg.on_responses(0, {})
+    step = agg.open_round(1)
+    assert isinstance(step.requests["d"], KeyRequest) and isinstance(step.requests["a"], VoteRequest)
+    new_b = secagg.public_key(b"\x09" * 32)
+    with pytest.warns(UserWarning, match="invalid public key"):
+        step = agg.on_responses(1, {"b": PublicKeyShare(public_key=new_b), "c": PublicKeyShare(public_key="A" * 44)})
+    assert set(step.requests) == {"b"} and step.requests["b"].cohort["b"] == new_b
+    assert isinstance(agg.on_responses(1, {}), Finish)  # asked again once, then the round ends
 
 
 def test_a_site_with_a_stale_key_sends_its_current_one_and_a_lone_site_does_not_vote() -> None:
@@ -134,10 +155,17 @@ def test_a_vote_is_sealed_again_for_a_newcomer_without_a_new_release() -> None:
     three = {s: PUBLIC[s] for s in "abc"}
     first = site.answer(VoteRequest(cohort=three, study="st"), data, 0).model_copy(update={"round": 0, "study": "st"})
     assert isinstance(first, SealedVote) and first.resealed_from is None and site.release(first) is not None
+    site.sent(first)  # it left (accounted): the vote to seal again for newcomers
     assert site.answer(VoteRequest(cohort=three, study="st"), data, 1).kind == "abstain"  # nobody new: nothing
     again = site.answer(VoteRequest(cohort={**three, "d": PUBLIC["d"]}, study="st"), data, 2)
     assert isinstance(again, SealedVote) and again.resealed_from == 0 and set(again.sealed) == {"b", "c", "d"}
     assert site.release(again) is None  # the same randomized response: post-processing, no new release
+    site.sent(again)
+    rekeyed_c = secagg.public_key(b"\x07" * 32)  # c came back with a new key: sealed again for it
+    assert site.answer(VoteRequest(cohort={**three, "c": rekeyed_c, "d": PUBLIC["d"]}, study="st"), data,
+                       3).resealed_from == 0
+    # past the window (10 rounds) no reseal: that round is a release round, so a fresh vote (a new release)
+    assert site.answer(VoteRequest(cohort={**three, "e": PUBLIC["d"]}, study="st"), data, 10).resealed_from is None
     again = again.model_copy(update={"round": 2, "study": "st"})
     said = {}
     for who, msg in (("b", first), ("d", again)):
@@ -150,3 +178,34 @@ def test_a_vote_is_sealed_again_for_a_newcomer_without_a_new_release() -> None:
     agg.on_responses(0, {"a": first})
     agg.on_responses(2, {"a": again})
     assert agg.reuse.held["a"] == (0, again)  # held for the first release's window, not a new one
+
+
+def test_a_vote_that_did_not_leave_is_never_sealed_again() -> None:
+    """A vote the operator declined or the budget withheld (an abstention left instead) is forgotten."""
+    design = np.random.default_rng(0).random((4, 3, 2))
+    site = VoteSite(SPACE, VoteOptions(privacy=labfbo.DP(epsilon=2.0, noise_multiplier=0.5)),
+                    SiteContext(site="a", n_sites=4, horizon=10, secret=3, key_seed=KEYS["a"], study_design=design))
+    X = np.random.default_rng(1).random((4, 2))
+    data = labfbo.protocols.base.SiteData(SPACE, X, -X.sum(1), None, np.zeros((0, 2)))
+    three = {s: PUBLIC[s] for s in "abc"}
+    assert isinstance(site.answer(VoteRequest(cohort=three, study="st"), data, 0), SealedVote)
+    site.sent(labfbo.messages.Abstain(reason="declined by the site's operator"))
+    assert site.answer(VoteRequest(cohort={**three, "d": PUBLIC["d"]}, study="st"), data, 1).kind == "abstain"
+
+
+def test_a_vote_under_a_key_the_site_was_not_given_is_left_out() -> None:
+    """A recipient holds the voters' keys from its own vote request: an envelope with another key (a
+    coordinator sealing in a site's name) is refused."""
+    design = np.random.default_rng(0).random((3, 2, 2))
+    site = VoteSite(SPACE, VoteOptions(), SiteContext(site="c", site_index=2, n_sites=3, key_seed=KEYS["c"],
+                                                      study_design=design))
+    X = np.random.default_rng(1).random((4, 2))
+    data = labfbo.protocols.base.SiteData(SPACE, X, -X.sum(1), None, np.zeros((0, 2)))
+    cohort = {s: PUBLIC[s] for s in "abc"}
+    site.answer(VoteRequest(cohort=cohort, study="st"), data, 0)
+    mallory = bytes([42]) * 32
+    forged = seal_vote(OptimumVote(index=1, codebook=6).model_dump(), 0, "a", mallory,
+                       {**cohort, "a": secagg.public_key(mallory)}, "st", 0).model_copy(update={"round": 0})
+    tally = relay({"a": forged}, ["a", "b", "c"])["c"].model_copy(update={"study": "st"})
+    with pytest.warns(UserWarning, match="a key other than the cohort's"):
+        assert site.open(tally) is None

@@ -7,15 +7,16 @@ derive the same key from their Diffie–Hellman secret,
 .. math:: k = \mathrm{HKDF\text{-}SHA256}\big(\mathrm{X25519}(s_{\text{sender}}, P_{\text{recipient}}),\
           \text{info} = \text{context} \,\|\, \text{sender} \,\|\, \text{recipient}\big),
 
-and the payload travels as ChaCha20-Poly1305 ciphertext under :math:`k`: confidential to the
-two sites and authenticated (a recipient refuses a payload altered in transit or sealed by
-anyone else for that sender). The nonce is derived from the key and the payload (a
-deterministic, misuse-resistant choice): re-sealing the same payload gives the same bytes on
-every transport, and two different payloads never share a nonce under one key.
+split into an encryption key and a MAC key, and the payload travels as ChaCha20-Poly1305
+ciphertext under the first: confidential to the two sites, and authenticated *against the
+public keys the recipient was given* (it refuses a payload altered in transit, or sealed with
+any other key than the one it holds for that sender). The nonce is an HMAC of the payload
+under the second key (deterministic and misuse-resistant): re-sealing the same payload gives
+the same bytes on every transport, and two different payloads never share a nonce under one key.
 
 Trust: an honest-but-curious coordinator that relays the public keys faithfully (an active
-one could substitute its own key and read what is sealed to it — the same assumption as
-secure aggregation's). A recipient learns the payload; the coordinator learns its size,
+one could substitute its own key, read what is sealed to it and seal payloads in a site's
+name — the same assumption as secure aggregation's). A recipient learns the payload; the coordinator learns its size,
 which the caller keeps fixed.
 """
 
@@ -33,14 +34,16 @@ NONCE = 12
 TAG = 16
 
 
-def _key(me: str, key_seed: bytes, peer: str, peer_public: str, context: bytes, sending: bool) -> bytes:
-    pair = (me, peer) if sending else (peer, me)  # (sender, recipient): a key per direction
+def _keys(me: str, key_seed: bytes, peer: str, peer_public: str, context: bytes, sending: bool) -> tuple[bytes, bytes]:
+    """The encryption key and the nonce's MAC key of one direction, one context."""
+    pair = (me, peer) if sending else (peer, me)  # (sender, recipient): keys per direction
     info = b"labfbo/sealed/" + context + b"/" + json.dumps(pair).encode()
-    return secagg.shared_key(key_seed, peer_public, info)
+    both = secagg.shared_key(key_seed, peer_public, info, length=64)
+    return both[:32], both[32:]
 
 
 def _aead(key: bytes):
-    # called after _key, whose key agreement already refused a missing ``cryptography`` clearly
+    # called after _keys, whose key agreement already refused a missing ``cryptography`` clearly
     from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
     return ChaCha20Poly1305(key)
@@ -48,8 +51,8 @@ def _aead(key: bytes):
 
 def seal(payload: bytes, me: str, key_seed: bytes, recipient: str, recipient_public: str, context: bytes) -> str:
     """``payload`` for ``recipient`` only: base64 of nonce + ciphertext + tag."""
-    key = _key(me, key_seed, recipient, recipient_public, context, sending=True)
-    nonce = hmac.new(key, payload, hashlib.sha256).digest()[:NONCE]
+    key, mac = _keys(me, key_seed, recipient, recipient_public, context, sending=True)
+    nonce = hmac.new(mac, payload, hashlib.sha256).digest()[:NONCE]
     return base64.b64encode(nonce + _aead(key).encrypt(nonce, payload, context)).decode("ascii")
 
 
@@ -63,7 +66,7 @@ def unseal(token: str, me: str, key_seed: bytes, sender: str, sender_public: str
         raise ProtocolError(f"sealed payload from {sender!r} is too short")
     from cryptography.exceptions import InvalidTag
 
-    key = _key(me, key_seed, sender, sender_public, context, sending=False)
+    key, _ = _keys(me, key_seed, sender, sender_public, context, sending=False)
     try:
         return _aead(key).decrypt(raw[:NONCE], raw[NONCE:], context)
     except InvalidTag:

@@ -87,10 +87,10 @@ def _peer(public: str):
         raise ProtocolError(f"secure aggregation: malformed public key ({exc})") from None
 
 
-def shared_key(key_seed: bytes, peer_public: str, info: bytes) -> bytes:
-    """32 bytes that this site and the owner of ``peer_public`` (and no one else) derive alike for ``info``:
-    HKDF-SHA256 of their X25519 secret."""
-    return _hkdf(private_key(key_seed).exchange(_peer(peer_public)), info)
+def shared_key(key_seed: bytes, peer_public: str, info: bytes, length: int = 32) -> bytes:
+    """``length`` bytes that this site and the owner of ``peer_public`` (and no one else) derive alike
+    for ``info``: HKDF-SHA256 of their X25519 secret."""
+    return _hkdf(private_key(key_seed).exchange(_peer(peer_public)), info, length)
 
 
 def valid_public_key(public: str) -> bool:

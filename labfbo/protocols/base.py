@@ -125,6 +125,10 @@ class SiteLogic(ABC):
         """Answer one coordinator request from local data only."""
         raise ProtocolError(f"{type(self).__name__} does not handle {request.kind!r} requests")
 
+    def sent(self, message: Message) -> None:
+        """``message`` left the site: the answer as the operator and the privacy budget let it go
+        (an :class:`Abstain` when either held it back). Called after its release was journaled."""
+
     def release(self, message: Message) -> Release | None:
         """What sending ``message`` (an answer, its ``round`` set) discloses about the site's data;
         ``None`` if it carries nothing computed from the data. Journaled before it is sent."""

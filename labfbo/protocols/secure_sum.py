@@ -110,6 +110,16 @@ def reveal(request: UnmaskRequest, me: str, key_seed: bytes, study: str, round: 
 
 
 # -- coordinator side --------------------------------------------------------------------------------
+def learn_keys(keys: dict[str, str], sites: list[str], responses: Mapping[str, Message], who: str) -> None:
+    """Keep in ``keys`` every valid public key a member of ``sites`` sent (an invalid one: a warning)."""
+    for site, r in responses.items():
+        if isinstance(r, PublicKeyShare) and site in sites:
+            if secagg.valid_public_key(r.public_key):
+                keys[site] = r.public_key
+            else:
+                warnings.warn(f"{who}: {site!r} sent an invalid public key", stacklevel=4)
+
+
 class SecureSum:
     """The coordinator's state of secure sums over ``sites``: their keys, this round's cohort, the phase."""
 
@@ -127,12 +137,7 @@ class SecureSum:
         self.cohort, self.phase, self.uploads, self.keys_asked = [], "start", {}, False
 
     def learn_keys(self, responses: Mapping[str, Message]) -> None:
-        for site, r in responses.items():
-            if isinstance(r, PublicKeyShare) and site in self.sites:
-                if secagg.valid_public_key(r.public_key):
-                    self.keys[site] = r.public_key
-                else:
-                    warnings.warn(f"secure aggregation: {site!r} sent an invalid public key", stacklevel=3)
+        learn_keys(self.keys, self.sites, responses, "secure aggregation")
 
     def first(self, make: Callable[[dict[str, str]], Message]) -> dict[str, Message] | None:
         """The exchange of a step: ``make(cohort keys)`` to the cohort, and key requests to the

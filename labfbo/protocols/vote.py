@@ -82,7 +82,7 @@ from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteDa
 from labfbo.protocols.held import HeldReleases, ReusesReleases
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.protocols.secure_sum import KeyRequest, PublicKeyShare
-from labfbo.protocols.vote_sealed import SealedTally, SealedVote, open_votes, relay, seal_vote
+from labfbo.protocols.vote_sealed import SealedRelay, SealedTally, SealedVote, open_votes, seal_vote
 from labfbo.seeding import int_seed
 from labfbo.space import SearchSpace
 
@@ -233,8 +233,10 @@ class VoteSite(LocalGPSite):
                           "vote; give n_init, or codebook=B on every site for a public Sobol codebook", stacklevel=2)
         self._vote_prior: CellPrior | None = None
         self._voted: int | None = None  # the round of this process's last vote
-        self._last_vote: OptimumVote | None = None  # sealed: what it said, to seal again for sites that join later
-        self._sealed_for: set[str] = set()  # ... and whom it was sealed for
+        self._last_vote: OptimumVote | None = None  # sealed: the last vote that left, to seal again for newcomers
+        self._sealed_for: dict[str, str] = {}  # ... and the recipients' keys it was sealed for
+        self._pending: tuple[OptimumVote, dict[str, str]] | None = None  # the vote answered, until it leaves
+        self._cohort: dict[str, str] = {}  # the keys of the last vote request: whom a sealed vote may come from
 
     @property
     def buckets(self) -> int:
@@ -253,6 +255,7 @@ class VoteSite(LocalGPSite):
                                   "and start from the design it deals")
         if o.sealed and (refusal := self._check_cohort(request.cohort)):
             return refusal
+        self._cohort = dict(request.cohort or {})
         if not self.release_round(round, k):
             if o.sealed and (again := self._reseal(request, round)) is not None:
                 return again
@@ -272,25 +275,34 @@ class VoteSite(LocalGPSite):
                            choices=self.buckets if noised else None, release_every=None if k == 1 else k)
         if not o.sealed:
             return vote
-        out = seal_vote(vote.model_dump(), self.context.site_index, self.context.site, self.context.key_seed,
-                        request.cohort or {}, request.study, round)
-        self._last_vote, self._sealed_for = vote, set(out.sealed)
-        return out
+        self._pending = (vote, dict(self._cohort))
+        return seal_vote(vote.model_dump(), self.context.site_index, self.context.site, self.context.key_seed,
+                         self._cohort, request.study, round)
 
     def _reseal(self, request: VoteRequest, round: int) -> SealedVote | None:
-        """This process's last vote sealed again, for a cohort with members it was not sealed for (a site
-        that joined later): the same randomized response, so no new release (:meth:`release`)."""
-        last, cohort = self._last_vote, request.cohort or {}
-        if last is None or not set(cohort) - {self.context.site} - self._sealed_for:
+        """The last vote that left, sealed again while it stands (``release_every``'s window) for a cohort
+        with a member it was not sealed for, or with another key (a site that joined later or rekeyed):
+        the same randomized response, already accounted, so no new release (:meth:`release`)."""
+        last, k = self._last_vote, self.schedule(self.context.horizon)
+        if last is None or self._voted is None or round >= self._voted + k:
             return None
+        if all(self._sealed_for.get(s) == key for s, key in self._cohort.items() if s != self.context.site):
+            return None
+        self._pending = (last, dict(self._cohort))
         out = seal_vote(last.model_dump(), self.context.site_index, self.context.site, self.context.key_seed,
-                        cohort, request.study, round)
-        self._sealed_for = set(out.sealed)
+                        self._cohort, request.study, round)
         return out.model_copy(update={"resealed_from": self._voted})
 
+    def sent(self, message: Message) -> None:
+        """A sealed vote that left is the one to seal again for newcomers; one the operator declined or
+        the budget withheld (an abstention went instead) is forgotten."""
+        if isinstance(message, SealedVote) and self._pending is not None:
+            self._last_vote, self._sealed_for = self._pending
+        self._pending = None
+
     def release(self, message: Message) -> Release | None:
-        """A vote sealed again (``resealed_from``) repeats a randomized response already released and
-        accounted: post-processing, no new release. Everything else as declared."""
+        """A vote sealed again (``resealed_from``) repeats a randomized response that left and was
+        accounted before (:meth:`sent`): post-processing, no new release. Everything else as declared."""
         if isinstance(message, SealedVote) and message.resealed_from is not None:
             return None
         return super().release(message)
@@ -367,6 +379,11 @@ class VoteSite(LocalGPSite):
             return None
         n_init = len(self.mine) if self.options.codebook == "design" else None
         kept, stray = {}, []
+        forged = [e.sender for e in tally.votes if self._cohort and self._cohort.get(e.sender) != e.public_key]
+        if forged:  # a voter's key must be the one the coordinator stated in this site's own request
+            warnings.warn(f"vote: ignoring the sealed votes of {sorted(forged)} (a key other than the cohort's)",
+                          stacklevel=2)
+            tally = tally.model_copy(update={"votes": [e for e in tally.votes if e.sender not in forged]})
         for sender, (fields, voter) in open_votes(tally, self.context.site, self.context.key_seed).items():
             try:
                 vote = OptimumVote(**fields)
@@ -415,24 +432,17 @@ class VoteAggregator(ReusesReleases, Aggregator):
         super().__init__(*args, **kwargs)
         kind = SealedVote if self.options.sealed else OptimumVote
         self.reuse: HeldReleases[Any] = HeldReleases(self.sites, kind, "vote")
-        self.keys: dict[str, str] = {}  # sealed votes: the members' public keys, as they sent them
-        self.asking_keys = False
+        self.sealed = SealedRelay(self.sites, self.reuse, lambda cohort: VoteRequest(cohort=cohort)) \
+            if self.options.sealed else None
 
     def open_round(self, t: int) -> Step:
-        if not self.options.sealed:
-            return Exchange({s: VoteRequest() for s in self.sites})
-        missing = [s for s in self.sites if s not in self.keys]
-        self.asking_keys = bool(missing)
-        return Exchange({s: KeyRequest() for s in missing}) if missing else self._sealed_request()
-
-    def _sealed_request(self) -> Exchange:
-        self.asking_keys = False
-        request = VoteRequest(cohort={s: self.keys[s] for s in self.sites if s in self.keys})
-        return Exchange({s: request for s in request.cohort or {}})
+        if self.sealed is not None:
+            return self.sealed.open_round()
+        return Exchange({s: VoteRequest() for s in self.sites})
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
-        if self.options.sealed:
-            return self._relay(t, responses)
+        if self.sealed is not None:
+            return self.sealed.on_responses(t, responses)
         fresh = {s: m for s, m in responses.items() if isinstance(m, OptimumVote)}
         votes = self.reuse.merge(t, fresh)
         size = self.options.codebook
@@ -448,30 +458,13 @@ class VoteAggregator(ReusesReleases, Aggregator):
             votes = {s: m for s, m in votes.items() if s not in wrong}
         return Finish(tallies(votes, self.sites, size) if votes else {})
 
-    def _relay(self, t: int, responses: Mapping[str, Message]) -> Step:
-        """Sealed votes: learn keys; after the keys exchange, ask for the votes; then hand each site the
-        tokens sealed for it (fresh, or held from an earlier round of the voter's schedule)."""
-        for s, m in responses.items():
-            if isinstance(m, PublicKeyShare) and s in self.sites:
-                if secagg.valid_public_key(m.public_key):
-                    self.keys[s] = m.public_key
-                else:
-                    warnings.warn(f"vote: {s!r} sent an invalid public key", stacklevel=3)
-        if self.asking_keys:
-            return self._sealed_request() if len(self.keys) >= 2 else Finish({})
-        fresh = {s: m for s, m in responses.items() if isinstance(m, SealedVote)}
-        votes = self.reuse.merge(t, fresh)
-        for s, m in fresh.items():  # a vote sealed again for a newcomer keeps its first release's window
-            if m.resealed_from is not None and s in self.reuse.held:
-                self.reuse.held[s] = (m.resealed_from, m)
-        return Finish(relay(votes, self.sites))
-
     def state(self) -> dict[str, Any]:
-        return {**self.reuse.state(), **({"keys": dict(self.keys)} if self.keys else {})}
+        return {**self.reuse.state(), **(self.sealed.state() if self.sealed is not None else {})}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.reuse.restore(state)
-        self.keys = dict(state.get("keys", {}))
+        if self.sealed is not None:
+            self.sealed.restore(state)
 
     def _own_rows(self, votes: dict[str, OptimumVote], fresh: Mapping[str, Message]) -> dict[str, OptimumVote]:
         """The design votes that name one of the rows dealt to their voter (site ``i`` of ``n`` holds

@@ -5,8 +5,9 @@ the site's model ranks best (under ``DP(epsilon=2)``: the truth 65 % of the time
 Sealed, the vote is encrypted separately for every other site (:mod:`labfbo.privacy.sealed`:
 X25519 key agreement, ChaCha20-Poly1305), and the coordinator only relays:
 
-1. once per round, a ``KeyRequest`` to the sites whose public key it does not hold
-   (:class:`~labfbo.protocols.secure_sum.PublicKeyShare` answers, as for secure aggregation);
+1. a ``KeyRequest`` to the sites whose public key it does not hold
+   (:class:`~labfbo.protocols.secure_sum.PublicKeyShare` answers, as for secure aggregation),
+   alone in round 0 and beside the vote requests after that (:class:`SealedRelay`);
 2. ``VoteRequest(cohort={site: public key})`` -> :class:`SealedVote`: one fixed-size token
    per other member, each the packed vote (:data:`PAYLOAD`) with the voter's roster index,
    authenticated;
@@ -16,11 +17,17 @@ X25519 key agreement, ChaCha20-Poly1305), and the coordinator only relays:
 Each recipient opens its tokens and counts the votes itself
 (:func:`labfbo.protocols.vote.count_votes`), leaving out, with a warning, a vote over another
 codebook or one that names a row not dealt to its voter. The coordinator learns who voted in
-which round and nothing of what: every token has the same length whatever the vote. The
-peers learn the votes, as they do unsealed (and the randomized response bounds what one vote
-tells them). A site that joins after a vote was sealed gets it when the voter is next asked:
-the voter seals the *same* randomized response again for the larger cohort (``resealed_from``,
-no new release), as long as the process that voted runs (a restarted site has not kept it).
+which round and nothing of what: every token has the same length whatever the vote (trust: it
+relays the public keys faithfully; a recipient opens a vote only under the key its own request
+listed for the voter). The peers learn each vote and who cast it, as they do unsealed with the
+design (with ``codebook=B`` unsealed tallies hide the voters from the peers; sealed they do not),
+and the randomized response bounds what one vote tells them.
+
+A site that joins (or rekeys) after a vote was sealed gets it when the voter is next asked,
+within the vote's ``release_every`` window: the voter seals the *same* randomized response
+again (``resealed_from``, no new release) — only a vote that left, never one the operator
+declined or the budget withheld — as long as the process that voted runs (a restarted site
+has not kept it).
 """
 
 from __future__ import annotations
@@ -29,13 +36,16 @@ import json
 import math
 import struct
 import warnings
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Callable, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from labfbo.exceptions import ProtocolError
 from labfbo.messages import Message, register
 from labfbo.privacy import sealed
+from labfbo.protocols.base import Exchange, Finish, Step
+from labfbo.protocols.held import HeldReleases
+from labfbo.protocols.secure_sum import KeyRequest, learn_keys
 
 PAYLOAD = struct.Struct("<HHHHdI")  # index, codebook, choices (0: None), voter's roster index, sigma (nan: None), k
 TOKEN_CHARS = 4 * math.ceil((sealed.NONCE + PAYLOAD.size + sealed.TAG) / 3)
@@ -125,3 +135,58 @@ def relay(votes: Mapping[str, SealedVote], sites: list[str]) -> dict[str, Sealed
         if envs:
             out[s] = SealedTally(votes=envs)
     return out
+
+
+class SealedRelay:
+    """The coordinator's side of sealed votes: the members' public keys and one round's exchanges.
+
+    A round is one exchange: the vote request (with the cohort's keys) to every member with a
+    key, and a key request to the others, who vote from the next round. Keys alone are asked
+    first only while fewer than two sites could seal for each other (round 0). A member that
+    answers with a new key instead of its vote is asked again, once, in the same round.
+    """
+
+    def __init__(self, sites: list[str], held: HeldReleases[SealedVote],
+                 request: Callable[[dict[str, str]], Message]) -> None:
+        self.sites, self.held, self.request = sites, held, request
+        self.keys: dict[str, str] = {}  # as the members sent them
+        self.asking_keys, self.reasked = False, False
+        self.fresh: dict[str, SealedVote] = {}  # this round's sealed votes so far
+
+    def _vote_requests(self, only: Any = None) -> dict[str, Message]:
+        request = self.request({s: self.keys[s] for s in self.sites if s in self.keys})
+        return {s: request for s in self.sites if s in self.keys and (only is None or s in only)}
+
+    def open_round(self) -> Step:
+        self.fresh, self.reasked = {}, False
+        missing: dict[str, Message] = {s: KeyRequest() for s in self.sites if s not in self.keys}
+        self.asking_keys = len(self.keys) < 2
+        if self.asking_keys:
+            return Exchange(missing) if missing else Finish({})
+        return Exchange({**missing, **self._vote_requests()})
+
+    def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
+        """The next exchange, or the round's relay: each site gets the tokens sealed for it, fresh or
+        held from an earlier round of the voter's schedule."""
+        before = dict(self.keys)
+        learn_keys(self.keys, self.sites, responses, "vote")
+        if self.asking_keys:
+            self.asking_keys = False
+            return Exchange(self._vote_requests()) if len(self.keys) >= 2 else Finish({})
+        self.fresh.update({s: m for s, m in responses.items() if isinstance(m, SealedVote)})
+        rekeyed = [s for s in responses if s in before and self.keys.get(s) != before[s]]
+        if rekeyed and not self.reasked:
+            self.reasked = True
+            return Exchange(self._vote_requests(only=rekeyed))
+        fresh, self.fresh = self.fresh, {}
+        votes = self.held.merge(t, fresh)
+        for s, m in fresh.items():  # a vote sealed again for a newcomer keeps its first release's window
+            if m.resealed_from is not None and s in self.held.held:
+                self.held.held[s] = (m.resealed_from, m)
+        return Finish(relay(votes, self.sites))
+
+    def state(self) -> dict[str, Any]:
+        return {"keys": dict(self.keys)} if self.keys else {}  # absent without keys: a snapshot reads as before
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self.keys = dict(state.get("keys", {}))
