@@ -166,6 +166,9 @@ def test_a_vote_is_sealed_again_for_a_newcomer_without_a_new_release() -> None:
                        3).resealed_from == 0
     # past the window (10 rounds) no reseal: that round is a release round, so a fresh vote (a new release)
     assert site.answer(VoteRequest(cohort={**three, "e": PUBLIC["d"]}, study="st"), data, 10).resealed_from is None
+    site.sent(labfbo.messages.Abstain(reason="declined by the site's operator"))  # that one did not leave
+    late = site.answer(VoteRequest(cohort={**three, "f": PUBLIC["d"]}, study="st"), data, 11)
+    assert late.kind == "abstain"  # the round-0 vote's window is over, and the round-10 vote never left
     again = again.model_copy(update={"round": 2, "study": "st"})
     said = {}
     for who, msg in (("b", first), ("d", again)):

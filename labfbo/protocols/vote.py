@@ -233,9 +233,10 @@ class VoteSite(LocalGPSite):
                           "vote; give n_init, or codebook=B on every site for a public Sobol codebook", stacklevel=2)
         self._vote_prior: CellPrior | None = None
         self._voted: int | None = None  # the round of this process's last vote
-        self._last_vote: OptimumVote | None = None  # sealed: the last vote that left, to seal again for newcomers
-        self._sealed_for: dict[str, str] = {}  # ... and the recipients' keys it was sealed for
-        self._pending: tuple[OptimumVote, dict[str, str]] | None = None  # the vote answered, until it leaves
+        # sealed: the last vote that left and its round, to seal again for newcomers, and the keys it was sealed for
+        self._last_vote: tuple[OptimumVote, int] | None = None
+        self._sealed_for: dict[str, str] = {}
+        self._pending: tuple[tuple[OptimumVote, int], dict[str, str]] | None = None  # answered, until it leaves
         self._cohort: dict[str, str] = {}  # the keys of the last vote request: whom a sealed vote may come from
 
     @property
@@ -275,7 +276,7 @@ class VoteSite(LocalGPSite):
                            choices=self.buckets if noised else None, release_every=None if k == 1 else k)
         if not o.sealed:
             return vote
-        self._pending = (vote, dict(self._cohort))
+        self._pending = ((vote, round), dict(self._cohort))
         return seal_vote(vote.model_dump(), self.context.site_index, self.context.site, self.context.key_seed,
                          self._cohort, request.study, round)
 
@@ -283,15 +284,16 @@ class VoteSite(LocalGPSite):
         """The last vote that left, sealed again while it stands (``release_every``'s window) for a cohort
         with a member it was not sealed for, or with another key (a site that joined later or rekeyed):
         the same randomized response, already accounted, so no new release (:meth:`release`)."""
-        last, k = self._last_vote, self.schedule(self.context.horizon)
-        if last is None or self._voted is None or round >= self._voted + k:
+        if self._last_vote is None:
             return None
-        if all(self._sealed_for.get(s) == key for s, key in self._cohort.items() if s != self.context.site):
+        (last, voted), k = self._last_vote, self.schedule(self.context.horizon)
+        if round >= voted + k or all(self._sealed_for.get(s) == key for s, key in self._cohort.items()
+                                     if s != self.context.site):
             return None
-        self._pending = (last, dict(self._cohort))
+        self._pending = (self._last_vote, dict(self._cohort))
         out = seal_vote(last.model_dump(), self.context.site_index, self.context.site, self.context.key_seed,
                         self._cohort, request.study, round)
-        return out.model_copy(update={"resealed_from": self._voted})
+        return out.model_copy(update={"resealed_from": voted})
 
     def sent(self, message: Message) -> None:
         """A sealed vote that left is the one to seal again for newcomers; one the operator declined or
