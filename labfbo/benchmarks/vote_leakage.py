@@ -46,36 +46,29 @@ VIEWS = ("coordinator", "peer")
 
 def _peer_reads(sites: Sequence[Any], i: int, message: Any) -> int | None:
     """The index a peer of site ``i`` reads in ``message``: the next site's, opening its token if sealed."""
-    from labfbo.exceptions import ProtocolError
-    from labfbo.privacy.sealed import unseal
-    from labfbo.protocols.vote_sealed import context, unpack
+    from labfbo.protocols.vote_sealed import open_votes, relay
 
     if message.kind == "optimum_vote":
         return int(message.index)
+    sender = sites[i].context.site
     for j in [*range(i + 1, len(sites)), *range(i)]:
         peer = sites[j].context.site
-        if peer in message.sealed:
-            try:
-                payload = unseal(message.sealed[peer], peer, sites[j].context.key_seed, sites[i].context.site,
-                                 message.public_key, context(message.study, message.round))
-            except ProtocolError:
-                continue
-            return int(unpack(payload)[0]["index"])
+        tally = relay({sender: message}, [sender, peer]).get(peer)  # what the coordinator hands that peer
+        opened = open_votes(tally.model_copy(update={"study": message.study}), peer,
+                            sites[j].context.key_seed) if tally is not None else {}
+        if sender in opened:
+            return int(opened[sender][0]["index"])
     return None
 
 
-def last_votes(sites: Sequence[Any], view: str) -> dict[int, int]:
-    """Each site's last vote as ``view`` (``"coordinator"`` or ``"peer"``) reads it; a vote it cannot read is absent."""
-    out: dict[int, int] = {}
+def last_votes(sites: Sequence[Any], view: str) -> dict[int, int | None]:
+    """Each voting site's last vote as ``view`` (``"coordinator"`` or ``"peer"``) reads it (None: it cannot)."""
+    out: dict[int, int | None] = {}
     for i, o in enumerate(sites):
         sent = [m for m in o.sent_messages() if m.kind in ("optimum_vote", "sealed_vote")]
-        if not sent:
-            continue
-        m = sent[-1]
-        index = (int(m.index) if m.kind == "optimum_vote" else None) if view == "coordinator" else \
-            _peer_reads(sites, i, m)
-        if index is not None:
-            out[i] = index
+        if sent:
+            m = sent[-1]
+            out[i] = _peer_reads(sites, i, m) if view == "peer" else int(m.index) if m.kind == "optimum_vote" else None
     return out
 
 
@@ -84,11 +77,10 @@ def site_rows(sites: Sequence[Any], view: str = "coordinator") -> list[dict[str,
     from labfbo.protocols.vote import choice_set
 
     rows = []
-    voted = {i for i, o in enumerate(sites) if any(m.kind in ("optimum_vote", "sealed_vote")
-                                                    for m in o.sent_messages())}
-    read = last_votes(sites, view)
+    last = last_votes(sites, view)
+    read = {i: v for i, v in last.items() if v is not None}
     for i, o in enumerate(sites):
-        if i not in voted:
+        if i not in last:
             continue
         points, mine = choice_set(o.space, o.options.codebook, o.context)  # what site i could name
         if points is None:
