@@ -94,7 +94,7 @@ class LinearConstraint(_Checked):
                                        "is over Real parameters on a linear scale without step")
 
     def violation(self, values: dict[str, float], span: float = 0.0) -> float:
-        """How far ``values`` (user units) are from meeting it, relative to ``max(|rhs|, span,
+        r"""How far ``values`` (user units) are from meeting it, relative to ``max(|rhs|, span,
         sum |a_i v_i|)`` (0 when met); ``span``: the left side's range over the box,
         :math:`\sum_i |a_i| (h_i - l_i)` (:meth:`span`), so a right side of 0 is no special case."""
         terms = [a * float(values[n]) for n, a in self.coefficients.items()]

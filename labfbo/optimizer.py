@@ -45,8 +45,6 @@ _COMPUTE = threading.RLock()
 
 MAX_MODEL_BATCH = 64
 """The most points one ``ask(n)`` proposes from the model (a joint batch costs superlinearly in n)."""
-
-
 TRAFFIC_BATCH = 256  # messages that may wait before their `traffic` record is written
 
 
@@ -202,6 +200,7 @@ class Optimizer(CampaignViews):
         logic_options, self._budget = plan_budget(self.protocol_cls.site_logic, self.space, self.options,
                                                   self.context, self.horizon)
         self._logic = self.protocol_cls.site_logic(self.space, logic_options, self.context)
+        self._logic.resume(self.releases())  # what it sent before a restart
 
     # -- journal ---------------------------------------------------------------------------
     def _write_header(self) -> None:

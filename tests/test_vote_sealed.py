@@ -212,3 +212,74 @@ def test_a_vote_under_a_key_the_site_was_not_given_is_left_out() -> None:
     tally = relay({"a": forged}, ["a", "b", "c"])["c"].model_copy(update={"study": "st"})
     with pytest.warns(UserWarning, match="a key other than the cohort's"):
         assert site.open(tally) is None
+
+
+def test_a_restarted_voter_remembers_its_vote_from_the_journaled_release() -> None:
+    """The journaled release states the reported row; a site logic resumed from it does not vote
+    again and seals that same vote for a newcomer, still without a new release."""
+    design = np.random.default_rng(0).random((4, 3, 2))
+    opts = VoteOptions(privacy=labfbo.DP(epsilon=2.0, noise_multiplier=0.5))
+
+    def fresh() -> VoteSite:
+        return VoteSite(SPACE, opts, SiteContext(site="a", n_sites=4, horizon=10, secret=3, key_seed=KEYS["a"],
+                                                 study_design=design))
+
+    X = np.random.default_rng(1).random((4, 2))
+    data = labfbo.protocols.base.SiteData(SPACE, X, -X.sum(1), None, np.zeros((0, 2)))
+    three = {s: PUBLIC[s] for s in "abc"}
+    site = fresh()
+    first = site.answer(VoteRequest(cohort=three, study="st"), data, 0).model_copy(update={"round": 0, "study": "st"})
+    release = site.release(first)
+    site.sent(first)
+    voted = open_votes(relay({"a": first}, ["a", "b"])["b"].model_copy(update={"study": "st"}), "b", KEYS["b"])["a"]
+    assert release is not None and release.reported == voted[0]["index"]
+    restarted = fresh()
+    restarted.resume([release])
+    again = restarted.answer(VoteRequest(cohort={**three, "d": PUBLIC["d"]}, study="st"), data, 2)
+    assert isinstance(again, SealedVote) and again.resealed_from == 0 and restarted.release(again) is None
+    again = again.model_copy(update={"round": 2, "study": "st"})
+    assert open_votes(relay({"a": again}, ["a", "d"])["d"].model_copy(update={"study": "st"}), "d",
+                      KEYS["d"])["a"] == voted
+    restarted.sent(again)
+    four = {**three, "d": PUBLIC["d"]}
+    assert restarted.answer(VoteRequest(cohort=four, study="st"), data, 3).kind == "abstain"  # sealed for all
+    assert restarted.answer(VoteRequest(cohort=four, study="st"), data, 10).resealed_from is None  # a new vote's turn
+
+
+def test_a_restarted_vote_site_proposes_what_the_uninterrupted_one_did(tmp_path) -> None:
+    """Under a budget a site votes once; restarted from its journal it neither tries again (no
+    withheld record) nor changes anyone's proposals."""
+    names = ["a", "b", "c"]
+
+    def campaign(restart_at: int | None) -> tuple[dict, dict]:
+        coord = labfbo.Coordinator("vote", sites=names, seed=1, horizon=8)
+        run = tmp_path / f"r{restart_at}"
+        run.mkdir()
+
+        def site(s: str) -> labfbo.Optimizer:
+            return labfbo.Optimizer(SPACE, protocol="vote", coordinator=coord, site=s, seed=1, n_init=3, horizon=8,
+                                    privacy=labfbo.DP(epsilon=2.0), storage=str(run / f"{s}.jsonl"), num_restarts=2,
+                                    raw_samples=64, secret=names.index(s) + 11)  # the same randomized responses
+
+        sites = {s: site(s) for s in names}
+        proposed = {s: [] for s in names}
+        for r in range(6):
+            if r == restart_at:
+                sites["a"].close()
+                sites["a"] = site("a")
+            trials = {s: opt.ask() for s, opt in sites.items()}
+            for s, trial in trials.items():
+                proposed[s].append(trial.params)
+                sites[s].tell(trial, (trial.params["x"] - 0.3) ** 2 + (trial.params["y"] - 0.6) ** 2)
+        budget = sites["a"].privacy_budget()
+        for opt in sites.values():
+            opt.close()
+        return proposed, budget
+
+    plain, _ = campaign(None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed, budget = campaign(4)
+    assert resumed == plain
+    assert not [w for w in caught if "budget spent" in str(w.message)]
+    assert budget["releases"] == 1 and budget["withheld"] == 0 and not budget["exhausted"]

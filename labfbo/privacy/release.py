@@ -49,6 +49,8 @@ class Release(BaseModel):
     delta: float | None = Field(None, gt=0, lt=1)
     buckets: int | None = Field(None, ge=2, description="randomized response: the number of options")
     pure_epsilon: float | None = Field(None, gt=0, description="randomized response: its epsilon (pure DP)")
+    reported: int | None = Field(None, ge=0, description="a choice: the option this site reported (what left, "
+                                 "kept in its own journal so that a restarted site can repeat it)")
     secure_aggregation: bool = False
     neighbouring: str = NEIGHBOURING
 
@@ -58,6 +60,8 @@ class Release(BaseModel):
         if self.buckets is None and isinstance(out, dict):  # Gaussian and unprotected records read as before
             out.pop("buckets", None)
             out.pop("pure_epsilon", None)
+        if self.reported is None and isinstance(out, dict):
+            out.pop("reported", None)
         return out
 
     @model_validator(mode="after")

@@ -129,6 +129,10 @@ class SiteLogic(ABC):
         """``message`` left the site: the answer as the operator and the privacy budget let it go
         (an :class:`Abstain` when either held it back). Called after its release was journaled."""
 
+    def resume(self, releases: Sequence[Release]) -> None:
+        """The site restarted from its journal: ``releases`` are those it made before (in order),
+        for logic that must remember what it already sent (e.g. a vote made once a campaign)."""
+
     def release(self, message: Message) -> Release | None:
         """What sending ``message`` (an answer, its ``round`` set) discloses about the site's data;
         ``None`` if it carries nothing computed from the data. Journaled before it is sent."""

@@ -65,92 +65,27 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Annotated, Any, Iterable, Literal, Mapping
+from typing import Annotated, Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import Field, model_validator
 from scipy.stats import qmc
 
 from labfbo.exceptions import ConfigurationError
-from labfbo.messages import Abstain, Array, Message, register
+from labfbo.messages import Abstain, Array, Message
 from labfbo.models.gp import predict
 from labfbo.priors import CellPrior, prior_exponent
 from labfbo.privacy import DP, secagg
-from labfbo.privacy.randomized_response import noise_parameter, respond
+from labfbo.privacy.randomized_response import respond
 from labfbo.privacy.release import Release
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.held import HeldReleases, ReusesReleases
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.protocols.secure_sum import KeyRequest, PublicKeyShare
+from labfbo.protocols.vote_messages import MAX_CODEBOOK, OptimumVote, VoteRequest, VoteTally
 from labfbo.protocols.vote_sealed import SealedRelay, SealedTally, SealedVote, open_votes, seal_vote
 from labfbo.seeding import int_seed
 from labfbo.space import SearchSpace
-
-MAX_CODEBOOK = 4096
-
-
-# -- messages ----------------------------------------------------------------------------
-@register
-class VoteRequest(Message):
-    """Coordinator -> site: vote for the codebook point where you believe the optimum lies."""
-
-    kind: Literal["vote_request"] = "vote_request"
-    cohort: dict[str, str] | None = Field(None, description="sealed votes: every member's X25519 public key "
-                                          "(base64), for sealing the vote to each other member")
-
-
-@register
-class OptimumVote(Message):
-    """Site -> coordinator: one codebook index (with DP: a randomized response)."""
-
-    kind: Literal["optimum_vote"] = "optimum_vote"
-    index: int = Field(ge=0, lt=MAX_CODEBOOK)
-    codebook: int = Field(ge=2, le=MAX_CODEBOOK, description="B, the codebook's size the vote refers to")
-    dp_noise_multiplier: float | None = Field(None, gt=0, description="under DP: sigma, the inverse of the vote's "
-                                              "epsilon (randomized response)")
-    release_every: int | None = Field(None, ge=1, description="the site's schedule: the coordinator may reuse this "
-                                      "vote for the next k - 1 rounds (None: 1)")
-    choices: int | None = Field(None, ge=2, le=MAX_CODEBOOK, description="under DP: k, how many points the "
-                                "randomized response chose among (the site's dealt rows with the design)")
-
-    @model_validator(mode="after")
-    def _in_codebook(self) -> "OptimumVote":
-        if self.index >= self.codebook:
-            raise ValueError(f"index {self.index} is not in a codebook of {self.codebook} points")
-        if self.choices is not None and self.choices > self.codebook:
-            raise ValueError(f"a vote among {self.choices} points of a codebook of {self.codebook}")
-        return self
-
-    @property
-    def truth_weight(self) -> float:
-        r"""q: a randomized response is the truth with probability :math:`q = (e^\varepsilon - 1)/
-        (e^\varepsilon + k - 1)` and otherwise a uniform draw of the k points (1 without DP)."""
-        if self.dp_noise_multiplier is None:
-            return 1.0
-        return 1.0 - noise_parameter(1.0 / self.dp_noise_multiplier, self.choices or self.codebook)
-
-
-@register
-class VoteTally(Message):
-    """Coordinator -> site: the other sites' votes, counted per codebook point."""
-
-    kind: Literal["vote_tally"] = "vote_tally"
-    counts: Array  # (B,) int64
-    evidence: Array | None = Field(None, description="(B,) float64, when some votes were randomized: per point, "
-                                   "the sum of its votes' truth weights q (a vote without DP weighs 1)")
-
-    @model_validator(mode="after")
-    def _counts(self) -> "VoteTally":
-        if self.counts.dtype not in ("int64", "int32"):
-            raise ValueError(f"counts must be integers, got {self.counts.dtype}")
-        c = self.counts.numpy()
-        if c.ndim != 1 or not 2 <= len(c) <= MAX_CODEBOOK or np.any(c < 0):
-            raise ValueError(f"counts must be a (B,) vector of non-negative integers, 2 <= B <= {MAX_CODEBOOK}")
-        if self.evidence is not None:
-            e = self.evidence.numpy()
-            if e.shape != c.shape or not np.all(np.isfinite(e)) or np.any(e < 0) or np.any(e > c + 1e-9):
-                raise ValueError("evidence must be one weight in [0, count] per codebook point")
-        return self
 
 
 # -- options -------------------------------------------------------------------------------
@@ -270,15 +205,32 @@ class VoteSite(LocalGPSite):
         if dp is not None and dp.sigma:  # the site-private stream, keyed by the data it protects
             choice = respond(choice, self.buckets, vote_epsilon(dp),
                              self.context.private_rng(round, f"dp-vote/{data.digest()}"))
-        noised = dp is not None and bool(dp.sigma)
-        vote = OptimumVote(index=int(self.mine[choice]), codebook=len(self.points),
-                           dp_noise_multiplier=dp.sigma if noised else None,  # type: ignore[union-attr]
-                           choices=self.buckets if noised else None, release_every=None if k == 1 else k)
+        vote = self._vote(int(self.mine[choice]))
         if not o.sealed:
             return vote
         self._pending = ((vote, round), dict(self._cohort))
         return seal_vote(vote.model_dump(), self.context.site_index, self.context.site, self.context.key_seed,
                          self._cohort, request.study, round)
+
+    def _vote(self, index: int) -> OptimumVote:
+        """The vote for codepoint ``index``, stating its DP settings and schedule."""
+        dp, k = self.options.privacy, self.schedule(self.context.horizon)
+        noised = dp is not None and bool(dp.sigma)
+        return OptimumVote(index=index, codebook=len(self.points),
+                           dp_noise_multiplier=dp.sigma if noised else None,  # type: ignore[union-attr]
+                           choices=self.buckets if noised else None, release_every=None if k == 1 else k)
+
+    def resume(self, releases: Sequence[Release]) -> None:
+        """After a restart, the journal's last vote: not voted again before its schedule says
+        (:meth:`release_round`), and sealed again for newcomers within its window from the index
+        the site journaled (``Release.reported``), as the uninterrupted site would."""
+        votes = [r for r in releases if r.message in ("optimum_vote", "sealed_vote")]
+        if not votes:
+            return
+        last = votes[-1]
+        self._voted = last.round
+        if self.options.sealed and self.points is not None and last.reported is not None:
+            self._last_vote = (self._vote(last.reported), last.round)
 
     def _reseal(self, request: VoteRequest, round: int) -> SealedVote | None:
         """The last vote that left, sealed again while it stands (``release_every``'s window) for a cohort
@@ -307,7 +259,9 @@ class VoteSite(LocalGPSite):
         accounted before (:meth:`sent`): post-processing, no new release. Everything else as declared."""
         if isinstance(message, SealedVote) and message.resealed_from is not None:
             return None
-        return super().release(message)
+        out = super().release(message)
+        vote = message if isinstance(message, OptimumVote) else self._pending[0][0] if self._pending else None
+        return out if out is None or vote is None else out.model_copy(update={"reported": vote.index})
 
     def _check_cohort(self, cohort: Mapping[str, str] | None) -> Message | None:
         """Why this site cannot seal a vote for ``cohort`` (the answer to send instead), or None."""
