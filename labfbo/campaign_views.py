@@ -53,10 +53,20 @@ class CampaignViews:
         """Everything this site received from the coordinator (requests and guidance), in order."""
         return list(self.ledger.received)
 
+    def __enter__(self) -> "Optimizer":
+        return self  # type: ignore[return-value]
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()  # type: ignore[attr-defined]
+
     def releases(self) -> list[Release]:
         """Every release of data-derived information this site made, as its protocol declared it
         (journaled before the message left, so across restarts)."""
-        return [r for r in (rel if isinstance(rel, Release) else self._logic.legacy_release(rel.model_dump())
+        return self._journaled_releases(self._logic)
+
+    def _journaled_releases(self, logic: Any) -> list[Release]:
+        """The journal's releases, version-1 records declared by ``logic`` (the site's protocol logic)."""
+        return [r for r in (rel if isinstance(rel, Release) else logic.legacy_release(rel.model_dump())
                             for rel in self._state.releases) if r is not None]
 
     def epsilon(self) -> float | None:

@@ -115,6 +115,7 @@ class Optimizer(CampaignViews):
         self._own_design: np.ndarray | None = None
         self.ledger = SiteLedger()
         self._lock = threading.RLock()  # the HTTP agent answers requests from another thread
+        self._ready = threading.Event()  # set once the protocol logic is built and resumed
         self._approve = approve
         self._link = connect(coordinator, self.site, self.protocol_cls.federated, self.protocol, token)
         existed = isinstance(storage, (str, os.PathLike)) and os.path.exists(storage)
@@ -147,6 +148,7 @@ class Optimizer(CampaignViews):
             self._write_header()
         except BaseException:
             # refused (e.g. by the coordinator): leave the storage as it was
+            self._ready.set()  # a transport that got our handler: it now fails at once (_handle)
             self._journal.close()
             if isinstance(storage, (str, os.PathLike)) and not raw:
                 if existed:
@@ -199,8 +201,10 @@ class Optimizer(CampaignViews):
         # DP(epsilon=...): the noise calibrated to the campaign's planned releases, and its enforcer
         logic_options, self._budget = plan_budget(self.protocol_cls.site_logic, self.space, self.options,
                                                   self.context, self.horizon)
-        self._logic = self.protocol_cls.site_logic(self.space, logic_options, self.context)
-        self._logic.resume(self.releases())  # what it sent before a restart
+        logic = self.protocol_cls.site_logic(self.space, logic_options, self.context)
+        logic.resume(self._journaled_releases(logic))  # what it sent before a restart
+        self._logic = logic
+        self._ready.set()  # the transport may now hand it requests (_handle)
 
     # -- journal ---------------------------------------------------------------------------
     def _write_header(self) -> None:
@@ -298,7 +302,7 @@ class Optimizer(CampaignViews):
             X, source, clock = self._propose(k - len(rows), extra, timeout)
             rows += [(x, source) for x in X]
             if self.protocol_cls.federated and not clock:  # no data yet: random, off the clock
-                clock = self._state.clock.record(None, self._results())
+                clock = self._state.clock.record(None, self._state.results())
         trials = []
         for j, (x, source) in enumerate(rows):
             params = self.space.decode(x[None])[0]
@@ -386,12 +390,6 @@ class Optimizer(CampaignViews):
             self._commit(Traffic(messages=self.ledger.take()))
         self._journal.close()
 
-    def __enter__(self) -> "Optimizer":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     # -- internals -------------------------------------------------------------------------
     def site_data(self, extra_pending: np.ndarray | None = None, upto: int | None = None) -> SiteData:
         """The site's local data in model coordinates (as of journal position ``upto``: None, now).
@@ -426,10 +424,6 @@ class Optimizer(CampaignViews):
     def _needs_design(self, in_batch: int) -> bool:
         enqueued = sum(t.source == "enqueued" for t in self._state.trials.values())
         return len(self._state.historical) + self._state.design_used + enqueued + in_batch < self.n_init
-
-    def _results(self) -> int:
-        """Results the site has: historical, told and failed (what makes a new round worth asking)."""
-        return self._state.results()
 
     def _propose(self, m: int, extra: np.ndarray, timeout: float | None) -> tuple[np.ndarray, str, dict[str, Any]]:
         """``m`` model proposals, their source, and the ask record's clock fields (federated)."""
@@ -466,12 +460,15 @@ class Optimizer(CampaignViews):
     def _guidance(self, timeout: float | None) -> tuple[Message | None, str, dict[str, Any]]:
         if self._link is None:
             raise LabFBOError(f"site {self.site!r} was closed; reopen it from its journal to continue")
-        return self._state.clock.guidance(self._link, self.ledger, self.site, self._results(), self._state.position, timeout)
+        st = self._state
+        return st.clock.guidance(self._link, self.ledger, self.site, st.results(), st.position, timeout)
 
     def _handle(self, request_bytes: bytes | str) -> bytes:
         """Answer a coordinator request (a wire frame, or its JSON) from local data (called by the
         transport, maybe from its thread); the answer's frame."""
         request = parse(request_bytes)
+        if not self._ready.wait(60.0) or getattr(self, "_logic", None) is None:  # still joining, or it failed
+            raise LabFBOError(f"site {self.site!r} cannot answer {request.kind!r}: it has not finished joining")
         with self._lock:
             with _COMPUTE:
                 self.ledger.record_received(request, len(request_bytes) if wire.is_frame(request_bytes) else None)

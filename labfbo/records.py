@@ -16,7 +16,9 @@ Versions:
   :class:`~labfbo.privacy.release.Release` (mechanism, sensitivity, noise, rows).
   Later additions to version 2 (a labfbo that predates them refuses them by name):
   ``traffic`` (each message's direction, kind, round and size) and ``guidance`` (the
-  guidance a federated site received, summarized) — what a campaign report reads.
+  guidance a federated site received, summarized) — what a campaign report reads; and
+  a ``release``'s ``reported`` (the option a randomized response reported: a restarted
+  ``vote`` site repeats it instead of voting again).
 """
 
 from __future__ import annotations

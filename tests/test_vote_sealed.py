@@ -244,6 +244,11 @@ def test_a_restarted_voter_remembers_its_vote_from_the_journaled_release() -> No
     four = {**three, "d": PUBLIC["d"]}
     assert restarted.answer(VoteRequest(cohort=four, study="st"), data, 3).kind == "abstain"  # sealed for all
     assert restarted.answer(VoteRequest(cohort=four, study="st"), data, 10).resealed_from is None  # a new vote's turn
+    for bad in ({"reported": 5}, {"pure_epsilon": 1.0}):  # not one of its rows; not what these options release
+        other = fresh()
+        with pytest.warns(UserWarning, match="will not seal its round-0 vote again"):
+            other.resume([release.model_copy(update=bad)])
+        assert other.answer(VoteRequest(cohort=four, study="st"), data, 2).kind == "abstain"  # nor vote again
 
 
 def test_a_restarted_vote_site_proposes_what_the_uninterrupted_one_did(tmp_path) -> None:
@@ -272,6 +277,8 @@ def test_a_restarted_vote_site_proposes_what_the_uninterrupted_one_did(tmp_path)
                 proposed[s].append(trial.params)
                 sites[s].tell(trial, (trial.params["x"] - 0.3) ** 2 + (trial.params["y"] - 0.6) ** 2)
         budget = sites["a"].privacy_budget()
+        budget["resealed"] = [m.resealed_from for m in sites["a"].ledger.sent if isinstance(m, SealedVote)]
+        budget["journaled"] = [r.reported for r in sites["a"].releases()]
         for opt in sites.values():
             opt.close()
         return proposed, budget
@@ -283,3 +290,5 @@ def test_a_restarted_vote_site_proposes_what_the_uninterrupted_one_did(tmp_path)
     assert resumed == plain
     assert not [w for w in caught if "budget spent" in str(w.message)]
     assert budget["releases"] == 1 and budget["withheld"] == 0 and not budget["exhausted"]
+    assert budget["journaled"][0] is not None  # the vote left before the restart, its row journaled
+    assert budget["resealed"] == [0]  # the restarted process sealed that round-0 vote again, once, not a new one

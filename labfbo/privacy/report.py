@@ -49,7 +49,7 @@ def report(releases: Sequence[Release]) -> list[dict[str, Any]]:
         if rel.private:
             used[rel.event] += 1
         at_round_end[rel.round] = Counter(used)
-        row = rel.model_dump(exclude={"delta"})
+        row = rel.model_dump(exclude={"delta", "reported"})  # not what was said: a sealed vote stays sealed
         row["_exposed"] = exposed
         rows.append(row)
     epsilons = {t: (0.0 if delta is None else composed_epsilon(c, delta)) for t, c in at_round_end.items()}

@@ -229,8 +229,17 @@ class VoteSite(LocalGPSite):
             return
         last = votes[-1]
         self._voted = last.round
-        if self.options.sealed and self.points is not None and last.reported is not None:
-            self._last_vote = (self._vote(last.reported), last.round)
+        if not self.options.sealed or self.points is None or last.reported is None:
+            return
+        vote = self._vote(int(last.reported)) if last.reported in self.mine else None
+        now = vote and self.declare_release(last.message, last.round, None, vote.dp_noise_multiplier is not None, None)
+        if not now or (now.buckets, now.pure_epsilon, now.noise_multiplier) != (last.buckets, last.pure_epsilon,
+                                                                                  last.noise_multiplier):
+            warnings.warn(f"vote: site {self.context.site!r} will not seal its round-{last.round} vote again for "
+                          "newcomers: the journaled release is not one these options make (codebook, privacy)",
+                          stacklevel=2)
+            return
+        self._last_vote = (vote, last.round)  # type: ignore[assignment]
 
     def _reseal(self, request: VoteRequest, round: int) -> SealedVote | None:
         """The last vote that left, sealed again while it stands (``release_every``'s window) for a cohort
@@ -260,7 +269,9 @@ class VoteSite(LocalGPSite):
         if isinstance(message, SealedVote) and message.resealed_from is not None:
             return None
         out = super().release(message)
-        vote = message if isinstance(message, OptimumVote) else self._pending[0][0] if self._pending else None
+        vote = message if isinstance(message, OptimumVote) else None
+        if isinstance(message, SealedVote) and self._pending is not None and self._pending[0][1] == message.round:
+            vote = self._pending[0][0]  # what the tokens say
         return out if out is None or vote is None else out.model_copy(update={"reported": vote.index})
 
     def _check_cohort(self, cohort: Mapping[str, str] | None) -> Message | None:

@@ -26,8 +26,8 @@ and the randomized response bounds what one vote tells them.
 A site that joins (or rekeys) after a vote was sealed gets it when the voter is next asked,
 within the vote's ``release_every`` window: the voter seals the *same* randomized response
 again (``resealed_from``, no new release) — only a vote that left, never one the operator
-declined or the budget withheld — as long as the process that voted runs (a restarted site
-has not kept it).
+declined or the budget withheld — also after a restart, from the row its journaled release
+states (``Release.reported``).
 """
 
 from __future__ import annotations
