@@ -208,9 +208,7 @@ class VoteSite(LocalGPSite):
         vote = self._vote(int(self.mine[choice]))
         if not o.sealed:
             return vote
-        self._pending = ((vote, round), dict(self._cohort))
-        return seal_vote(vote.model_dump(), self.context.site_index, self.context.site, self.context.key_seed,
-                         self._cohort, request.study, round)
+        return self._seal((vote, round), request.study, round)
 
     def _vote(self, index: int) -> OptimumVote:
         """The vote for codepoint ``index``, stating its DP settings and schedule."""
@@ -232,14 +230,16 @@ class VoteSite(LocalGPSite):
         if not self.options.sealed or self.points is None or last.reported is None:
             return
         vote = self._vote(int(last.reported)) if last.reported in self.mine else None
-        now = vote and self.declare_release(last.message, last.round, None, vote.dp_noise_multiplier is not None, None)
-        if not now or (now.buckets, now.pure_epsilon, now.noise_multiplier) != (last.buckets, last.pure_epsilon,
-                                                                                  last.noise_multiplier):
+        now = None if vote is None else self.declare_release(last.message, last.round, None,
+                                                             vote.dp_noise_multiplier is not None, None)
+        same = now is not None and all(getattr(now, f) == getattr(last, f)
+                                       for f in ("buckets", "pure_epsilon", "noise_multiplier"))
+        if vote is None or not same:
             warnings.warn(f"vote: site {self.context.site!r} will not seal its round-{last.round} vote again for "
-                          "newcomers: the journaled release is not one these options make (codebook, privacy)",
-                          stacklevel=2)
+                          "newcomers: the journaled release is not one of its own rows under these privacy "
+                          "options", stacklevel=2)
             return
-        self._last_vote = (vote, last.round)  # type: ignore[assignment]
+        self._last_vote = (vote, last.round)
 
     def _reseal(self, request: VoteRequest, round: int) -> SealedVote | None:
         """The last vote that left, sealed again while it stands (``release_every``'s window) for a cohort
@@ -247,14 +247,17 @@ class VoteSite(LocalGPSite):
         the same randomized response, already accounted, so no new release (:meth:`release`)."""
         if self._last_vote is None:
             return None
-        (last, voted), k = self._last_vote, self.schedule(self.context.horizon)
+        voted, k = self._last_vote[1], self.schedule(self.context.horizon)
         if round >= voted + k or all(self._sealed_for.get(s) == key for s, key in self._cohort.items()
                                      if s != self.context.site):
             return None
-        self._pending = (self._last_vote, dict(self._cohort))
-        out = seal_vote(last.model_dump(), self.context.site_index, self.context.site, self.context.key_seed,
-                        self._cohort, request.study, round)
-        return out.model_copy(update={"resealed_from": voted})
+        return self._seal(self._last_vote, request.study, round).model_copy(update={"resealed_from": voted})
+
+    def _seal(self, vote: tuple[OptimumVote, int], study: str, round: int) -> SealedVote:
+        """``vote`` (and the round it was made) sealed for this round's cohort; pending until it leaves."""
+        self._pending = (vote, dict(self._cohort))
+        return seal_vote(vote[0].model_dump(), self.context.site_index, self.context.site, self.context.key_seed,
+                         self._cohort, study, round)
 
     def sent(self, message: Message) -> None:
         """A sealed vote that left is the one to seal again for newcomers; one the operator declined or
