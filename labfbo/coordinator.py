@@ -40,11 +40,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 
 from labfbo.exceptions import ConfigurationError, FederationError, RoundError
+from labfbo.keywords import resolve_checked
 from labfbo.messages import Abstain, Array, JoinReply, JoinRequest, Message, NoGuidance, PrivacyDeclaration
 from labfbo.privacy.budget import BUDGET_SPENT, PrivacyFloor
-from labfbo.protocols import ConfiguredProtocol, Exchange, Finish, get_protocol, resolve
+from labfbo.protocols import ConfiguredProtocol, Exchange, Finish, get_protocol
 from labfbo.site import collaborative_design
 from labfbo.space import SearchSpace
+from labfbo.space_diff import study_difference
 
 Gather = Callable[[Mapping[str, Message], int, "float | None"], "dict[str, Message | BaseException]"]
 
@@ -74,7 +76,7 @@ class Coordinator:
                  quorum: int | None = None, deadline: float | None = None,
                  transport: str = "local", study: str = "labfbo-study", privacy_floor: PrivacyFloor | Mapping[str, float] | None = None,
                  **protocol_options: Any):
-        self.protocol, self.options = resolve(protocol, protocol_options)
+        self.protocol, self.options = resolve_checked(Coordinator.__init__, protocol, protocol_options)
         if isinstance(privacy_floor, Mapping):
             privacy_floor = PrivacyFloor(**privacy_floor)
         if privacy_floor is not None and not isinstance(privacy_floor, PrivacyFloor):
@@ -111,6 +113,7 @@ class Coordinator:
         self.study = study
         # the shared space only: a site's own nonlinear constraints (code) never reach the coordinator
         self.space = None if space is None else SearchSpace.model_validate(space.model_dump(mode="json"))
+        self.space_set_by: str | None = None  # the site whose join set the space (None: pinned or none yet)
         if space is not None:
             self.protocol_cls.check_space(space)
         self.protocol_cls.check_study(self.options, self.n_sites)
@@ -128,14 +131,45 @@ class Coordinator:
 
     # -- membership -------------------------------------------------------------------
     def join(self, request: JoinRequest) -> JoinReply:
-        """Admit a site (or re-admit it after a restart) and send its design cells."""
+        """Admit a site (or re-admit it after a restart) and send its design cells.
+
+        Every check comes first (protocol, shared options, space, privacy floor, horizon,
+        membership): a refused site changes nothing, not even the space of a study that has
+        none pinned yet (the first site admitted sets it)."""
         space = SearchSpace.model_validate(request.space)
         if request.protocol != self.protocol:
             raise FederationError(f"site {request.site!r} runs protocol {request.protocol!r}, "
                                   f"the study runs {self.protocol!r}")
-        if self.space is None:
+        study_space = self.space
+        if study_space is None:
             self.protocol_cls.check_space(space)
-            self.space = space
+            study_space = space
+        self._check_options(request)
+        if request.space_hash != study_space.fingerprint():
+            raise FederationError(self._space_refusal(request, space, study_space))
+        if self.privacy_floor is not None:
+            self.privacy_floor.check(request.site, request.privacy)
+        self._check_horizon(request.site, request.privacy)
+        if request.site not in self.members:
+            if self.expected is not None:
+                if request.site not in self.expected:
+                    raise FederationError(f"unknown site {request.site!r}; expected {self.expected}")
+                index = self.expected.index(request.site)
+            else:
+                if len(self.members) >= self.n_sites:
+                    raise FederationError(f"the study is full ({self.n_sites} sites)")
+                index = len(self.members)
+            self.members[request.site] = index
+        if self.space is None:
+            self.space, self.space_set_by = study_space, request.site
+        index = self.members[request.site]
+        self.local_constraints[request.site] = list(request.local_constraints)
+        self.privacy[request.site] = request.privacy
+        design = collaborative_design(self.space, self.n_sites, request.n_init, self.seed)[index]
+        return JoinReply(site_index=index, n_sites=self.n_sites, design=Array.of(design),
+                         horizon=self.horizon, study=self.study, clock=self.last_round, study_seed=self.seed)
+
+    def _check_options(self, request: JoinRequest) -> None:
         ours = {k: v for k, v in self.options.model_dump(mode="json").items()
                 if k in self.protocol_cls.shared_options}
         fields = type(self.options).model_fields  # an option a site does not send has its default (older sites)
@@ -147,27 +181,30 @@ class Coordinator:
             diff = sorted(k for k in theirs if theirs[k] != ours[k])
             raise FederationError(f"site {request.site!r} has protocol options that differ from the study's: "
                                   + ", ".join(f"{k}={theirs[k]!r} (the study: {ours[k]!r})" for k in diff))
-        if request.space_hash != self.space.fingerprint():
-            what = self.space.difference(space) if space.fingerprint() == request.space_hash else "tampered space"
-            raise FederationError(f"site {request.site!r} has a different search space than the study: "
-                                  f"{what} (hash {request.space_hash} != {self.space.fingerprint()})")
-        if self.privacy_floor is not None:
-            self.privacy_floor.check(request.site, request.privacy)
-        if request.site not in self.members:
-            if self.expected is not None:
-                if request.site not in self.expected:
-                    raise FederationError(f"unknown site {request.site!r}; expected {self.expected}")
-                self.members[request.site] = self.expected.index(request.site)
-            else:
-                if len(self.members) >= self.n_sites:
-                    raise FederationError(f"the study is full ({self.n_sites} sites)")
-                self.members[request.site] = len(self.members)
-        index = self.members[request.site]
-        self.local_constraints[request.site] = list(request.local_constraints)
-        self.privacy[request.site] = request.privacy
-        design = collaborative_design(self.space, self.n_sites, request.n_init, self.seed)[index]
-        return JoinReply(site_index=index, n_sites=self.n_sites, design=Array.of(design),
-                         horizon=self.horizon, study=self.study, clock=self.last_round, study_seed=self.seed)
+
+    def _space_refusal(self, request: JoinRequest, space: SearchSpace, study: SearchSpace) -> str:
+        """Why ``request``'s space is not the study's: each difference, the study's side and the lab's."""
+        if space.fingerprint() != request.space_hash:
+            return (f"site {request.site!r} sent a space that does not match its own hash ({request.space_hash} "
+                    f"!= {space.fingerprint()}): a damaged or altered join")
+        origin = ("the study's space is pinned in its configuration (space:)" if self.space_set_by is None else
+                  f"the study's space was set by {self.space_set_by!r}, the first site to join, because the "
+                  "study pins none: pin the agreed space in its configuration (`labfbo coordinator init --space`, "
+                  "or Coordinator(space=...))")
+        return (f"site {request.site!r} has a different search space than the study: {study_difference(study, space)}"
+                f". Change this lab's space to the study's, or ask the operator; {origin} "
+                f"(space hash: the study {study.fingerprint()}, this lab {request.space_hash})")
+
+    def _check_horizon(self, site: str, privacy: PrivacyDeclaration | None) -> None:
+        """A site whose DP budget is yet to be calibrated plans its releases over a horizon: its own
+        (declared in its join) or the study's. Without either it is refused before it is admitted."""
+        if privacy is None or privacy.epsilon is None or privacy.noise_multiplier is not None:
+            return
+        if self.horizon is None and privacy.horizon is None:
+            raise FederationError(
+                f"site {site!r} has a privacy budget, DP(epsilon={privacy.epsilon:g}), and no horizon to plan its "
+                "releases over, and the study sets none: set the study's horizon (`horizon:` in consortium.yaml, "
+                "Coordinator(..., horizon=T)) or give the site one (Optimizer(..., horizon=T))")
 
     @property
     def site_names(self) -> list[str]:

@@ -165,6 +165,15 @@ class PrivacyDeclaration(BaseModel):
     delta: float = Field(gt=0, lt=1)
     noise_multiplier: float | None = Field(None, ge=0, allow_inf_nan=False)
     clip: float | None = Field(None, gt=0, allow_inf_nan=False)
+    horizon: int | None = Field(None, ge=1, description="the BO rounds a budget yet to be calibrated is planned "
+                                "over, when the site sets them (None: the study's horizon)")
+
+    @model_serializer(mode="wrap")
+    def _no_unset_horizon(self, handler: Any) -> Any:
+        out = handler(self)
+        if self.horizon is None and isinstance(out, dict):
+            out.pop("horizon", None)  # byte for byte as before (and old coordinators read it)
+        return out
 
 
 @register

@@ -23,13 +23,14 @@ from labfbo import wire
 from labfbo.exceptions import (ConfigurationError, ConstraintError, JournalError, LabFBOError, TrialError, ValidationError)
 from labfbo.objectives import Outcome, OutcomeSpec
 from labfbo.journal import JournalBackend, check_header, open_journal
+from labfbo.keywords import resolve_checked
 from labfbo.messages import Abstain, JoinRequest, Message, parse
 from labfbo.progress import slow_notice
 from labfbo.campaign_views import CampaignViews
 from labfbo.privacy.budget import declaration, plan as plan_budget
 from labfbo.records import (Ask, Enqueue, Fail, GuidanceReceived, Header, Historical, Join, Note, Released, Tell,
                             Traffic, dump_record, parse_record)
-from labfbo.protocols import ConfiguredProtocol, SiteContext, SiteData, get_protocol, resolve, shared_of
+from labfbo.protocols import ConfiguredProtocol, SiteContext, SiteData, get_protocol, shared_of
 from labfbo.seeding import rng, stable_hash
 from labfbo.site import (SiteLedger, build_site_data, dedupe, design_rows, history_record, round_target,
                          study_design)
@@ -99,7 +100,7 @@ class Optimizer(CampaignViews):
             raise ConfigurationError("n_init must be >= 0")
         self.space = space
         self.objective = objective
-        self.protocol, self.options = resolve(protocol, protocol_options)  # the name, as Coordinator.protocol
+        self.protocol, self.options = resolve_checked(Optimizer.__init__, protocol, protocol_options)
         self.protocol_cls = get_protocol(self.protocol)
         self.protocol_cls.check_space(space)
         if self.outcomes is not None and getattr(self.options, "acquisition", "nei") not in ("nei", "ei"):
@@ -174,7 +175,7 @@ class Optimizer(CampaignViews):
             req = JoinRequest(site=self.site, protocol=self.protocol, study="",
                               space_hash=self.space.fingerprint(), space=self.space.model_dump(mode="json"),
                               n_init=self.n_init, local_constraints=[g.name for g in self.space.local_constraints],
-                              privacy=declaration(getattr(self.options, "privacy", None)),
+                              privacy=declaration(getattr(self.options, "privacy", None), self.horizon),
                               shared_options=shared_of(self.protocol_cls, self.options))
             self.ledger.record_sent(req)
             reply = self._link.join(req, self._handle)

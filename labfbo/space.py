@@ -34,6 +34,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_vali
 from labfbo.constraints import (REL_TOL, Forbidden, LinearConstraint, NonlinearConstraint, UnitPolytope, compile_table,
                                 nearest_unused)
 from labfbo.exceptions import SearchSpaceError
+from labfbo.space_diff import space_differences
 from labfbo.params import (Categorical, Choice, Discrete, Integer, Param, Real, _Checked,  # noqa: F401 (re-exported)
                            choice_index)
 
@@ -273,24 +274,10 @@ class SearchSpace(_Checked):
         canon = json.dumps(self.model_dump(mode="json", exclude_none=True), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
-    def difference(self, other: "SearchSpace") -> str:
-        """A short description of how ``other`` differs from this space ("" if it does not)."""
-        if self.fingerprint() == other.fingerprint():
-            return ""
-        if self.names != other.names:
-            return f"parameters {self.names} != {other.names}"
-        for a, b in zip(self.params, other.params):
-            if a != b:
-                return f"parameter {a.name!r}: {a.model_dump(exclude={'name'})} != {b.model_dump(exclude={'name'})}"
-        if self.allowed_names != other.allowed_names:
-            return f"allowed combinations over {self.allowed_names} != over {other.allowed_names}"
-        if self.constraints != other.constraints:
-            mine_c, theirs_c = set(map(str, self.constraints or ())), set(map(str, other.constraints or ()))
-            return (f"constraints differ: only here {sorted(mine_c - theirs_c)}, only there "
-                    f"{sorted(theirs_c - mine_c)}")
-        mine, theirs = set(self.allowed or ()), set(other.allowed or ())
-        return (f"allowed combinations differ: {len(mine - theirs)} only here (e.g. {sorted(mine - theirs, key=str)[:2]}), "
-                f"{len(theirs - mine)} only there (e.g. {sorted(theirs - mine, key=str)[:2]})")
+    def difference(self, other: "SearchSpace", mine: str = "this space", theirs: str = "the other space") -> str:
+        """How ``other`` differs from this space, every difference named ("" if it does not);
+        ``mine``, ``theirs``: what to call each (:mod:`labfbo.space_diff`)."""
+        return "; ".join(space_differences(self, other, mine, theirs))
 
     def to_json(self) -> str:
         return self.model_dump_json()

@@ -381,6 +381,35 @@ def test_configuration_errors(cont_space):
     assert "independent" in labfbo.available_protocols()
 
 
+@pytest.mark.parametrize("given, unknown, near", [
+    ({"protocl": "surface"}, "protocl", "protocol"),                        # an Optimizer keyword
+    ({"seeed": 1}, "seeed", "seed"),
+    ({"acquisiton": "ei"}, "acquisiton", "acquisition"),                    # an option of the protocol
+    ({"protocol": "gradient", "n_particle": 3}, "n_particle", "n_particles"),
+    ({"protocol": labfbo.protocols.Surface(), "fourier_feature": 8}, "fourier_feature", "fourier_features"),
+])
+def test_a_misspelt_keyword_names_the_closest_valid_one(cont_space, given, unknown, near) -> None:
+    with pytest.raises(labfbo.ConfigurationError) as err:
+        Optimizer(cont_space, **given)
+    assert str(err.value).startswith(f"labfbo.Optimizer() got an unknown keyword {unknown!r}; did you mean {near!r}?")
+    assert "invalid options for protocol 'independent'" not in str(err.value)
+
+
+def test_did_you_mean_in_protocol_options_names_and_the_coordinator() -> None:
+    from labfbo.protocols import Gradient, get_protocol
+
+    with pytest.raises(labfbo.ConfigurationError, match=r"invalid options for protocol 'gradient': unknown option "
+                                                        r"'n_particle'; did you mean 'n_particles'\? \(its options: "):
+        Gradient(n_particle=3)
+    with pytest.raises(labfbo.ConfigurationError, match=r"unknown protocol 'surfce'; did you mean 'surface'\?"):
+        get_protocol("surfce")
+    with pytest.raises(labfbo.ConfigurationError, match=r"labfbo.Coordinator\(\) got an unknown keyword 'horizn'; "
+                                                        r"did you mean 'horizon'\?"):
+        labfbo.Coordinator("surface", sites=2, horizn=3)
+    with pytest.raises(labfbo.ConfigurationError, match=r"unknown keyword 'zzzz' \(labfbo.Optimizer's own"):
+        Optimizer(labfbo.SearchSpace([labfbo.Real("x", 0, 1)]), zzzz=1)  # nothing close: no guess
+
+
 @pytest.mark.parametrize("acquisition", ["ucb", "ei", "nei", "ts"])
 @pytest.mark.parametrize("which", ["continuous", "mixed"])
 def test_every_acquisition_proposes_batches(acquisition, which, cont_space, mixed_space, cont_f, mixed_f, fast):

@@ -154,10 +154,23 @@ def test_a_fixed_noise_with_a_budget_is_capped_and_said_at_the_start() -> None:
         assert 0 < o.epsilon() <= 3.0 and o.privacy_budget()["exhausted"]
 
 
-def test_a_budget_needs_a_horizon_to_plan() -> None:
+def test_a_budget_needs_a_horizon_to_plan_and_is_refused_before_it_joins_without_one() -> None:
     coord = labfbo.Coordinator("surface", sites=SITES, seed=0, privacy=labfbo.DP(epsilon=1.0))
-    with pytest.raises(labfbo.ConfigurationError, match="horizon"):
+    with pytest.raises(labfbo.FederationError, match=r"DP\(epsilon=1\), and no horizon .* the study sets none"):
         labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site="s0", privacy=labfbo.DP(epsilon=1.0))
+    assert coord.members == {} and coord.privacy == {} and coord.space is None  # nothing half-joined
+    # the site's own horizon plans its budget (it declares it when it joins)
+    own = labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site="s0", horizon=3,
+                           privacy=labfbo.DP(epsilon=1.0))
+    assert coord.members == {"s0": 0} and coord.privacy["s0"].horizon == 3
+    assert own.privacy_budget()["planned_releases"] > 0
+    # the study's horizon does too; a noise multiplier alone needs none
+    coord = labfbo.Coordinator("surface", sites=SITES, seed=0, horizon=3, privacy=labfbo.DP(epsilon=1.0))
+    labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site="s0", privacy=labfbo.DP(epsilon=1.0))
+    assert coord.privacy["s0"].horizon is None
+    coord = labfbo.Coordinator("surface", sites=SITES, seed=0, privacy=labfbo.DP(noise_multiplier=2.0))
+    labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site="s0", privacy=labfbo.DP(noise_multiplier=2.0))
+    assert list(coord.members) == ["s0"]
 
 
 def test_the_consortium_floor_refuses_weaker_joins() -> None:

@@ -274,11 +274,14 @@ def plan(logic_cls: type, space: object, options: object, context: object,
     return options, Budget(resolved, planned)
 
 
-def declaration(dp: DP | None) -> PrivacyDeclaration | None:
-    """What a site with these DP settings declares when it joins."""
+def declaration(dp: DP | None, horizon: int | None = None) -> PrivacyDeclaration | None:
+    """What a site with these DP settings declares when it joins (its ``horizon`` only when a budget
+    is yet to be planned over it: the coordinator refuses a site that could not plan)."""
     if dp is None:
         return None
-    return PrivacyDeclaration(epsilon=dp.epsilon, delta=dp.delta, noise_multiplier=dp.noise_multiplier, clip=dp.clip)
+    planned = horizon if dp.epsilon is not None and not dp.calibrated and horizon is not None else None
+    return PrivacyDeclaration(epsilon=dp.epsilon, delta=dp.delta, noise_multiplier=dp.noise_multiplier, clip=dp.clip,
+                              horizon=planned)
 
 
 class PrivacyFloor(BaseModel):

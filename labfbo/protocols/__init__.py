@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 from labfbo.exceptions import ConfigurationError
+from labfbo.suggest import did_you_mean
 from labfbo.protocols.base import (Aggregator, Exchange, Finish, Protocol, SiteContext,
                                    SiteData, SiteLogic, Step)
 
@@ -40,8 +41,8 @@ def get_protocol(name: str) -> type[Protocol]:
     if name not in _REGISTRY:
         target = _BUILTIN.get(name)
         if target is None:
-            raise ConfigurationError(
-                f"unknown protocol {name!r}; available: {', '.join(available_protocols())}")
+            raise ConfigurationError(f"unknown protocol {name!r}{did_you_mean(str(name), available_protocols())} "
+                                     f"(available: {', '.join(available_protocols())})")
         module, attr = target.split(":")
         _REGISTRY[name] = getattr(importlib.import_module(module), attr)
     return _REGISTRY[name]
@@ -52,8 +53,15 @@ def parse_options(protocol: type[Protocol], options: dict[str, Any]) -> BaseMode
     try:
         return protocol.Options(**options)
     except PydanticValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in exc.errors())
+        fields = list(protocol.Options.model_fields)
+
+        def problem(e: Any) -> str:
+            where = ".".join(str(p) for p in e["loc"]) or "options"
+            if e["type"] == "extra_forbidden" and len(e["loc"]) == 1:  # a misspelt option name
+                return (f"unknown option {where!r}{did_you_mean(where, fields)} (its options: "
+                        f"{', '.join(sorted(fields)) or 'none'})")
+            return f"{where}: {e['msg']}"
+        problems = "; ".join(problem(e) for e in exc.errors())
         raise ConfigurationError(f"invalid options for protocol {protocol.name!r}: {problems}") from None
 
 
