@@ -223,6 +223,9 @@ def _cmd_coordinator_serve(args: argparse.Namespace) -> int:
     server = CoordinatorServer(ServerConfig.load(args.config))
     print(f"labfbo coordinator: study {server.config.study!r}, protocol {server.config.protocol!r}, "
           f"{len(server.config.sites)} sites, on {'https' if tls else 'http'}://{args.host}:{args.port}", flush=True)
+    if server.config.space is None:
+        print("labfbo coordinator: note: the config pins no `space:`, so the first lab to join sets the study's "
+              "space (`labfbo coordinator init --space` pins it)", flush=True)
     # keep-alive longer than a long poll (30 s), so idle site connections are not cut mid-reuse
     uvicorn.run(server.app, host=args.host, port=args.port, log_level=args.log_level, lifespan="off",
                 ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile, backlog=4096, **server.uvicorn_limits())
@@ -327,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_cmd_coordinator_serve)
     tok = cosub.add_parser("token", help="print a new site/admin token and its SHA-256 for the config")
     tok.set_defaults(func=_cmd_coordinator_token)
+    importlib.import_module("labfbo.server.init_cli").add_parser(cosub)  # `coordinator init`
     site = sub.add_parser("site", help="a site's closed loop on an instrument adapter")
     ssub = site.add_subparsers(dest="site_cmd", required=True)
     run = ssub.add_parser("run", help="run (or resume) the campaign described by a site.yaml")

@@ -1,0 +1,165 @@
+"""``labfbo coordinator init``: a study's ``consortium.yaml``, its space pinned, a token per site.
+
+The space comes from a lab's space file: the JSON ``SearchSpace.to_json()`` writes, the same
+in YAML, a bare list of parameters, or a ``site.yaml`` (its ``space:``). Pinned in the
+configuration it is the study's space: every lab joins with it or is refused, with each
+difference named (:mod:`labfbo.space_diff`); no lab's join defines it.
+
+The configuration holds only the tokens' SHA-256 digests. The tokens themselves go once into
+a separate file, readable by its owner only (0600), for the operator to hand out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from labfbo.exceptions import ConfigurationError
+
+DEFAULT_SITES = ("lab-a", "lab-b", "lab-c")
+
+
+def read_space(path: str | os.PathLike[str]) -> Any:
+    """The :class:`~labfbo.SearchSpace` in a space file (JSON or YAML; see the module docstring)."""
+    import yaml
+
+    from labfbo.space import SearchSpace
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the space file {path}: {exc}") from None
+    try:
+        data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigurationError(f"{path}: not JSON or YAML ({exc})") from None
+    if isinstance(data, dict) and "params" not in data and "space" in data:  # a site.yaml
+        data = data["space"]
+    if isinstance(data, list):
+        data = {"params": data}
+    if not isinstance(data, dict) or "params" not in data:
+        raise ConfigurationError(f"{path}: expected a search space (SearchSpace.to_json(), or a `params:` list), "
+                                 f"got {type(data).__name__}")
+    try:
+        return SearchSpace.model_validate(data)
+    except Exception as exc:
+        raise ConfigurationError(f"{path}: not a valid search space: {exc}") from None
+
+
+def build(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(config, tokens)``: the configuration (checked as ``coordinator serve`` will load it)
+    and the tokens it was made for (``{"admin": ..., "sites": {name: token}}``)."""
+    from labfbo.server.config import ServerConfig, new_token
+
+    space = read_space(args.space)
+    sites = list(args.sites)
+    if len(set(sites)) != len(sites):
+        raise ConfigurationError(f"--sites: site names must be unique, got {sites}")
+    tokens = {s: new_token() for s in sites}
+    admin, admin_digest = new_token()
+    config: dict[str, Any] = {"study": args.study, "protocol": args.protocol, "seed": args.seed}
+    optional = {"horizon": args.horizon, "quorum": args.quorum, "deadline": args.deadline}
+    config.update({k: v for k, v in optional.items() if v is not None})
+    if args.option:
+        config["options"] = dict(_option(o) for o in args.option)
+    if args.privacy_floor is not None:
+        config["privacy_floor"] = {"epsilon": args.privacy_floor}
+    config["space"] = space.model_dump(mode="json", exclude_none=True)
+    config["admin_token_sha256"] = admin_digest
+    config["sites"] = {s: digest for s, (_, digest) in tokens.items()}
+    if args.state:
+        config["state"] = args.state
+    if args.audit_log:
+        config["audit_log"] = args.audit_log
+    try:
+        checked = ServerConfig.model_validate(config)
+    except Exception as exc:
+        raise ConfigurationError(f"the configuration would not load: {exc}") from None
+    checked.coordinator()  # the protocol, its options, the space and the horizon, as `serve` will check them
+    if args.privacy_floor is not None and args.horizon is None:
+        raise ConfigurationError("--privacy-floor: every site joins with a budget, DP(epsilon=...), planned over the "
+                                 "campaign's rounds: give the study --horizon")
+    return config, {"admin": admin, "sites": {s: token for s, (token, _) in tokens.items()}}
+
+
+def _option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` (the value read as YAML: ``acquisition=ucb``, ``M=64``)."""
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigurationError(f"--option {text!r}: expected KEY=VALUE, e.g. acquisition=ucb")
+    return key.strip(), yaml.safe_load(value)
+
+
+def _refuse_existing(paths: list[Path], force: bool) -> None:
+    there = [str(p) for p in paths if p.exists()]
+    if there and not force:
+        raise ConfigurationError(f"{', '.join(there)} already exist(s): not overwritten (--force replaces it, and "
+                                 "every token it held stops working)")
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, readable and writable by its owner only (0600), from the start."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode on open: set it
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command: write the configuration and the tokens file, say what to do next."""
+    import yaml
+
+    out = Path(args.out)
+    tokens_out = Path(args.tokens_out) if args.tokens_out else out.with_name(out.stem + ".tokens.yaml")
+    if tokens_out.resolve() == out.resolve():
+        raise ConfigurationError("--tokens-out must differ from --out: the tokens stay out of the configuration")
+    _refuse_existing([out, tokens_out], args.force)
+    config, tokens = build(args)
+    head = (f"# labfbo consortium configuration, written by `labfbo coordinator init --space {args.space}`.\n"
+            "# `space:` is the study's search space: every lab joins with exactly this space (a lab whose space\n"
+            "# differs is refused, each difference named). Tokens are stored as SHA-256 digests only.\n")
+    out.write_text(head + yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+    write_private(tokens_out, "# labfbo consortium tokens: hand each site its own token (LABFBO_TOKEN); keep the\n"
+                  "# admin token for the dashboard and /v1/admin. The configuration holds their SHA-256 only.\n"
+                  + yaml.safe_dump(tokens, sort_keys=False))
+    n = len(config["space"]["params"])
+    print(f"wrote {out}: study {config['study']!r}, protocol {config['protocol']!r}, "
+          f"{len(config['sites'])} sites ({', '.join(config['sites'])}), the space of {args.space} pinned "
+          f"({n} parameter{'s' * (n != 1)})")
+    print(f"wrote {tokens_out} (mode 0600): each site's token and the admin token, shown nowhere else; "
+          "give each lab its own token over a private channel")
+    if "allowed" in config["space"]:
+        print("note: the space lists allowed combinations: they are part of the study's space, so every lab "
+              "must list the same ones")
+    print(f"next: labfbo coordinator serve --config {out}")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``init`` to the ``coordinator`` subcommands."""
+    p = sub.add_parser("init", help="write a consortium.yaml with the study's space pinned and a token per site")
+    p.add_argument("--space", required=True, help="a lab's space file: SearchSpace.to_json() (JSON), the same in "
+                   "YAML, a list of parameters, or a site.yaml")
+    p.add_argument("--protocol", default="distribution")
+    p.add_argument("--sites", nargs="+", default=list(DEFAULT_SITES), help="site names (default: lab-a lab-b lab-c)")
+    p.add_argument("--study", default="labfbo-study")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--horizon", type=int, default=None, help="the planned number of rounds (some protocols, and "
+                   "sites with a DP budget, need it)")
+    p.add_argument("--quorum", type=int, default=None)
+    p.add_argument("--deadline", type=float, default=None)
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="a protocol option (repeat it), e.g. --option acquisition=ucb")
+    p.add_argument("--privacy-floor", type=float, default=None, metavar="EPSILON",
+                   help="every site joins with DP(epsilon<=EPSILON)")
+    p.add_argument("--state", default="coordinator.sqlite", help="durable state file ('' for memory only)")
+    p.add_argument("--audit-log", default="audit.jsonl", help="audit log file ('' for none)")
+    p.add_argument("--out", default="consortium.yaml")
+    p.add_argument("--tokens-out", default=None, help="where the tokens go (default: <out>.tokens.yaml, mode 0600)")
+    p.add_argument("--force", action="store_true", help="overwrite existing files (their tokens stop working)")
+    p.set_defaults(func=run)
