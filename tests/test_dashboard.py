@@ -332,3 +332,69 @@ def test_status_shows_a_late_site_and_a_site_that_left(toy, tmp_path) -> None:
         assert sites["c"].state == "left"
         for o in opts[:2]:
             o.close()
+
+
+@pytest.mark.timeout(120, method="signal")
+def test_the_dashboard_says_the_study_ended_when_every_site_has_left_in_chromium(toy, tmp_path) -> None:
+    """Three sites run rounds 0 and 1, then each closes its optimizer: the page (without a reload)
+    says the study ended after round 1, not that round 2 waits for the sites."""
+    cfg, tokens, admin = _config(tmp_path, protocol="toy-noised-mean", horizon=5)
+    with ServerThread(CoordinatorServer(cfg)) as srv, chromium(width=1280, height=1100) as browser, \
+            ThreadPoolExecutor(3) as pool:
+        opts = [labfbo.Optimizer(SPACE, protocol="toy-noised-mean", site=s, seed=0, n_init=2,
+                                 coordinator=HTTPCoordinator(srv.url, tokens[s])) for s in SITES]
+        for i, o in enumerate(opts):
+            for t in o.ask(n=2):
+                o.tell(t, t.params["x"] + 0.1 * i)
+        _login(browser, srv.url, admin)
+        _wait(browser, lambda: _text(browser, "#study") == "dash-study", "the dashboard")
+        browser.execute_script("window.notReloaded = true;")
+        for _ in range(2):  # rounds 0 and 1
+            for o, t in zip(opts, pool.map(lambda o: o.ask(timeout=60), opts)):
+                o.tell(t, t.params["y"])
+        _wait(browser, lambda: _text(browser, "#last-round") == "1" and _text(browser, "#current-round") == "2",
+              "round 1 completed")
+        opts[0].close()
+        _wait(browser, lambda: _text(browser, "#site-a .state") == "left", "site a left")
+        assert "ended" not in _text(browser, "#round-state")  # b and c are still in the study
+        for o in opts[1:]:
+            o.close()
+        _wait(browser, lambda: _text(browser, "#round-state").startswith("study ended"), "the study's end")
+        assert _text(browser, "#round-state") == "study ended: all 3 sites left after round 1 (2 of 5 planned rounds)"
+        assert _text(browser, "#current-round") == "—" and _text(browser, "#waiting-for") == "—"
+        assert "nobody" not in _text(browser, "#round") and "starts when" not in _text(browser, "#round")
+        assert [_text(browser, f"#site-{s} .state") for s in SITES] == ["left"] * 3
+        assert browser.execute_script("return window.notReloaded === true;")  # updated in place
+        browser.save_screenshot(str(tmp_path / "ended.png"))
+        shutil.copyfile(tmp_path / "ended.png", "/tmp/dashboard-ended.png")  # for a person to look at
+        browser.refresh()  # the page as first served says the same
+        _wait(browser, lambda: _text(browser, "#round-state").startswith("study ended"), "the served page")
+        assert _text(browser, "#current-round") == "—"
+        st = srv.server.dashboard.status()
+        assert st.current.state == "ended" and st.current.round == 1 and st.last_completed == 1
+        assert console_errors(browser) == []
+
+
+def test_a_study_whose_only_site_left_before_any_round_has_ended_and_a_partial_one_has_not(tmp_path) -> None:
+    from fastapi.testclient import TestClient
+
+    one, tokens, admin = _config(tmp_path)
+    one = one.model_copy(update={"sites": {"a": one.sites["a"]}})
+    server = CoordinatorServer(one)
+    client = TestClient(server.app)
+    req = labfbo.messages.JoinRequest(site="a", protocol="distribution", space_hash=SPACE.fingerprint(),
+                                      space=SPACE.model_dump(mode="json"))
+    server.engine.join(req)
+    assert server.dashboard.status().current.state == "idle"
+    assert client.post("/v1/sites/a/leave", headers={"Authorization": f"Bearer {tokens['a']}"}).status_code == 200
+    current = server.dashboard.status().current
+    assert (current.state, current.text) == ("ended", "study ended: the only site left before any round ran")
+    server.close()
+
+    cfg, tokens, _ = _config(tmp_path)  # a and b join and leave, c never joined: not over
+    server = CoordinatorServer(cfg)
+    for s in "ab":
+        server.engine.join(req.model_copy(update={"site": s}))
+        server.engine.leave(s)
+    assert server.dashboard.status().current.state == "idle"
+    server.close()

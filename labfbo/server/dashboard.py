@@ -89,7 +89,7 @@ class EventView(BaseModel):
 
 class CurrentRound(BaseModel):
     round: int
-    state: Literal["running", "waiting to start", "idle", "failed"]
+    state: Literal["running", "waiting to start", "idle", "failed", "ended"]
     text: str
     waiting_for: list[str]
 
@@ -176,6 +176,8 @@ class Dashboard:
             active = [s for s in coord.roster if s in coord.members and s not in eng.gone]
             to_ask = sorted(set(active) - asked) if running is None and asked else []
             current = self._current(running, sorted(missing), t_next, eng.errors.get(t_next), asked, to_ask)
+            if running is None:
+                current = self._ended(coord, eng.gone) or current
             traffic = {s: (st.received, st.sent, st.answers, st.last) for s, st in eng.traffic.items()}
             sites = [self._site(s, coord, eng.gone, missing, answered, to_ask, t_next, traffic.get(s))
                      for s in [*coord.roster, *sorted(set(coord.members) - set(coord.roster))]]
@@ -213,6 +215,18 @@ class Dashboard:
             return CurrentRound(round=t_next, state="waiting to start", text=text, waiting_for=to_ask)
         return CurrentRound(round=t_next, state="idle", waiting_for=[],
                             text=f"round {t_next} starts when the sites ask for it")
+
+    @staticmethod
+    def _ended(coord: Any, gone: set[str]) -> CurrentRound | None:
+        """The study's end, once every site of it has joined and then left (None before)."""
+        members = set(coord.members)
+        if not members or len(members) < coord.n_sites or not members <= gone:
+            return None
+        last = coord.last_round
+        who = "the only site" if len(members) == 1 else f"all {len(members)} sites"
+        when = "before any round ran" if last < 0 else f"after round {last}"
+        planned = "" if coord.horizon is None or last < 0 else f" ({last + 1} of {coord.horizon} planned rounds)"
+        return CurrentRound(round=last, state="ended", waiting_for=[], text=f"study ended: {who} left {when}{planned}")
 
     @staticmethod
     def _site(name: str, coord: Any, gone: set[str], missing: set[str], answered: set[str], to_ask: list[str],
