@@ -18,6 +18,7 @@ from labfbo.exceptions import LabFBOError
 from labfbo.privacy.release import Release
 from labfbo.privacy.report import report as privacy_rows
 from labfbo.report.campaign import Campaign, decode_points
+from labfbo.report.disclosure import disclosure
 from labfbo.report.insight import Belief, Dependence, SiteModel
 
 TOP_DEPENDENCE = 3  # partial-dependence panels for the most important parameters
@@ -49,11 +50,11 @@ def _budget(campaign: Campaign) -> dict[str, Any] | None:
             "first_round": held[0].round if held else None}
 
 
-def _privacy(campaign: Campaign) -> tuple[list[dict[str, Any]], list[float], int]:
-    """Per-round DP rows (releases, mechanism, noise multiplier, cumulative epsilon), the
-    cumulative epsilon after each release, and the number of old (version-1) records."""
+def _privacy(campaign: Campaign) -> tuple[list[dict[str, Any]], list[float]]:
+    """Per-round DP rows (releases, mechanism, noise multiplier, cumulative epsilon) and the
+    cumulative epsilon after each release (for the traffic plot; the page's statements are
+    :mod:`labfbo.report.disclosure`'s)."""
     releases = [r for r in campaign.state.releases if isinstance(r, Release)]
-    legacy = len(campaign.state.releases) - len(releases)
     rows = privacy_rows(releases)
     by_round: dict[int, dict[str, Any]] = {}
     for row in rows:
@@ -65,7 +66,7 @@ def _privacy(campaign: Campaign) -> tuple[list[dict[str, Any]], list[float], int
         r["epsilon"] = row["epsilon"]
         r["delta"] = row["delta"]
     out = [{**r, "messages": ", ".join(sorted(r["messages"]))} for r in by_round.values()]
-    return out, [row["epsilon"] for row in rows], legacy
+    return out, [row["epsilon"] for row in rows]
 
 
 def _traffic(campaign: Campaign) -> dict[str, Any]:
@@ -159,7 +160,7 @@ def build(campaign: Campaign, path: str | os.PathLike[str], objective_label: str
 
     figures: dict[str, bytes | None] = {"progress": plots.png(plots.progress_figure(campaign, ylabel)),
                                         "pareto": plots.png(plots.pareto_figure(campaign))}
-    dp_rows, epsilons, legacy = _privacy(campaign)
+    dp_rows, epsilons = _privacy(campaign)
     figures["traffic"] = plots.png(plots.traffic_figure(campaign, epsilons))
     belief, shares, deps, model_note = insights()
     if shares is not None:
@@ -190,8 +191,8 @@ def build(campaign: Campaign, path: str | os.PathLike[str], objective_label: str
                 "failed": sum(e.state == "failed" for e in exps), "pending": sum(e.state == "pending" for e in exps),
                 "infeasible": sum(e.state == "complete" and not e.feasible for e in exps),
                 "initial": sum(e.initial for e in exps), "historical": sum(e.source == "historical" for e in exps)},
-        traffic=_traffic(campaign), dp_rows=dp_rows, legacy=legacy, guidance=_guidance(campaign),
-        epsilon=epsilons[-1] if epsilons else None, budget=_budget(campaign),
+        traffic=_traffic(campaign), dp_rows=dp_rows, guidance=_guidance(campaign), privacy=disclosure(campaign),
+        budget=_budget(campaign),
         outcome_names=campaign.spec.names if campaign.spec is not None else [],
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     path.parent.mkdir(parents=True, exist_ok=True)

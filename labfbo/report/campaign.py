@@ -55,7 +55,9 @@ class Campaign:
     spec: OutcomeSpec | None
     state: SiteState
     experiments: list[Experiment]
-    shares_raw_data: bool = False  # its protocol sends the site's observations (a non-private reference)
+    # its protocol sends the site's observations (a non-private reference); None: a protocol this
+    # installation does not have, so what its messages carried cannot be told
+    shares_raw_data: bool | None = False
 
     @classmethod
     def from_journal(cls, path: str | os.PathLike[str], space: SearchSpace | None = None) -> "Campaign":
@@ -92,14 +94,14 @@ class Campaign:
 
         try:
             proto = get_protocol(header.protocol)
-            federated, raw = proto.federated, proto.shares_raw_data
+            federated, shares_raw = proto.federated, bool(proto.shares_raw_data)
         except LabFBOError:  # a protocol this installation does not have
-            federated, raw = header.protocol != "independent", False
+            federated, shares_raw = header.protocol != "independent", None
         state = SiteState(space, federated)
-        for i, raw in enumerate(records[1:], start=2):
-            state.apply(parse_record(raw, f"{where}: record {i}"), replay=True)
+        for i, record in enumerate(records[1:], start=2):
+            state.apply(parse_record(record, f"{where}: record {i}"), replay=True)
         return cls(header=header, space=space, spec=spec, state=state, experiments=_experiments(state, spec),
-                   shares_raw_data=raw)
+                   shares_raw_data=shares_raw)
 
     # -- views -----------------------------------------------------------------------------
     @property
