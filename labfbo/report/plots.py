@@ -1,4 +1,5 @@
-"""The report's figures (matplotlib): legends sit outside the axes, never on data; :func:`png` encodes one."""
+"""The report's figures (matplotlib): legends sit outside the axes, never on data or labels; names are
+written in full (wrapped), a categorical's choices one per row, sorted; :func:`png` encodes one."""
 
 from __future__ import annotations
 
@@ -19,6 +20,17 @@ from labfbo.report.campaign import Campaign, Experiment  # noqa: E402
 from labfbo.report.insight import Dependence  # noqa: E402
 
 DPI = 110
+FIG_WIDTH = 8.5  # inches: the report's column at DPI, shown unscaled
+TICK_FONT = 9
+LABEL_CHARS = 48  # a choice's tick label wraps past this many characters (most reagent names fit one line)
+LABEL_LINES = 2  # and loses its middle past this many lines
+IMPORTANCE_CHARS = 40
+CHARS_PER_INCH = 11  # axis-label characters an inch holds (10 pt)
+ROW_PITCH, LINE_HEIGHT = 0.24, 0.16  # inches per row of a one-line label; per extra line
+NUMERIC_HEIGHT, LEGEND_HEIGHT = 3.4, 0.4
+MIN_HEIGHT = 2.6  # inches: the importance figure of a few parameters
+NUMERIC_PER_ROW = 3
+_BREAKS = "-,;)] /"  # a long name breaks after one of these
 GOOD, BEST, BAD, PALE = "#1f77b4", "#d62728", "#b2182b", "#dddddd"
 
 
@@ -121,38 +133,136 @@ def pareto_figure(campaign: Campaign) -> "plt.Figure | None":
     return fig
 
 
+def _wrap(text: str, width: int) -> list[str]:
+    """Lines of at most ``width`` characters, each broken after a hyphen, comma, bracket or space
+    in its second half, else cut."""
+    out: list[str] = []
+    while len(text) > width:
+        cut = max((i + 1 for i, ch in enumerate(text[:width]) if ch in _BREAKS), default=0)
+        cut = cut if cut >= width // 2 else width
+        out.append(text[:cut])
+        text = text[cut:]
+    return [*out, text]
+
+
+def wrap_label(text: str, width: int = LABEL_CHARS, lines: int = LABEL_LINES) -> str:
+    """``text`` in at most ``lines`` lines of at most ``width`` characters, every character kept
+    (the lines joined give ``text`` back) unless it needs more lines: then its middle gives way to
+    an ellipsis (its start and its end, where names differ, kept)."""
+    out = _wrap(text, width)
+    keep = min(len(text), width * lines) - 1  # characters kept, the ellipsis included
+    while len(out) > lines and keep > 2:
+        tail = keep // 3
+        out = _wrap(text[: keep - 1 - tail] + "\u2026" + text[len(text) - tail:], width)
+        keep -= 2
+    return "\n".join(out)
+
+
+def choice_labels(values: Sequence[object], width: int = LABEL_CHARS) -> list[str]:
+    """Tick labels of a categorical's choices, wrapped; each one different from the others
+    (choices shown as Python writes them if their text is alike, numbered if shortening made two alike)."""
+    texts = [str(v) for v in values]
+    if len(set(texts)) < len(texts):  # e.g. the choices "1" and 1
+        texts = [repr(v) for v in values]
+    labels = [wrap_label(t, width) for t in texts]
+    if len(set(labels)) < len(labels):
+        labels = [wrap_label(f"{k}. {t}", width) for k, t in enumerate(texts, start=1)]
+    return labels
+
+
+def _lines(labels: Sequence[str]) -> int:
+    return max((label.count("\n") + 1 for label in labels), default=1)
+
+
+def _row_pitch(labels: Sequence[str]) -> float:
+    """Inches per row of a horizontal panel: the tallest label and a gap."""
+    return ROW_PITCH + LINE_HEIGHT * (_lines(labels) - 1)
+
+
 def importance_figure(campaign: Campaign, shares: dict[str, float]) -> "plt.Figure":
-    names = sorted(shares, key=lambda n: shares[n])
-    fig, ax = plt.subplots(figsize=(6.5, 0.45 * len(names) + 1.2))
-    ax.barh([param_label(campaign, n) for n in names], [100 * shares[n] for n in names], color=GOOD)
+    """Each parameter's share of the predicted variation, the largest on top, names in full (wrapped)."""
+    names = sorted(shares, key=lambda n: (-shares[n], n))[::-1]  # drawn bottom-up: the largest on top
+    labels = [wrap_label(param_label(campaign, n), IMPORTANCE_CHARS) for n in names]
+    values = np.array([100 * shares[n] for n in names], dtype=np.float64)
+    height = max(MIN_HEIGHT, 0.9 + (_row_pitch(labels) + 0.08) * len(names))
+    fig, ax = plt.subplots(figsize=(FIG_WIDTH, height), layout="constrained")
+    y = np.arange(len(names))
+    bars = ax.barh(y, values, height=0.65, color=GOOD)
+    ax.bar_label(bars, [f"{v:.0f} %" if v >= 1 or v == 0 else "<1 %" for v in values], padding=3, fontsize=TICK_FONT)
+    ax.set_yticks(y, labels, fontsize=TICK_FONT)
+    ax.set_ylim(-0.6, len(names) - 0.4)
+    top = float(values.max()) if len(values) else 0.0
+    ax.set_xlim(0, max(10.0, 10 * np.ceil(top * 1.15 / 10)))  # room for the largest bar's number
+    ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator([t for t in np.arange(0, 101, 10 if top > 40 else 5)
+                                                               if t <= ax.get_xlim()[1]]))
     ax.set_xlabel("share of the predicted variation (%)")
-    ax.set_xlim(0, 100)
     ax.grid(axis="x", alpha=0.3)
     return fig
 
 
+def _choice_panel(ax: "plt.Axes", campaign: Campaign, dep: Dependence, xlabel: str) -> None:
+    """A categorical's partial dependence: one row per choice, the best predicted on top."""
+    sign = 1.0 if campaign.maximize else -1.0
+    order = np.argsort(-sign * np.asarray(dep.mean), kind="stable")
+    labels = choice_labels(dep.values)
+    y = np.arange(len(order))[::-1]  # the first of the order on top
+    mean, std = np.asarray(dep.mean)[order], np.asarray(dep.std)[order]
+    ax.errorbar(mean, y, xerr=std, fmt="o", color=GOOD, ms=5, elinewidth=1.4, capsize=2.5,
+                label="a choice's mean prediction ± model uncertainty (1 sd)")
+    ax.set_yticks(y, [labels[i] for i in order], fontsize=TICK_FONT)
+    ax.set_ylim(-0.6, len(order) - 0.4)
+    lo, hi = float(np.nanmin(mean - std, initial=np.inf)), float(np.nanmax(mean + std, initial=-np.inf))
+    if np.isfinite(lo) and np.isfinite(hi):  # else matplotlib's own limits
+        ax.set_xlim(lo - 0.05 * (hi - lo + 1e-12), hi + 0.05 * (hi - lo + 1e-12))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(param_label(campaign, dep.name))
+    ax.set_title(f"{len(order)} choices, the {'highest' if sign > 0 else 'lowest'} prediction on top",
+                 fontsize=TICK_FONT, loc="left")
+    ax.grid(alpha=0.3)
+
+
+def _numeric_panel(ax: "plt.Axes", campaign: Campaign, dep: Dependence, width_in: float) -> None:
+    x = np.asarray(dep.values, dtype=np.float64)
+    ax.fill_between(x, dep.mean - dep.std, dep.mean + dep.std, color=GOOD, alpha=0.2,
+                    label="model uncertainty (± 1 sd)")
+    ax.plot(x, dep.mean, color=GOOD, lw=2, label="mean prediction")
+    ax.set_xlabel(wrap_label(param_label(campaign, dep.name), max(12, int(width_in * CHARS_PER_INCH)), lines=3))
+    ax.grid(alpha=0.3)
+
+
 def dependence_figure(campaign: Campaign, deps: Sequence[Dependence], ylabel: str) -> "plt.Figure":
-    fig, axes = plt.subplots(1, len(deps), figsize=(4.2 * len(deps), 3.6), squeeze=False, sharey=True)
-    for ax, dep in zip(axes[0], deps):
-        if dep.categorical:
-            labels = [str(v) for v in dep.values]
-            if len(set(labels)) < len(labels):  # e.g. the choices "1" and 1: show them as Python writes them
-                labels = [repr(v) for v in dep.values]
-            ax.bar(labels, dep.mean, yerr=dep.std, color=GOOD, alpha=0.85, capsize=3,
-                   label="mean prediction ± model uncertainty")
-            ax.tick_params(axis="x", rotation=30 if max(len(s) for s in labels) > 6 else 0)
-            lo = float(np.min(dep.mean - dep.std))
-            hi = float(np.max(dep.mean + dep.std))
-            ax.set_ylim(lo - 0.1 * (hi - lo + 1e-12), hi + 0.1 * (hi - lo + 1e-12))
+    """The partial dependence on each of ``deps``, in their order: numeric parameters side by side
+    (at most three a row, one y axis), each categorical one a panel of its own, a row per choice
+    (the figure grows with the choices); one legend below every panel."""
+    rows: list[list[Dependence]] = []
+    for dep in deps:
+        if not dep.categorical and rows and not rows[-1][0].categorical and len(rows[-1]) < NUMERIC_PER_ROW:
+            rows[-1].append(dep)
         else:
-            x = np.asarray(dep.values, dtype=np.float64)
-            ax.fill_between(x, dep.mean - dep.std, dep.mean + dep.std, color=GOOD, alpha=0.2,
-                            label="model uncertainty (± 1 sd)")
-            ax.plot(x, dep.mean, color=GOOD, lw=2, label="mean prediction")
-        ax.set_xlabel(param_label(campaign, dep.name))
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel(ylabel)
-    _legend_below(axes[0][0], ncol=2)
+            rows.append([dep])
+    heights = [0.95 + _row_pitch(choice_labels(row[0].values)) * len(row[0].values)
+               if row[0].categorical else NUMERIC_HEIGHT for row in rows]
+    fig = plt.figure(figsize=(FIG_WIDTH, sum(heights) + LEGEND_HEIGHT), layout="constrained")
+    subs = fig.subfigures(len(rows) + 1, 1, height_ratios=[*heights, LEGEND_HEIGHT], squeeze=False)[:, 0]
+    axes: list["plt.Axes"] = []
+    for sub, row in zip(subs, rows):
+        if row[0].categorical:
+            ax = sub.subplots()
+            _choice_panel(ax, campaign, row[0], ylabel)
+            axes.append(ax)
+            continue
+        panels = sub.subplots(1, len(row), squeeze=False, sharey=True)[0]
+        for ax, dep in zip(panels, row):
+            _numeric_panel(ax, campaign, dep, FIG_WIDTH / len(row))
+        panels[0].set_ylabel(ylabel)
+        axes.extend(panels)
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    if seen:
+        subs[-1].legend(list(seen.values()), list(seen), loc="center", ncol=min(3, len(seen)), frameon=False,
+                        fontsize=TICK_FONT)
     return fig
 
 
