@@ -1,8 +1,9 @@
 """The consortium's server configuration (``consortium.yaml``) and bearer tokens.
 
 Tokens are never stored: the configuration holds their SHA-256 hex digests, compared in
-constant time (:func:`hmac.compare_digest`). ``labfbo coordinator token`` prints a new
-token and the digest to put in the file.
+constant time (:func:`hmac.compare_digest`). ``labfbo coordinator init --space FILE`` writes a
+whole configuration (the study's space pinned, a token per site: :mod:`labfbo.server.init_cli`);
+``labfbo coordinator token`` prints one new token and the digest to put in the file.
 
 Example::
 
@@ -10,6 +11,7 @@ Example::
     protocol: distribution
     seed: 0
     options: {acquisition: ucb}
+    space: {params: [...]}        # the study's SearchSpace (omit: the first site to join sets it)
     admin_token_sha256: 5e88...
     sites:
       lab-a: 9f86...
