@@ -26,9 +26,17 @@ def _one_thread() -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from labfbo.demo import DemoConfig, run_demo
 
-    cfg = DemoConfig(problem=args.problem, n_sites=args.sites, n_init=args.n_init, budget=args.budget,
-                     seeds=args.seeds, protocols=args.protocols, out=args.out, workers=args.workers)
-    run_demo(cfg)
+    labs = int(args.labs[0]) if len(args.labs) == 1 and args.labs[0].isdigit() else args.labs
+    run_demo(DemoConfig(labs=labs, budget=args.budget, seed=args.seed, optuna=not args.no_optuna, out=args.out))
+    return 0
+
+
+def _cmd_bench_demo_suite(args: argparse.Namespace) -> int:
+    from labfbo.benchmarks.demo_suite import SuiteConfig, run_suite
+
+    cfg = SuiteConfig(problem=args.problem, n_sites=args.sites, n_init=args.n_init, budget=args.budget,
+                      seeds=args.seeds, protocols=args.protocols, out=args.out, workers=args.workers)
+    run_suite(cfg)
     return 0
 
 
@@ -303,15 +311,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="labfbo", description="Federated Bayesian optimization for labs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="simulated multi-site campaign (Wing Weight, 5 sites)")
-    demo.add_argument("--problem", default="wing_weight")
-    demo.add_argument("--sites", type=int, default=5)
-    demo.add_argument("--n-init", type=int, default=10)
-    demo.add_argument("--budget", type=int, default=30)
-    demo.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    demo.add_argument("--workers", type=int, default=2, help="simulations run in parallel processes")
-    demo.add_argument("--protocols", nargs="+", default=None)
-    demo.add_argument("--out", default="runs")
+    demo = sub.add_parser("demo", help="a reagent screen of 3 labs on real Buchwald-Hartwig data: together "
+                          "(surface), alone and Optuna alone; table, plot and each lab's report under runs/")
+    demo.add_argument("--labs", nargs="+", default=["3"], metavar="LAB",
+                      help="how many of the most related labs (2 to 5; default 3), or aryl halide names")
+    demo.add_argument("--budget", type=int, default=17, help="experiments per lab after the 3 shared first ones")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--no-optuna", action="store_true", help="leave out the Optuna comparison")
+    demo.add_argument("--out", default="runs", help="results go to OUT/demo-<time>/")
     demo.set_defaults(func=_cmd_demo)
     importlib.import_module("labfbo.report.cli").add_parser(sub)
 
@@ -344,6 +351,17 @@ def build_parser() -> argparse.ArgumentParser:
     importlib.import_module("labfbo.privacy.audit_cli").add_parser(sub)
     bench = sub.add_parser("bench", help="benchmark suites")
     bsub = bench.add_subparsers(dest="suite", required=True)
+    ds = bsub.add_parser("demo-suite", help="simulated multi-site campaign (Wing Weight, 5 sites), every protocol "
+                         "(the former `labfbo demo`)")
+    ds.add_argument("--problem", default="wing_weight")
+    ds.add_argument("--sites", type=int, default=5)
+    ds.add_argument("--n-init", type=int, default=10)
+    ds.add_argument("--budget", type=int, default=30)
+    ds.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ds.add_argument("--workers", type=int, default=2, help="simulations run in parallel processes")
+    ds.add_argument("--protocols", nargs="+", default=None)
+    ds.add_argument("--out", default="runs")
+    ds.set_defaults(func=_cmd_bench_demo_suite)
     lat = bsub.add_parser("latency", help="ask() latency of `independent` vs a plain BoTorch loop")
     lat.add_argument("--problems", nargs="+", default=["branin", "hartmann6"])
     lat.add_argument("--n-obs", type=int, nargs="+", default=[10, 30, 100])

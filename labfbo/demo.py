@@ -1,87 +1,248 @@
-"""The main job: 5 simulated manufacturing sites optimize Wing Weight together.
+"""The main job (``make demo``): a reagent screen of three labs on real reaction data.
 
-Each site runs the same wing-design process (6 design variables) under its own operating
-conditions (fuel weight, dynamic pressure, load factor, gross weight). Every protocol
-available in this build is compared with ``independent`` on the same problem, the same
-initial designs and the same seeds; the demo prints a summary table and writes a
-convergence plot (PNG), the results (JSON) and the table (Markdown) under ``runs/``, and
-ends with one site's campaign report (HTML) from the journals of one federated run.
+Each lab is one aryl halide of the Buchwald–Hartwig screen of Ahneman et al. (*Science*
+360, 186 (2018); :mod:`labfbo.benchmarks.reactions_data`) and chooses a base, a ligand and
+an additive (3 × 4 × 23 = 276 combinations); its "experiment" returns the yield measured
+in that screen. By default the three labs are the most related of the data (the three of
+scenario (a) with the largest minimum pairwise Spearman correlation of yield).
+
+Three ways to run the screen, each lab from the same initial experiments (enqueued), then
+``budget`` more:
+
+* **together**: labfbo's ``surface`` protocol (recommended for categorical lab spaces), one
+  thread per lab against an in-process :class:`~labfbo.Coordinator`; every lab journals,
+  and each gets its campaign report (HTML);
+* **alone**: labfbo's ``independent`` (the same GP engine, no partner);
+* **Optuna alone**: Optuna's ``GPSampler`` with its defaults.
+
+It prints, per lab, the best yield each found after 5, 10 and all experiments against the
+lab's best in the data, with a one-line reading, and writes under ``runs/demo-<time>/`` a
+plot of best yield so far (PNG), ``summary.md``, ``results.json`` and one report per lab.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
-from labfbo.benchmarks.report import plot_convergence, summary_table
-from labfbo.benchmarks.runner import Job, run_jobs
-from labfbo.protocols import available_protocols, get_protocol
-from labfbo.simulation import SimulationResult
+import numpy as np
+
+from labfbo.benchmarks.reactions_data import ReactionData, load_reactions, scenarios, spearman_matrix
+from labfbo.demo_plot import plot_best_so_far
+from labfbo.demo_runs import METHODS, Experiment, Screen, run_labfbo, run_optuna
+from labfbo.exceptions import ConfigurationError
+
+CITATION = ("Data: Ahneman, Estrada, Lin, Dreher, Doyle, 'Predicting reaction performance in C–N cross-coupling "
+            "using machine learning', Science 360, 186 (2018), doi:10.1126/science.aar5169")
+CHECKPOINTS = (5, 10)  # experiments per lab, beside the full budget
 
 
 @dataclass
 class DemoConfig:
-    problem: str = "wing_weight"
-    n_sites: int = 5
-    n_init: int = 10
-    budget: int = 30
-    seeds: list[int] = field(default_factory=lambda: [0, 1])
-    protocols: list[str] | None = None
+    """``labs``: aryl halide names, or how many of the most related labs (2 to 5)."""
+
+    labs: Sequence[str] | int = 3
+    budget: int = 17  # experiments per lab after the shared initial ones
+    seed: int = 0
+    n_init: int = 3
+    optuna: bool = True
     out: str = "runs"
-    workers: int = 2  # simulations run in parallel processes, one torch thread each
 
 
-def demo_protocols() -> list[str]:
-    """``independent`` first, then every other protocol that runs on a continuous space
-    without extra configuration."""
-    names = [p for p in available_protocols() if p != "independent"]
-    runnable = [p for p in names if getattr(get_protocol(p), "demo", True)]
-    return ["independent", *runnable]
+@dataclass
+class DemoResult:
+    out: Path
+    labs: tuple[str, ...]
+    best_in_data: dict[str, float]
+    experiments: dict[str, list[list[Experiment]]]  # method -> per lab, in order
+    plot: Path
+    summary: Path
+    reports: dict[str, Path] = field(default_factory=dict)  # lab -> its campaign report (together)
+
+    def best_after(self, method: str, lab: int, n: int) -> float | None:
+        """The best yield ``method`` found in ``lab``'s first ``n`` experiments (None: none succeeded)."""
+        ys = [e.yield_ for e in self.experiments[method][lab][:n] if e.yield_ is not None]
+        return max(ys) if ys else None
 
 
-def report_protocol(protocols: list[str]) -> str:
-    """The protocol whose run the demo journals and reports: a federated one where there is one."""
-    federated = [p for p in ("distribution", "consensus", "gradient") if p in protocols]
-    return (federated or [p for p in protocols if p != "independent"] or protocols)[0]
+def related_labs(data: ReactionData, n: int) -> tuple[str, ...]:
+    """The ``n`` labs of scenario (a) with the largest minimum pairwise Spearman correlation."""
+    import itertools
+
+    pool = scenarios(data)["a"]
+    if not 2 <= n <= len(pool):
+        raise ConfigurationError(f"--labs {n}: the demo picks 2 to {len(pool)} related labs (or give their names)")
+    C = spearman_matrix(data)
+    idx = {name: data.labs.index(name) for name in pool}
+
+    def closeness(sub: tuple[str, ...]) -> float:
+        return min(C[idx[a], idx[b]] for a, b in itertools.combinations(sub, 2))
+
+    return max(itertools.combinations(pool, n), key=closeness)  # first of the ties, in the pool's order
 
 
-def run_demo(cfg: DemoConfig) -> tuple[list[SimulationResult], Path]:
-    from tqdm.auto import tqdm
+def pick_labs(data: ReactionData, labs: Sequence[str] | int) -> tuple[str, ...]:
+    if isinstance(labs, int):
+        return related_labs(data, labs)
+    unknown = [n for n in labs if n not in data.labs]
+    if unknown or len(set(labs)) < 2 or len(set(labs)) != len(labs):
+        raise ConfigurationError(f"--labs {' '.join(labs)}: give 2 or more distinct aryl halides of the data "
+                                 f"({', '.join(data.labs)}){'; unknown: ' + ', '.join(unknown) if unknown else ''}")
+    return tuple(labs)
 
-    protocols = cfg.protocols or demo_protocols()
-    out = Path(cfg.out) / time.strftime("demo-%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)
-    journaled = report_protocol(protocols)
-    journals = out / "journals"  # the journaled run: every site of `journaled`'s first seed, for a report
-    jobs = [Job(path=str(out / f"{p}-seed{s}.json"), label=p, problem=cfg.problem,
-                problem_kwargs={"n_sites": cfg.n_sites}, protocol=p, seed=s, n_init=cfg.n_init, budget=cfg.budget,
-                options={"storage_dir": str(journals)} if (p, s) == (journaled, cfg.seeds[0]) else {})
-            for p in protocols for s in cfg.seeds]
-    print(f"labfbo demo: {cfg.n_sites} sites on {cfg.problem!r}, n_init={cfg.n_init}, "
-          f"budget={cfg.budget}, seeds={cfg.seeds}, protocols={protocols}, {cfg.workers} worker(s)")
-    with tqdm(total=len(jobs), desc="demo", unit="run") as bar:
-        def progress(done: int, total: int) -> None:
-            bar.n = done
-            bar.refresh()
 
-        results = run_jobs(jobs, workers=cfg.workers, progress=progress)
-    table = summary_table(results)
-    png = plot_convergence(results, out / "convergence.png",
-                           title=f"{cfg.problem}: {cfg.n_sites} sites, mean over sites and {len(cfg.seeds)} seeds")
-    (out / "summary.md").write_text(
-        f"# labfbo demo\n\n{cfg.n_sites} sites, problem `{cfg.problem}`, n_init={cfg.n_init}, "
-        f"budget={cfg.budget}, seeds={cfg.seeds}\n\n{table}\n")
-    report = None
-    sites = sorted(journals.glob("*.journal"))
-    if sites:  # one site's campaign report, as a lab would see it after the campaign
-        from labfbo.report import write_report
+def _out_dir(root: str) -> Path:
+    base = Path(root) / time.strftime("demo-%Y%m%d-%H%M%S")
+    out, k = base, 1
+    while out.exists():  # two demos in one second: never resume another run's journals
+        k += 1
+        out = base.with_name(f"{base.name}-{k}")
+    out.mkdir(parents=True)
+    return out
 
-        report = write_report(sites[0], out / f"report-{sites[0].stem}.html").html
-    print()
-    print(table)
-    print(f"\nplot:    {png}\nresults: {out}")
-    if report is not None:
-        print(f"report:  {report}  (site {sites[0].stem!r}, protocol {journaled!r}, seed {cfg.seeds[0]}; "
-              f"open it in a browser)")
-    return results, png
+
+def _fmt(y: float | None, best: float) -> str:
+    return "—" if y is None else f"{y:.1f}" + ("*" if y >= best - 1e-9 else "")
+
+
+def table_rows(res: DemoResult) -> list[list[str]]:
+    """One row per lab and method: lab, best in the data, method, best after each checkpoint."""
+    rows = []
+    for i, lab in enumerate(res.labs):
+        best = res.best_in_data[lab]
+        for m in res.experiments:
+            rows.append([lab, f"{best:.1f}", METHODS[m],
+                         *[_fmt(res.best_after(m, i, n), best) for n in checkpoints(res)]])
+    return rows
+
+
+def checkpoints(res: DemoResult) -> list[int]:
+    total = len(next(iter(res.experiments.values()))[0])
+    return [n for n in CHECKPOINTS if n < total] + [total]
+
+
+def header(res: DemoResult) -> list[str]:
+    return ["lab (aryl halide)", "best in the data", "method", *[f"after {n}" for n in checkpoints(res)]]
+
+
+TIE = 1.0  # yield points: a smaller difference of best yields is read as a tie
+
+
+def reading(res: DemoResult, n_init: int) -> str:
+    """One line: what the table says, for a chemist (differences under :data:`TIE` points are ties)."""
+    n_labs, cps = len(res.labs), checkpoints(res)
+    mid, end = (cps[-2] if len(cps) > 1 else cps[-1]), cps[-1]
+
+    def best(m: str, i: int, n: int) -> float:
+        return res.best_after(m, i, n) or 0.0
+
+    def versus(other: str, name: str) -> str:
+        d = [best("surface", i, mid) - best(other, i, mid) for i in range(n_labs)]
+        won, lost = sum(x > TIE for x in d), sum(x < -TIE for x in d)
+        return (f"than {name} in {won} of {n_labs} labs, a lower one in {lost}, the same within {TIE:g} point "
+                f"in {n_labs - won - lost}")
+
+    line = (f"After {mid} experiments per lab, working together found a higher best yield "
+            + versus("independent", "going alone"))
+    if "optuna" in res.experiments:
+        line += "; a higher one " + versus("optuna", "Optuna alone")
+    gaps = ", ".join(f"{'together' if m == 'surface' else METHODS[m]} "
+                     f"{np.mean([res.best_in_data[lab] - best(m, i, end) for i, lab in enumerate(res.labs)]):.1f}"
+                     for m in res.experiments)
+    start = np.mean([res.best_in_data[lab] - best("surface", i, n_init) for i, lab in enumerate(res.labs)])
+    return (f"{line}. After {end}, points short of each lab's best in the data (mean over labs): {gaps} "
+            f"({start:.1f} after the {n_init} shared first experiments). One seed: one campaign each, not an "
+            f"average (`labfbo bench reactions` gives means over seeds).")
+
+
+def _text_table(head: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[k]) for r in [head, *rows]) for k in range(len(head))]
+    lines, last = [], None
+    for r in [head, *rows]:
+        shown = r if r[0] != last or r is head else ["", "", *r[2:]]
+        last = r[0]
+        lines.append("  ".join(c.ljust(w) if k in (0, 2) else c.rjust(w) for k, (c, w) in enumerate(zip(shown, widths))))
+    return "\n".join(lines)
+
+
+def _markdown_table(head: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(head) + " |", "|---|---:|---|" + "---:|" * (len(head) - 3)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _failures(res: DemoResult) -> str:
+    notes = [f"{res.labs[i]}: {k} with {METHODS[m]}" for m, per_lab in res.experiments.items()
+             for i, runs in enumerate(per_lab) if (k := sum(e.yield_ is None for e in runs))]
+    return ("Experiments proposed on a combination the data does not have (a failed experiment, budget used): "
+            + "; ".join(notes) + ".") if notes else ""
+
+
+def _describe(cfg: DemoConfig, labs: tuple[str, ...], data: ReactionData) -> str:
+    sizes = " × ".join(str(len(p.choices)) for p in data.space.params)
+    return (f"{len(labs)} labs, each one aryl halide of a Buchwald–Hartwig C–N coupling screen, choose "
+            f"{' × '.join(data.space.names)} ({sizes} = {len(data.combos())} combinations); every lab starts "
+            f"from the same {cfg.n_init} experiments under every method, then runs {cfg.budget} more "
+            f"(seed {cfg.seed}). Together: labfbo `surface`, the labs share a response surface, never a yield "
+            f"(one thread per lab, in-process coordinator). Alone: labfbo `independent`. Optuna alone: "
+            f"Optuna's `GPSampler`, its defaults. Yields in %; * = the lab's best yield in the data.")
+
+
+def run_demo(cfg: DemoConfig) -> DemoResult:
+    """Run the screen; print the table and reading; write the plot, summary and reports."""
+    if cfg.budget < 1 or cfg.n_init < 1:
+        raise ConfigurationError(f"the demo needs budget >= 1 and n_init >= 1, got {cfg.budget} and {cfg.n_init}")
+    full = load_reactions()
+    labs = pick_labs(full, cfg.labs)
+    data = full.subset(labs)
+    screen = Screen(data, seed=cfg.seed, n_init=cfg.n_init, budget=cfg.budget)
+    out = _out_dir(cfg.out)
+    about = _describe(cfg, labs, data)
+    print(f"labfbo demo: a reagent screen on real data\n{about}\n{CITATION}\n")
+    experiments: dict[str, list[list[Experiment]]] = {}
+    runs = [("surface", lambda: run_labfbo(screen, "surface", journals=out / "journals")),
+            ("independent", lambda: run_labfbo(screen, "independent"))]
+    if cfg.optuna:
+        runs.append(("optuna", lambda: run_optuna(screen)))
+    for m, run in runs:
+        t0 = time.perf_counter()
+        print(f"  {METHODS[m]:<28} ...", end="", flush=True)
+        experiments[m] = run()
+        print(f" {time.perf_counter() - t0:.0f} s", flush=True)
+    res = DemoResult(out=out, labs=labs, best_in_data={lab: data.best(i) for i, lab in enumerate(labs)},
+                     experiments=experiments, plot=out / "best_yield.png", summary=out / "summary.md")
+    sizes = " × ".join(str(len(p.choices)) for p in data.space.params)
+    curves = {m: [[res.best_after(m, i, k) for k in range(1, len(runs) + 1)] for i, runs in enumerate(per_lab)]
+              for m, per_lab in experiments.items()}
+    plot_best_so_far(labs, res.best_in_data, curves, res.plot, title=f"Reagent screen of {len(labs)} labs: {' × '.join(data.space.names)} "
+                     f"({sizes} = {len(data.combos())} combinations); the same {cfg.n_init} first experiments, "
+                     f"then {cfg.budget} more (seed {cfg.seed})", citation=CITATION, n_init=cfg.n_init)
+    head, rows, line = header(res), table_rows(res), reading(res, cfg.n_init)
+    print("\nBest yield found (%):\n" + _text_table(head, rows) + f"\n\n{line}")
+    notes = _failures(res)
+    if notes:
+        print(notes)
+    (out / "results.json").write_text(json.dumps({
+        "config": {"labs": list(labs), "budget": cfg.budget, "seed": cfg.seed, "n_init": cfg.n_init},
+        "best_in_data": res.best_in_data,
+        "experiments": {m: {lab: [{"params": e.params, "yield": e.yield_} for e in per_lab[i]]
+                            for i, lab in enumerate(labs)} for m, per_lab in experiments.items()}}, indent=1))
+    from labfbo.report import write_report
+
+    t0 = time.perf_counter()
+    for lab in labs:  # each lab's campaign report, as the lab would see it after the campaign
+        res.reports[lab] = write_report(out / "journals" / f"{lab}.journal", out / f"report-{lab}.html",
+                                        objective_label="yield (%)").html
+    res.summary.write_text(
+        f"# labfbo demo: a reagent screen of {len(labs)} labs on real data\n\n{about}\n\n"
+        f"![best yield so far per lab]({res.plot.name})\n\n## Best yield found (%)\n\n{_markdown_table(head, rows)}"
+        f"\n\n{line}\n\n{notes + chr(10) + chr(10) if notes else ''}"
+        "Campaign reports (together, one per lab): "
+        + ", ".join(f"[{lab}]({p.name})" for lab, p in res.reports.items()) + f"\n\n{CITATION}.\n")
+    print(f"\nplot:    {res.plot}\nsummary: {res.summary}\nreports: "
+          + "\n         ".join(str(p) for p in res.reports.values())
+          + f"  ({time.perf_counter() - t0:.0f} s; open them in a browser)\n\n{CITATION}.")
+    return res

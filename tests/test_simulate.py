@@ -130,16 +130,16 @@ def test_simulate_configuration_errors():
         FederatedProblem(space=make_problem().space, objectives=[lambda p: 0.0], optima=[0.0, 1.0])
 
 
-def test_demo_runs_every_protocol_it_lists(tmp_path):
-    from labfbo.demo import DemoConfig, demo_protocols, run_demo
+def test_demo_suite_runs_every_protocol_it_lists(tmp_path):
+    from labfbo.benchmarks.demo_suite import SuiteConfig, demo_protocols, run_suite
 
     assert demo_protocols()[0] == "independent" and "distribution" in demo_protocols()
     assert "centralized" not in demo_protocols()
-    cfg = DemoConfig(problem="sinusoid", n_sites=2, n_init=3, budget=2, seeds=[0],
-                     protocols=["independent", "distribution"], out=str(tmp_path), workers=1)
-    results, png = run_demo(cfg)
+    cfg = SuiteConfig(problem="sinusoid", n_sites=2, n_init=3, budget=2, seeds=[0],
+                      protocols=["independent", "distribution"], out=str(tmp_path), workers=1)
+    results, png = run_suite(cfg)
     assert [r.protocol for r in results] == ["independent", "distribution"]
     assert png.exists() and (png.parent / "summary.md").exists()
-    # the demo journals every site of its federated run and ends with one site's report
+    # the suite journals every site of its federated run and ends with one site's report
     assert sorted(p.name for p in (png.parent / "journals").glob("*.journal")) == ["site-0.journal", "site-1.journal"]
     assert (png.parent / "report-site-0.html").exists()

@@ -1,9 +1,12 @@
 """The in-process transport: N sites and the coordinator in one Python process.
 
-No threads: when a site asks for its guidance of the next round and the round has not run
-yet, the coordinator runs it then, calling every site's registered handler in turn (a
-site that asks for a round already run gets the current guidance, see
-:mod:`labfbo.coordinator`). Every message still crosses as a wire frame (what a network
+When a site asks for its guidance of the next round and the round has not run yet, the
+coordinator runs it then, calling every site's registered handler in turn (a site that
+asks for a round already run gets the current guidance, see :mod:`labfbo.coordinator`).
+Sites may run in threads of the process: a lock lets one of them run a round while the
+others asking for it wait, then get its guidance (the round uses the data every site has
+when it runs; a script that wants the data of every site's last result waits for them
+before asking). Every message still crosses as a wire frame (what a network
 would carry), so byte counts and the privacy boundary are the same as on the MPI and HTTP
 transports.
 
@@ -13,6 +16,7 @@ quorum is met, is left out of that exchange.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TYPE_CHECKING, Mapping
 
@@ -30,6 +34,7 @@ class LocalTransport:
     def __init__(self, coordinator: "Coordinator") -> None:
         self.coordinator = coordinator
         self.handlers: dict[str, Handler] = {}
+        self.lock = threading.RLock()  # one thread runs a round (or a join) at a time
 
     def link(self, site: str) -> "LocalLink":
         return LocalLink(self, site)
@@ -63,21 +68,23 @@ class LocalLink(SiteLink):
 
     def join(self, request: JoinRequest, handler: Handler) -> JoinReply:
         request = parse(request.to_wire())  # type: ignore[assignment]
-        reply = self.transport.coordinator.join(request)
-        self.transport.handlers[self.site] = handler
+        with self.transport.lock:
+            reply = self.transport.coordinator.join(request)
+            self.transport.handlers[self.site] = handler
         return parse(reply.to_wire())  # type: ignore[return-value]
 
     def guidance(self, round: int, timeout: float | None = None) -> bytes:
         """Round ``round``'s guidance: run now if it is the next round (every site answers from
         the data it has now); a round already run gives the current guidance."""
         coord = self.transport.coordinator
-        coord.check_round(self.site, round)
-        if round <= coord.last_round:
-            return coord.current_guidance(self.site).to_wire()
-        missing = coord.n_sites - len(coord.members)
-        if missing:  # in one thread nobody else can join while this site waits
-            raise RoundError(f"waiting for {missing} more site(s) to join before round {round}")
-        return coord.run_round(round, self.transport.gather)[self.site].to_wire()
+        with self.transport.lock:
+            coord.check_round(self.site, round)
+            if round <= coord.last_round:
+                return coord.current_guidance(self.site).to_wire()
+            missing = coord.n_sites - len(coord.members)
+            if missing:  # the local transport does not wait for a site to join
+                raise RoundError(f"waiting for {missing} more site(s) to join before round {round}")
+            return coord.run_round(round, self.transport.gather)[self.site].to_wire()
 
     def close(self) -> None:
         self.transport.handlers.pop(self.site, None)
