@@ -122,7 +122,7 @@ def space_differences(a: "SearchSpace", b: "SearchSpace", sa: str = "this space"
     if a.constraints != b.constraints:
         ca, cb = [str(c) for c in a.constraints or ()], [str(c) for c in b.constraints or ()]
         oa, ob = _only(ca, cb)
-        out.append("shared constraints (LinearConstraint, Forbidden) differ: "
+        out.append("shared constraints differ (LinearConstraint, Forbidden): "
                    + " and ".join([f"only in {sa}: {_listed(oa)}"] * bool(oa)
                                + [f"only in {sb}: {_listed(ob)}"] * bool(ob)))
     if a.allowed_names != b.allowed_names:

@@ -65,7 +65,7 @@ def test_identical_spaces_and_a_labs_own_nonlinear_constraints_are_no_difference
 def test_shared_constraints_and_allowed_combinations_are_part_of_the_study() -> None:
     lc = LinearConstraint({"T": 1.0}, "<=", 90.0)
     said = study_difference(_study(constraints=[lc]), _study())
-    assert said.startswith("shared constraints (LinearConstraint, Forbidden) differ: only in the study's space: [")
+    assert said.startswith("shared constraints differ (LinearConstraint, Forbidden): only in the study's space: [")
     stock = [{"ligand": "XPhos"}, {"ligand": "SPhos"}]
     said = study_difference(_study(allowed=stock), _study(allowed=stock[:1]))
     assert said.startswith("allowed combinations (over ['ligand']) differ: 1 only in the study's space (e.g. "
