@@ -209,3 +209,22 @@ def test_a_dp_site_without_a_horizon_is_refused_over_http_before_it_joins(tmp_pa
             labfbo.Optimizer(SPACE, protocol="surface", site="a", coordinator=HTTPCoordinator(srv.url, tokens["a"][0]),
                              privacy=labfbo.DP(epsilon=2.0), storage=str(tmp_path / "a.journal"))
         assert srv.server.coordinator.members == {} and not (tmp_path / "a.journal").exists()
+
+
+@pytest.mark.integration  # a real uvicorn server
+def test_a_site_below_the_privacy_floor_is_refused_over_http_and_not_listed(tmp_path) -> None:
+    from labfbo.server.app import CoordinatorServer, ServerThread
+
+    tokens = {s: new_token() for s in ("a", "b")}
+    admin, admin_hash = new_token()
+    cfg = ServerConfig(protocol="distribution", horizon=5, privacy_floor={"epsilon": 2.0},
+                       admin_token_sha256=admin_hash, sites={s: h for s, (_, h) in tokens.items()},
+                       space=SPACE.model_dump(mode="json"))
+    with ServerThread(CoordinatorServer(cfg)) as srv:
+        for site, dp in (("a", None), ("b", PrivacyDeclaration(epsilon=4.0, delta=1e-5))):
+            r = requests.post(f"{srv.url}/v1/join", data=_join(SPACE, site, privacy=dp).model_dump_json(),
+                              headers={"Authorization": f"Bearer {tokens[site][0]}"}, timeout=30)
+            assert r.status_code == 409 and "the study requires DP(epsilon<=2" in r.json()["detail"]
+        status = requests.get(f"{srv.url}/v1/admin/status", headers={"Authorization": f"Bearer {admin}"},
+                              timeout=10).json()
+        assert status["members"] == [] and status["privacy"] == {}

@@ -41,7 +41,8 @@ def test_a_missing_parameter_an_order_a_scale_a_unit_and_a_step() -> None:
     assert "parameter 'b': log scale: the study's space has True, this lab's space False" in said
     assert "parameter 'b': unit: the study's space has None, this lab's space 'mg'" in said
     assert "parameter 'c': step: the study's space has 0.1, this lab's space 0.5" in said
-    assert "in another order" in said and "the study's space has ['a', 'b', 'c'], this lab's space ['b', 'a', 'c']" in said
+    assert "in another order" in said
+    assert "the study's space has ['a', 'b', 'c'], this lab's space ['b', 'a', 'c']" in said
     fewer = study_difference(study, SearchSpace([Real("a", 0, 1)]))
     assert fewer.startswith("parameter(s) only in the study's space: 'b' (real [1.0, 10.0], log scale), "
                             "'c' (real [0.0, 1.0], step 0.1)")
