@@ -23,14 +23,15 @@ plot of best yield so far (PNG), ``summary.md``, ``results.json`` and one report
 from __future__ import annotations
 
 import json
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from labfbo.benchmarks.reactions_data import ReactionData, load_reactions, scenarios, spearman_matrix
+from labfbo.benchmarks.reactions_data import ReactionData, describe, load_reactions, scenarios, spearman_matrix
 from labfbo.demo_plot import plot_best_so_far
 from labfbo.demo_runs import METHODS, Experiment, Screen, run_labfbo, run_optuna
 from labfbo.exceptions import ConfigurationError
@@ -164,7 +165,8 @@ def _text_table(head: list[str], rows: list[list[str]]) -> str:
     for r in [head, *rows]:
         shown = r if r[0] != last or r is head else ["", "", *r[2:]]
         last = r[0]
-        lines.append("  ".join(c.ljust(w) if k in (0, 2) else c.rjust(w) for k, (c, w) in enumerate(zip(shown, widths))))
+        cells = zip(shown, widths)
+        lines.append("  ".join(c.ljust(w) if k in (0, 2) else c.rjust(w) for k, (c, w) in enumerate(cells)))
     return "\n".join(lines)
 
 
@@ -181,11 +183,11 @@ def _failures(res: DemoResult) -> str:
             + "; ".join(notes) + ".") if notes else ""
 
 
-def _describe(cfg: DemoConfig, labs: tuple[str, ...], data: ReactionData) -> str:
+def _describe(cfg: DemoConfig, data: ReactionData, related: str) -> str:
     sizes = " × ".join(str(len(p.choices)) for p in data.space.params)
-    return (f"{len(labs)} labs, each one aryl halide of a Buchwald–Hartwig C–N coupling screen, choose "
-            f"{' × '.join(data.space.names)} ({sizes} = {len(data.combos())} combinations); every lab starts "
-            f"from the same {cfg.n_init} experiments under every method, then runs {cfg.budget} more "
+    return (f"{len(data.labs)} labs, each one aryl halide of a Buchwald–Hartwig C–N coupling screen ({related}), "
+            f"choose {' × '.join(data.space.names)} ({sizes} = {len(data.combos())} combinations); every lab "
+            f"starts from the same {cfg.n_init} experiments under every method, then runs {cfg.budget} more "
             f"(seed {cfg.seed}). Together: labfbo `surface`, the labs share a response surface, never a yield "
             f"(one thread per lab, in-process coordinator). Alone: labfbo `independent`. Optuna alone: "
             f"Optuna's `GPSampler`, its defaults. Yields in %; * = the lab's best yield in the data.")
@@ -200,49 +202,54 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     data = full.subset(labs)
     screen = Screen(data, seed=cfg.seed, n_init=cfg.n_init, budget=cfg.budget)
     out = _out_dir(cfg.out)
-    about = _describe(cfg, labs, data)
-    print(f"labfbo demo: a reagent screen on real data\n{about}\n{CITATION}\n")
-    experiments: dict[str, list[list[Experiment]]] = {}
-    runs = [("surface", lambda: run_labfbo(screen, "surface", journals=out / "journals")),
-            ("independent", lambda: run_labfbo(screen, "independent"))]
+    about = _describe(cfg, data, f"related: their yields rank alike, {describe(full, labs)}")
+    print("labfbo demo: a reagent screen on real data\n" + textwrap.fill(about, 110) + f"\n{CITATION}\n")
+    methods: list[tuple[str, Callable[[], list[list[Experiment]]]]] = [
+        ("surface", lambda: run_labfbo(screen, "surface", journals=out / "journals")),
+        ("independent", lambda: run_labfbo(screen, "independent"))]
     if cfg.optuna:
-        runs.append(("optuna", lambda: run_optuna(screen)))
-    for m, run in runs:
+        methods.append(("optuna", lambda: run_optuna(screen)))
+    experiments: dict[str, list[list[Experiment]]] = {}
+    for m, run in methods:
         t0 = time.perf_counter()
         print(f"  {METHODS[m]:<28} ...", end="", flush=True)
         experiments[m] = run()
         print(f" {time.perf_counter() - t0:.0f} s", flush=True)
     res = DemoResult(out=out, labs=labs, best_in_data={lab: data.best(i) for i, lab in enumerate(labs)},
                      experiments=experiments, plot=out / "best_yield.png", summary=out / "summary.md")
-    sizes = " × ".join(str(len(p.choices)) for p in data.space.params)
-    curves = {m: [[res.best_after(m, i, k) for k in range(1, len(runs) + 1)] for i, runs in enumerate(per_lab)]
-              for m, per_lab in experiments.items()}
-    plot_best_so_far(labs, res.best_in_data, curves, res.plot, title=f"Reagent screen of {len(labs)} labs: {' × '.join(data.space.names)} "
-                     f"({sizes} = {len(data.combos())} combinations); the same {cfg.n_init} first experiments, "
-                     f"then {cfg.budget} more (seed {cfg.seed})", citation=CITATION, n_init=cfg.n_init)
-    head, rows, line = header(res), table_rows(res), reading(res, cfg.n_init)
-    print("\nBest yield found (%):\n" + _text_table(head, rows) + f"\n\n{line}")
-    notes = _failures(res)
-    if notes:
-        print(notes)
-    (out / "results.json").write_text(json.dumps({
-        "config": {"labs": list(labs), "budget": cfg.budget, "seed": cfg.seed, "n_init": cfg.n_init},
-        "best_in_data": res.best_in_data,
-        "experiments": {m: {lab: [{"params": e.params, "yield": e.yield_} for e in per_lab[i]]
-                            for i, lab in enumerate(labs)} for m, per_lab in experiments.items()}}, indent=1))
+    _write(res, cfg, data, about)
+    return res
+
+
+def _write(res: DemoResult, cfg: DemoConfig, data: ReactionData, about: str) -> None:
+    """The plot, the table and reading (printed and in summary.md), results.json and the reports."""
     from labfbo.report import write_report
 
+    curves = {m: [[res.best_after(m, i, k) for k in range(1, len(lab_runs) + 1)] for i, lab_runs in enumerate(per_lab)]
+              for m, per_lab in res.experiments.items()}
+    sizes = " × ".join(str(len(p.choices)) for p in data.space.params)
+    title = (f"Reagent screen of {len(res.labs)} labs: {' × '.join(data.space.names)} ({sizes} = "
+             f"{len(data.combos())} combinations); the same {cfg.n_init} first experiments, then {cfg.budget} more "
+             f"(seed {cfg.seed})")
+    plot_best_so_far(res.labs, res.best_in_data, curves, res.plot, title=title, citation=CITATION, n_init=cfg.n_init)
+    head, rows, line = header(res), table_rows(res), reading(res, cfg.n_init)
+    notes = _failures(res)
+    print("\nBest yield found (%):\n" + _text_table(head, rows) + f"\n\n{line}" + (f"\n{notes}" if notes else ""))
+    (res.out / "results.json").write_text(json.dumps({
+        "config": {"labs": list(res.labs), "budget": cfg.budget, "seed": cfg.seed, "n_init": cfg.n_init},
+        "best_in_data": res.best_in_data,
+        "experiments": {m: {lab: [{"params": e.params, "yield": e.yield_} for e in per_lab[i]]
+                            for i, lab in enumerate(res.labs)} for m, per_lab in res.experiments.items()}}, indent=1))
     t0 = time.perf_counter()
-    for lab in labs:  # each lab's campaign report, as the lab would see it after the campaign
-        res.reports[lab] = write_report(out / "journals" / f"{lab}.journal", out / f"report-{lab}.html",
+    for lab in res.labs:  # each lab's campaign report, as the lab would see it after the campaign
+        res.reports[lab] = write_report(res.out / "journals" / f"{lab}.journal", res.out / f"report-{lab}.html",
                                         objective_label="yield (%)").html
-    res.summary.write_text(
-        f"# labfbo demo: a reagent screen of {len(labs)} labs on real data\n\n{about}\n\n"
-        f"![best yield so far per lab]({res.plot.name})\n\n## Best yield found (%)\n\n{_markdown_table(head, rows)}"
-        f"\n\n{line}\n\n{notes + chr(10) + chr(10) if notes else ''}"
-        "Campaign reports (together, one per lab): "
-        + ", ".join(f"[{lab}]({p.name})" for lab, p in res.reports.items()) + f"\n\n{CITATION}.\n")
+    links = ", ".join(f"[{lab}]({p.name})" for lab, p in res.reports.items())
+    parts = [f"# labfbo demo: a reagent screen of {len(res.labs)} labs on real data", about,
+             f"![best yield so far per lab]({res.plot.name})", "## Best yield found (%)",
+             _markdown_table(head, rows), line, notes, f"Campaign reports (together, one per lab): {links}",
+             f"{CITATION}."]
+    res.summary.write_text("\n\n".join(p for p in parts if p) + "\n")
     print(f"\nplot:    {res.plot}\nsummary: {res.summary}\nreports: "
           + "\n         ".join(str(p) for p in res.reports.values())
           + f"  ({time.perf_counter() - t0:.0f} s; open them in a browser)\n\n{CITATION}.")
-    return res
