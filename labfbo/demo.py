@@ -154,7 +154,8 @@ def reading(res: DemoResult, n_init: int) -> str:
                      f"{np.mean([res.best_in_data[lab] - best(m, i, end) for i, lab in enumerate(res.labs)]):.1f}"
                      for m in res.experiments)
     start = np.mean([res.best_in_data[lab] - best("surface", i, n_init) for i, lab in enumerate(res.labs)])
-    return (f"{line}. After {end}, points short of each lab's best in the data (mean over labs): {gaps} "
+    after = f"After {end}, points" if end != mid else "Points"
+    return (f"{line}. {after} short of each lab's best in the data (mean over labs): {gaps} "
             f"({start:.1f} after the {n_init} shared first experiments). One seed: one campaign each, not an "
             f"average (`labfbo bench reactions` gives means over seeds).")
 
@@ -202,7 +203,7 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     data = full.subset(labs)
     screen = Screen(data, seed=cfg.seed, n_init=cfg.n_init, budget=cfg.budget)
     out = _out_dir(cfg.out)
-    about = _describe(cfg, data, f"related: their yields rank alike, {describe(full, labs)}")
+    about = _describe(cfg, data, f"how alike their yields rank: {describe(full, labs)}")
     print("labfbo demo: a reagent screen on real data\n" + textwrap.fill(about, 110) + f"\n{CITATION}\n")
     methods: list[tuple[str, Callable[[], list[list[Experiment]]]]] = [
         ("surface", lambda: run_labfbo(screen, "surface", journals=out / "journals")),

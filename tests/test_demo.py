@@ -34,6 +34,7 @@ def test_the_demo_writes_the_table_the_plot_and_every_labs_report(tiny: DemoResu
     assert tiny.plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = tiny.summary.read_text()
     assert CITATION in summary and tiny.plot.name in summary
+    assert "After 5 experiments per lab, working together found a higher best yield than going alone in" in summary
     rows = _md_rows(summary)
     # every lab by name, with the three methods, and its best in the data
     assert [(r[0], r[2]) for r in rows] == [(lab, m) for lab in LABS for m in METHODS.values()]
