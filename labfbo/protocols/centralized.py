@@ -74,7 +74,7 @@ class CentralizedAggregator(GradientAggregator):
 class CentralizedProtocol(Protocol):
     name = "centralized"
     federated = True
-    demo = False  # not a privacy-preserving protocol: not in `labfbo demo`
+    demo = False  # not a privacy-preserving protocol: not in `labfbo bench demo-suite`
     shares_raw_data = True
     shared_options = GradientProtocol.shared_options
     Options = CentralizedOptions

@@ -135,7 +135,7 @@ class PooledAggregator(Aggregator):
 class PooledProtocol(Protocol):
     name = "pooled"
     federated = True
-    demo = False  # not a privacy-preserving protocol: not in `labfbo demo`
+    demo = False  # not a privacy-preserving protocol: not in `labfbo bench demo-suite`
     shares_raw_data = True
     supported_types = frozenset({"real", "integer", "discrete"})
     Options = PooledOptions
