@@ -3,9 +3,10 @@
 ``labfbo report site.journal -o report.html`` or ``opt.report("report.html")``: progress
 (every measurement, the best so far, failures, the initial design; the Pareto front with
 several objectives), what the site's model believes now (predicted best setting, the
-improvement left), which parameters matter (Sobol importance, partial dependence) and, for
-a federated site, what left it (messages, bytes, DP releases and the cumulative ε) and the
-guidance it received.
+improvement left), which parameters matter (Sobol importance, partial dependence), what
+left the site — every statement taken from the journal's facts: which messages, whether
+they were the measurements themselves, which carried DP noise and the cumulative ε at its δ
+(:mod:`labfbo.report.disclosure`) — and, for a federated site, the guidance it received.
 """
 
 from __future__ import annotations
