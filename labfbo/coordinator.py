@@ -187,7 +187,7 @@ class Coordinator:
         if space.fingerprint() != request.space_hash:
             return (f"site {request.site!r} sent a space that does not match its own hash ({request.space_hash} "
                     f"!= {space.fingerprint()}): a damaged or altered join")
-        origin = ("the study's space is pinned in its configuration (space:)" if self.space_set_by is None else
+        origin = ("the study's space is pinned in its configuration (space: in consortium.yaml, or Coordinator(space=...))" if self.space_set_by is None else
                   f"the study's space was set by {self.space_set_by!r}, the first site to join, because the "
                   "study pins none: pin the agreed space in its configuration (`labfbo coordinator init --space`, "
                   "or Coordinator(space=...))")
