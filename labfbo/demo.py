@@ -10,14 +10,17 @@ Three ways to run the screen, each lab from the same initial experiments (enqueu
 ``budget`` more:
 
 * **together**: labfbo's ``surface`` protocol (recommended for categorical lab spaces), one
-  thread per lab against an in-process :class:`~labfbo.Coordinator`; every lab journals,
-  and each gets its campaign report (HTML);
+  thread per lab against an in-process :class:`~labfbo.Coordinator`; every lab journals
+  (first seed), and each gets its campaign report (HTML);
 * **alone**: labfbo's ``independent`` (the same GP engine, no partner);
 * **Optuna alone**: Optuna's ``GPSampler`` with its defaults.
 
-It prints, per lab, the best yield each found after 5, 10 and all experiments against the
-lab's best in the data, with a one-line reading, and writes under ``runs/demo-<time>/`` a
-plot of best yield so far (PNG), ``summary.md``, ``results.json`` and one report per lab.
+All three run for each of several seeds (default 0–3; a seed draws the first experiments
+and seeds every model), the seeds in parallel worker processes. It prints, per lab, the
+mean over seeds (and range) of the best yield each found after 5, 10 and all experiments
+against the lab's best in the data, in how many seeds together beat alone at 10, and a
+reading computed from those numbers; it writes under ``runs/demo-<time>/`` a plot of the
+mean best yield so far (PNG), ``summary.md``, ``results.json`` and one report per lab.
 """
 
 from __future__ import annotations
@@ -27,13 +30,13 @@ import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from labfbo.benchmarks.reactions_data import ReactionData, describe, load_reactions, scenarios, spearman_matrix
 from labfbo.demo_plot import plot_best_so_far
-from labfbo.demo_runs import METHODS, Experiment, Screen, run_labfbo, run_optuna
+from labfbo.demo_runs import METHODS, Experiment, SeedJob, SeedRun, run_seeds
 from labfbo.exceptions import ConfigurationError
 
 CITATION = ("Data: Ahneman, Estrada, Lin, Dreher, Doyle, 'Predicting reaction performance in C–N cross-coupling "
@@ -47,26 +50,42 @@ class DemoConfig:
 
     labs: Sequence[str] | int = 3
     budget: int = 17  # experiments per lab after the shared initial ones
-    seed: int = 0
+    seeds: Sequence[int] = (0, 1, 2, 3)
     n_init: int = 3
     optuna: bool = True
     out: str = "runs"
+    workers: int = 2  # processes running seeds' campaigns in parallel
 
 
 @dataclass
 class DemoResult:
     out: Path
     labs: tuple[str, ...]
+    seeds: tuple[int, ...]
     best_in_data: dict[str, float]
-    experiments: dict[str, list[list[Experiment]]]  # method -> per lab, in order
+    experiments: dict[int, dict[str, list[list[Experiment]]]]  # seed -> method -> per lab, in order
     plot: Path
     summary: Path
-    reports: dict[str, Path] = field(default_factory=dict)  # lab -> its campaign report (together)
+    reports: dict[str, Path] = field(default_factory=dict)  # lab -> its campaign report (first seed, together)
 
-    def best_after(self, method: str, lab: int, n: int) -> float | None:
-        """The best yield ``method`` found in ``lab``'s first ``n`` experiments (None: none succeeded)."""
-        ys = [e.yield_ for e in self.experiments[method][lab][:n] if e.yield_ is not None]
+    @property
+    def methods(self) -> list[str]:
+        return list(self.experiments[self.seeds[0]])
+
+    @property
+    def total(self) -> int:
+        """Experiments per lab (the shared first ones included)."""
+        return len(self.experiments[self.seeds[0]][self.methods[0]][0])
+
+    def best_after(self, method: str, lab: int, n: int, seed: int) -> float | None:
+        """The best yield ``method`` found in ``lab``'s first ``n`` experiments under ``seed`` (None: none
+        succeeded)."""
+        ys = [e.yield_ for e in self.experiments[seed][method][lab][:n] if e.yield_ is not None]
         return max(ys) if ys else None
+
+    def found(self, method: str, lab: int, n: int) -> np.ndarray:
+        """:meth:`best_after` for every seed (0 where no experiment succeeded yet)."""
+        return np.array([self.best_after(method, lab, n, s) or 0.0 for s in self.seeds])
 
 
 def related_labs(data: ReactionData, n: int) -> tuple[str, ...]:
@@ -105,59 +124,101 @@ def _out_dir(root: str) -> Path:
     return out
 
 
-def _fmt(y: float | None, best: float) -> str:
-    return "—" if y is None else f"{y:.1f}" + ("*" if y >= best - 1e-9 else "")
-
-
-def table_rows(res: DemoResult) -> list[list[str]]:
-    """One row per lab and method: lab, best in the data, method, best after each checkpoint."""
-    rows = []
-    for i, lab in enumerate(res.labs):
-        best = res.best_in_data[lab]
-        for m in res.experiments:
-            rows.append([lab, f"{best:.1f}", METHODS[m],
-                         *[_fmt(res.best_after(m, i, n), best) for n in checkpoints(res)]])
-    return rows
+def seeds_text(seeds: Sequence[int]) -> str:
+    """"seed 0", "seeds 0–3" (consecutive) or "seeds 0, 2, 5"."""
+    seeds = list(seeds)
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    if seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"seeds {seeds[0]}–{seeds[-1]}"
+    return "seeds " + ", ".join(map(str, seeds))
 
 
 def checkpoints(res: DemoResult) -> list[int]:
-    total = len(next(iter(res.experiments.values()))[0])
-    return [n for n in CHECKPOINTS if n < total] + [total]
+    return [n for n in CHECKPOINTS if n < res.total] + [res.total]
 
 
-def header(res: DemoResult) -> list[str]:
-    return ["lab (aryl halide)", "best in the data", "method", *[f"after {n}" for n in checkpoints(res)]]
+def _mid(res: DemoResult) -> int:
+    """The checkpoint the seed counts and the reading compare at (10 by default)."""
+    cps = checkpoints(res)
+    return cps[-2] if len(cps) > 1 else cps[-1]
 
 
 TIE = 1.0  # yield points: a smaller difference of best yields is read as a tie
+SHORT = {"surface": "together", "independent": "alone", "optuna": "Optuna alone"}
+
+
+def _cell(ys: np.ndarray) -> str:
+    """Mean over seeds, with the range over seeds (one seed: the value)."""
+    return f"{ys.mean():.1f}" if len(ys) == 1 else f"{ys.mean():.1f} ({ys.min():.1f}–{ys.max():.1f})"
+
+
+def wins(res: DemoResult, lab: int, n: int, other: str = "independent") -> tuple[int, int]:
+    """In how many seeds together's best after ``n`` beat ``other``'s by more than :data:`TIE`
+    points, and in how many it fell behind by more than that."""
+    d = res.found("surface", lab, n) - res.found(other, lab, n)
+    return int((d > TIE).sum()), int((d < -TIE).sum())
+
+
+def header(res: DemoResult) -> list[str]:
+    return ["lab (aryl halide)", "best in the data", "method", *[f"after {n}" for n in checkpoints(res)],
+            f"seeds together > alone at {_mid(res)}"]
+
+
+def table_rows(res: DemoResult) -> list[list[str]]:
+    """One row per lab and method: lab, best in the data, method, the mean (range) over seeds of the
+    best yield after each checkpoint, and (together's row) in how many seeds together beat alone by
+    more than :data:`TIE` points at the middle checkpoint."""
+    rows, mid = [], _mid(res)
+    for i, lab in enumerate(res.labs):
+        for m in res.methods:
+            won = f"{wins(res, i, mid)[0]} of {len(res.seeds)}" if m == "surface" else ""
+            rows.append([lab, f"{res.best_in_data[lab]:.1f}", METHODS[m],
+                         *[_cell(res.found(m, i, n)) for n in checkpoints(res)], won])
+    return rows
+
+
+def _versus(res: DemoResult, other: str) -> str:
+    """Together against ``other`` at the middle checkpoint: campaigns ahead and behind, the mean
+    difference with its standard error over seeds, and whether that tells them apart."""
+    mid, n_seeds = _mid(res), len(res.seeds)
+    d = np.array([res.found("surface", i, mid) - res.found(other, i, mid) for i in range(len(res.labs))])
+    per_seed = d.mean(axis=0)  # mean over labs, one value per seed
+    mean = float(per_seed.mean())
+    won, lost = int((d > TIE).sum()), int((d < -TIE).sum())
+    line = (f"against {SHORT[other]}, together was ahead by more than {TIE:g} point in {won} of {d.size} "
+            f"campaigns (lab × seed) and behind in {lost}, a mean difference of {mean:+.1f} points")
+    if n_seeds < 2:
+        return line
+    se = float(per_seed.std(ddof=1) / np.sqrt(n_seeds))
+    told = abs(mean) > max(TIE, 2 * se)
+    return line + (f" ± {se:.1f} (standard error over seeds): "
+                   + (f"more than two standard errors, together {'ahead' if mean > 0 else 'behind'}" if told
+                      else "within two standard errors (or a point), not told apart"))
 
 
 def reading(res: DemoResult, n_init: int) -> str:
-    """One line: what the table says, for a chemist (differences under :data:`TIE` points are ties)."""
-    n_labs, cps = len(res.labs), checkpoints(res)
-    mid, end = (cps[-2] if len(cps) > 1 else cps[-1]), cps[-1]
+    """What the table says, computed from it (differences under :data:`TIE` points are ties)."""
+    mid, end = _mid(res), res.total
+    n_seeds, bests = len(res.seeds), list(enumerate(res.best_in_data[lab] for lab in res.labs))
 
-    def best(m: str, i: int, n: int) -> float:
-        return res.best_after(m, i, n) or 0.0
+    def short(m: str, n: int) -> float:
+        return float(np.mean([res.best_in_data[lab] - res.found(m, i, n) for i, lab in enumerate(res.labs)]))
 
-    def versus(other: str, name: str) -> str:
-        d = [best("surface", i, mid) - best(other, i, mid) for i in range(n_labs)]
-        won, lost = sum(x > TIE for x in d), sum(x < -TIE for x in d)
-        return (f"than {name} in {won} of {n_labs} labs, a lower one in {lost}, the same within {TIE:g} point "
-                f"in {n_labs - won - lost}")
-
-    line = (f"After {mid} experiments per lab, working together found a higher best yield "
-            + versus("independent", "going alone"))
-    if "optuna" in res.experiments:
-        line += "; a higher one " + versus("optuna", "Optuna alone")
-    gaps = ", ".join(f"{'together' if m == 'surface' else METHODS[m]} "
-                     f"{np.mean([res.best_in_data[lab] - best(m, i, end) for i, lab in enumerate(res.labs)]):.1f}"
-                     for m in res.experiments)
-    start = np.mean([res.best_in_data[lab] - best("surface", i, n_init) for i, lab in enumerate(res.labs)])
-    after = f"After {end}, points" if end != mid else "Points"
-    return (f"{line}. {after} short of each lab's best in the data (mean over labs): {gaps} "
-            f"({start:.1f} after the {n_init} shared first experiments). One seed: one campaign each, not an "
-            f"average (`labfbo bench reactions` gives means over seeds).")
+    over = f"mean over {seeds_text(res.seeds)}" if n_seeds > 1 else seeds_text(res.seeds)
+    parts = [f"After {mid} experiments per lab ({over}, {len(res.labs)} labs), "
+             + "; ".join(_versus(res, o) for o in res.methods if o != "surface") + "."]
+    gaps = "; ".join(f"after {n}, " + ", ".join(f"{SHORT[m]} {short(m, n):.1f}" for m in res.methods)
+                     for n in dict.fromkeys((mid, end)))
+    over = "mean over labs and seeds" if n_seeds > 1 else "mean over labs"
+    parts.append(f"Points short of each lab's best in the data ({over}): {gaps} "
+                 f"({short('surface', n_init):.1f} after the {n_init} shared first experiments).")
+    reached = ", ".join(f"{SHORT[m]} {sum(int((res.found(m, i, end) >= best - 1e-9).sum()) for i, best in bests)}"
+                        for m in res.methods)
+    parts.append(f"Campaigns that found their lab's best by {end}, of {len(res.labs) * n_seeds}: {reached}.")
+    if n_seeds == 1:
+        parts.append("One seed: one campaign per lab, an example, not a verdict.")
+    return " ".join(parts)
 
 
 def _text_table(head: list[str], rows: list[list[str]]) -> str:
@@ -167,7 +228,7 @@ def _text_table(head: list[str], rows: list[list[str]]) -> str:
         shown = r if r[0] != last or r is head else ["", "", *r[2:]]
         last = r[0]
         cells = zip(shown, widths)
-        lines.append("  ".join(c.ljust(w) if k in (0, 2) else c.rjust(w) for k, (c, w) in enumerate(cells)))
+        lines.append("  ".join(c.ljust(w) if k in (0, 2) else c.rjust(w) for k, (c, w) in enumerate(cells)).rstrip())
     return "\n".join(lines)
 
 
@@ -178,79 +239,104 @@ def _markdown_table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def _failures(res: DemoResult) -> str:
-    notes = [f"{res.labs[i]}: {k} with {METHODS[m]}" for m, per_lab in res.experiments.items()
-             for i, runs in enumerate(per_lab) if (k := sum(e.yield_ is None for e in runs))]
-    return ("Experiments proposed on a combination the data does not have (a failed experiment, budget used): "
-            + "; ".join(notes) + ".") if notes else ""
+    counts: dict[tuple[int, str], int] = {}
+    for per_method in res.experiments.values():
+        for m, per_lab in per_method.items():
+            for i, runs in enumerate(per_lab):
+                counts[i, m] = counts.get((i, m), 0) + sum(e.yield_ is None for e in runs)
+    notes = [f"{res.labs[i]}: {k} with {METHODS[m]}" for (i, m), k in counts.items() if k]
+    return ("Experiments proposed on a combination the data does not have (a failed experiment, budget used; "
+            f"over all seeds): {'; '.join(notes)}.") if notes else ""
 
 
 def _describe(cfg: DemoConfig, data: ReactionData, related: str) -> str:
     sizes = " × ".join(str(len(p.choices)) for p in data.space.params)
+    n = len(cfg.seeds)
     return (f"{len(data.labs)} labs, each one aryl halide of a Buchwald–Hartwig C–N coupling screen ({related}), "
             f"choose {' × '.join(data.space.names)} ({sizes} = {len(data.combos())} combinations); every lab "
-            f"starts from the same {cfg.n_init} experiments under every method, then runs {cfg.budget} more "
-            f"(seed {cfg.seed}). Together: labfbo `surface`, the labs share a response surface, never a yield "
-            f"(one thread per lab, in-process coordinator). Alone: labfbo `independent`. Optuna alone: "
-            f"Optuna's `GPSampler`, its defaults. Yields in %; * = the lab's best yield in the data.")
+            f"starts from the same {cfg.n_init} experiments under every method, then runs {cfg.budget} more; "
+            + (f"{n} seeds ({seeds_text(cfg.seeds)}), each its own first experiments and campaigns. "
+               if n > 1 else f"{seeds_text(cfg.seeds)}. ")
+            + "Together: labfbo `surface`, the labs share a response surface, never a yield (one thread per lab, "
+            "in-process coordinator). Alone: labfbo `independent`. Optuna alone: Optuna's `GPSampler`, its "
+            "defaults. Best yields in %" + (": mean over seeds (range over seeds)." if n > 1 else "."))
 
 
 def run_demo(cfg: DemoConfig) -> DemoResult:
-    """Run the screen; print the table and reading; write the plot, summary and reports."""
+    """Run the screen for every seed; print the table and reading; write the plot, summary and reports."""
     if cfg.budget < 1 or cfg.n_init < 1:
         raise ConfigurationError(f"the demo needs budget >= 1 and n_init >= 1, got {cfg.budget} and {cfg.n_init}")
+    seeds = tuple(cfg.seeds)
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise ConfigurationError(f"--seeds {' '.join(map(str, seeds))}: give one or more distinct seeds >= 0")
+    if cfg.workers < 1:
+        raise ConfigurationError(f"--workers {cfg.workers}: give 1 or more worker processes")
     full = load_reactions()
     labs = pick_labs(full, cfg.labs)
     data = full.subset(labs)
-    screen = Screen(data, seed=cfg.seed, n_init=cfg.n_init, budget=cfg.budget)
     out = _out_dir(cfg.out)
     about = _describe(cfg, data, f"how alike their yields rank: {describe(full, labs)}")
     print("labfbo demo: a reagent screen on real data\n" + textwrap.fill(about, 110) + f"\n{CITATION}\n")
-    methods: list[tuple[str, Callable[[], list[list[Experiment]]]]] = [
-        ("surface", lambda: run_labfbo(screen, "surface", journals=out / "journals")),
-        ("independent", lambda: run_labfbo(screen, "independent"))]
-    if cfg.optuna:
-        methods.append(("optuna", lambda: run_optuna(screen)))
-    experiments: dict[str, list[list[Experiment]]] = {}
-    for m, run in methods:
-        t0 = time.perf_counter()
-        print(f"  {METHODS[m]:<28} ...", end="", flush=True)
-        experiments[m] = run()
-        print(f" {time.perf_counter() - t0:.0f} s", flush=True)
-    res = DemoResult(out=out, labs=labs, best_in_data={lab: data.best(i) for i, lab in enumerate(labs)},
-                     experiments=experiments, plot=out / "best_yield.png", summary=out / "summary.md")
+    workers = min(cfg.workers, len(seeds))
+    print(f"{len(seeds)} seed(s) × {2 + cfg.optuna} methods, in {workers} process(es):", flush=True)
+    jobs = [SeedJob(labs, s, cfg.n_init, cfg.budget, cfg.optuna, str(out / "journals") if k == 0 else None)
+            for k, s in enumerate(seeds)]
+    t0 = time.perf_counter()
+
+    def done(run: SeedRun) -> None:
+        took = ", ".join(f"{SHORT[m]} {t:.0f} s" for m, t in run.seconds.items())
+        print(f"  seed {run.seed}: {took}  ({time.perf_counter() - t0:.0f} s so far)", flush=True)
+
+    runs = run_seeds(jobs, cfg.workers, done)
+    res = DemoResult(out=out, labs=labs, seeds=seeds, best_in_data={lab: data.best(i) for i, lab in enumerate(labs)},
+                     experiments={r.seed: r.experiments for r in runs}, plot=out / "best_yield.png",
+                     summary=out / "summary.md")
     _write(res, cfg, data, about)
     return res
+
+
+def curves(res: DemoResult) -> dict[str, list[np.ndarray]]:
+    """The plot's data: method -> per lab, seeds × experiments, the best yield after 1, 2, ... experiments."""
+    return {m: [np.array([res.found(m, i, k) for k in range(1, res.total + 1)]).T for i in range(len(res.labs))]
+            for m in res.methods}
+
+
+def plot_title(res: DemoResult, cfg: DemoConfig, data: ReactionData) -> str:
+    sizes = " × ".join(str(len(p.choices)) for p in data.space.params)
+    n = len(res.seeds)
+    return (f"Reagent screen of {len(res.labs)} labs: {' × '.join(data.space.names)} ({sizes} = "
+            f"{len(data.combos())} combinations); the same {cfg.n_init} first experiments, then {cfg.budget} more; "
+            + (f"mean over {n} seeds ({seeds_text(res.seeds)[6:]}), band: range over seeds" if n > 1
+               else seeds_text(res.seeds)))
 
 
 def _write(res: DemoResult, cfg: DemoConfig, data: ReactionData, about: str) -> None:
     """The plot, the table and reading (printed and in summary.md), results.json and the reports."""
     from labfbo.report import write_report
 
-    curves = {m: [[res.best_after(m, i, k) for k in range(1, len(lab_runs) + 1)] for i, lab_runs in enumerate(per_lab)]
-              for m, per_lab in res.experiments.items()}
-    sizes = " × ".join(str(len(p.choices)) for p in data.space.params)
-    title = (f"Reagent screen of {len(res.labs)} labs: {' × '.join(data.space.names)} ({sizes} = "
-             f"{len(data.combos())} combinations); the same {cfg.n_init} first experiments, then {cfg.budget} more "
-             f"(seed {cfg.seed})")
-    plot_best_so_far(res.labs, res.best_in_data, curves, res.plot, title=title, citation=CITATION, n_init=cfg.n_init)
+    plot_best_so_far(res.labs, res.best_in_data, curves(res), res.plot, title=plot_title(res, cfg, data),
+                     citation=CITATION, n_init=cfg.n_init)
     head, rows, line = header(res), table_rows(res), reading(res, cfg.n_init)
-    notes = _failures(res)
-    print("\nBest yield found (%):\n" + _text_table(head, rows) + f"\n\n{line}" + (f"\n{notes}" if notes else ""))
+    notes, n = _failures(res), len(res.seeds)
+    what = "mean (range) over " + seeds_text(res.seeds) if n > 1 else seeds_text(res.seeds)
+    print(f"\nBest yield found (%), {what}:\n" + _text_table(head, rows) + "\n\n" + textwrap.fill(line, 110)
+          + (f"\n{notes}" if notes else ""))
     (res.out / "results.json").write_text(json.dumps({
-        "config": {"labs": list(res.labs), "budget": cfg.budget, "seed": cfg.seed, "n_init": cfg.n_init},
+        "config": {"labs": list(res.labs), "budget": cfg.budget, "seeds": list(res.seeds), "n_init": cfg.n_init},
         "best_in_data": res.best_in_data,
-        "experiments": {m: {lab: [{"params": e.params, "yield": e.yield_} for e in per_lab[i]]
-                            for i, lab in enumerate(res.labs)} for m, per_lab in res.experiments.items()}}, indent=1))
+        "experiments": {str(s): {m: {lab: [{"params": e.params, "yield": e.yield_} for e in per_lab[i]]
+                                     for i, lab in enumerate(res.labs)} for m, per_lab in per_method.items()}
+                        for s, per_method in res.experiments.items()}}, indent=1))
     t0 = time.perf_counter()
-    for lab in res.labs:  # each lab's campaign report, as the lab would see it after the campaign
+    for lab in res.labs:  # each lab's campaign report (first seed, together), as the lab would see it
         res.reports[lab] = write_report(res.out / "journals" / f"{lab}.journal", res.out / f"report-{lab}.html",
                                         objective_label="yield (%)").html
     links = ", ".join(f"[{lab}]({p.name})" for lab, p in res.reports.items())
     parts = [f"# labfbo demo: a reagent screen of {len(res.labs)} labs on real data", about,
-             f"![best yield so far per lab]({res.plot.name})", "## Best yield found (%)",
-             _markdown_table(head, rows), line, notes, f"Campaign reports (together, one per lab): {links}",
-             f"{CITATION}."]
+             f"![best yield so far per lab]({res.plot.name})", f"## Best yield found (%), {what}",
+             _markdown_table(head, rows), line, notes,
+             f"Campaign reports (together, {seeds_text(res.seeds[:1])}, one per lab): {links}", f"{CITATION}."]
     res.summary.write_text("\n\n".join(p for p in parts if p) + "\n")
-    print(f"\nplot:    {res.plot}\nsummary: {res.summary}\nreports: "
+    print(f"\nplot:    {res.plot}\nsummary: {res.summary}\nreports ({seeds_text(res.seeds[:1])}, together): "
           + "\n         ".join(str(p) for p in res.reports.values())
           + f"  ({time.perf_counter() - t0:.0f} s; open them in a browser)\n\n{CITATION}.")

@@ -11,6 +11,9 @@ coordinators start a round only when every site has asked for it, the in-process
 it at the first ask with the data every site has then, so without the barrier a round
 would see whatever the other threads had told by that moment and proposals would depend
 on thread timing.
+
+:func:`run_seeds` runs several seeds' campaigns in spawned worker processes (one torch
+thread each), one seed's methods per process.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from labfbo.benchmarks.reactions import initial_design
 from labfbo.benchmarks.reactions_data import ReactionData
@@ -166,3 +169,85 @@ def run_optuna(screen: Screen) -> list[list[Experiment]]:
             done.append(Experiment(dict(trial.params), y))
         out.append(done)
     return out
+
+
+@dataclass(frozen=True)
+class SeedJob:
+    """One seed's campaigns (every method), as a worker process runs them."""
+
+    labs: tuple[str, ...]
+    seed: int
+    n_init: int
+    budget: int
+    optuna: bool = True
+    journals: str | None = None  # the ``surface`` run journals here (the demo's first seed only)
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """A seed's experiments (method -> per lab, in order) and each method's wall time (s)."""
+
+    seed: int
+    experiments: dict[str, list[list[Experiment]]]
+    seconds: dict[str, float]
+
+
+def run_seed(job: SeedJob) -> SeedRun:
+    """Every method of ``job``'s seed, one after another, from the shipped data."""
+    import time
+
+    from labfbo.benchmarks.reactions_data import load_reactions
+
+    screen = Screen(load_reactions().subset(job.labs), seed=job.seed, n_init=job.n_init, budget=job.budget)
+    methods: list[tuple[str, Callable[[], list[list[Experiment]]]]] = [
+        ("surface", lambda: run_labfbo(screen, "surface", None if job.journals is None else Path(job.journals))),
+        ("independent", lambda: run_labfbo(screen, "independent"))]
+    if job.optuna:
+        methods.append(("optuna", lambda: run_optuna(screen)))
+    experiments, seconds = {}, {}
+    for m, run in methods:
+        t0 = time.perf_counter()
+        experiments[m] = run()
+        seconds[m] = time.perf_counter() - t0
+    return SeedRun(job.seed, experiments, seconds)
+
+
+def _one_torch_thread() -> int:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    return before
+
+
+def run_seeds(jobs: Sequence[SeedJob], workers: int = 2,
+              done: Callable[[SeedRun], None] | None = None) -> list[SeedRun]:
+    """:func:`run_seed` for every job, in ``workers`` spawned processes (one torch thread each;
+    ``workers`` 1: in this process, with one torch thread meanwhile); results in the jobs' order,
+    ``done`` called as each seed ends. A seed's proposals do not depend on ``workers``."""
+    if workers < 1:
+        raise ConfigurationError(f"--workers {workers}: give 1 or more worker processes")
+    if workers == 1 or len(jobs) == 1:
+        import torch
+
+        before, ran = _one_torch_thread(), []
+        try:
+            for job in jobs:
+                ran.append(run_seed(job))
+                if done:
+                    done(ran[-1])
+        finally:
+            torch.set_num_threads(before)
+        return ran
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn"),
+                             initializer=_one_torch_thread) as pool:
+        futures = {pool.submit(run_seed, job): k for k, job in enumerate(jobs)}
+        out: list[SeedRun | None] = [None] * len(jobs)
+        for fut in as_completed(futures):
+            out[futures[fut]] = run = fut.result()
+            if done:
+                done(run)
+    return [r for r in out if r is not None]
