@@ -282,17 +282,31 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     jobs = [SeedJob(labs, s, cfg.n_init, cfg.budget, cfg.optuna, str(out / "journals") if k == 0 else None)
             for k, s in enumerate(seeds)]
     t0 = time.perf_counter()
+    reports: dict[str, Path] = {}
 
     def done(run: SeedRun) -> None:
         took = ", ".join(f"{SHORT[m]} {t:.0f} s" for m, t in run.seconds.items())
         print(f"  seed {run.seed}: {took}  ({time.perf_counter() - t0:.0f} s so far)", flush=True)
+        if run.seed == seeds[0]:  # its reports, while the other seeds run
+            reports.update(_reports(out, labs))
+            print(f"  seed {run.seed}: each lab's report written ({time.perf_counter() - t0:.0f} s so far)",
+                  flush=True)
 
     runs = run_seeds(jobs, cfg.workers, done)
     res = DemoResult(out=out, labs=labs, seeds=seeds, best_in_data={lab: data.best(i) for i, lab in enumerate(labs)},
                      experiments={r.seed: r.experiments for r in runs}, plot=out / "best_yield.png",
-                     summary=out / "summary.md")
+                     summary=out / "summary.md", reports=reports)
     _write(res, cfg, data, about)
     return res
+
+
+def _reports(out: Path, labs: Sequence[str]) -> dict[str, Path]:
+    """Each lab's campaign report from its journal (the first seed's ``together`` run), as the lab
+    would see it after the campaign."""
+    from labfbo.report import write_report
+
+    return {lab: write_report(out / "journals" / f"{lab}.journal", out / f"report-{lab}.html",
+                              objective_label="yield (%)").html for lab in labs}
 
 
 def curves(res: DemoResult) -> dict[str, list[np.ndarray]]:
@@ -311,9 +325,7 @@ def plot_title(res: DemoResult, cfg: DemoConfig, data: ReactionData) -> str:
 
 
 def _write(res: DemoResult, cfg: DemoConfig, data: ReactionData, about: str) -> None:
-    """The plot, the table and reading (printed and in summary.md), results.json and the reports."""
-    from labfbo.report import write_report
-
+    """The plot, the table and reading (printed and in summary.md) and results.json."""
     plot_best_so_far(res.labs, res.best_in_data, curves(res), res.plot, title=plot_title(res, cfg, data),
                      citation=CITATION, n_init=cfg.n_init)
     head, rows, line = header(res), table_rows(res), reading(res, cfg.n_init)
@@ -327,10 +339,6 @@ def _write(res: DemoResult, cfg: DemoConfig, data: ReactionData, about: str) -> 
         "experiments": {str(s): {m: {lab: [{"params": e.params, "yield": e.yield_} for e in per_lab[i]]
                                      for i, lab in enumerate(res.labs)} for m, per_lab in per_method.items()}
                         for s, per_method in res.experiments.items()}}, indent=1))
-    t0 = time.perf_counter()
-    for lab in res.labs:  # each lab's campaign report (first seed, together), as the lab would see it
-        res.reports[lab] = write_report(res.out / "journals" / f"{lab}.journal", res.out / f"report-{lab}.html",
-                                        objective_label="yield (%)").html
     links = ", ".join(f"[{lab}]({p.name})" for lab, p in res.reports.items())
     parts = [f"# labfbo demo: a reagent screen of {len(res.labs)} labs on real data", about,
              f"![best yield so far per lab]({res.plot.name})", f"## Best yield found (%), {what}",
@@ -339,4 +347,4 @@ def _write(res: DemoResult, cfg: DemoConfig, data: ReactionData, about: str) -> 
     res.summary.write_text("\n\n".join(p for p in parts if p) + "\n")
     print(f"\nplot:    {res.plot}\nsummary: {res.summary}\nreports ({seeds_text(res.seeds[:1])}, together): "
           + "\n         ".join(str(p) for p in res.reports.values())
-          + f"  ({time.perf_counter() - t0:.0f} s; open them in a browser)\n\n{CITATION}.")
+          + f"  (open them in a browser)\n\n{CITATION}.")

@@ -60,7 +60,7 @@ def plot_best_so_far(labs: Sequence[str], best_in_data: Mapping[str, float],
         ax.text(0.5 + n_init / 2, 3, "same start", ha="center", fontsize=7, color="0.4")
     axes[0][0].set_ylabel("best yield so far (%), mean over seeds")
     axes[0][0].legend(loc="lower right", fontsize=8, framealpha=0.9)
-    width = int(4.3 * n * 13)  # characters of an 11-point line across the figure
+    width = int(4.3 * n * 11)  # characters of an 11-point line across the figure
     fig.suptitle("\n".join(textwrap.wrap(title, width)), fontsize=11)
     fig.text(0.5, 0.01, "\n".join(textwrap.wrap(citation, int(width * 1.5))), ha="center", va="bottom", fontsize=7,
              color="0.35")
