@@ -289,20 +289,64 @@ class Categorical(_Param):
     ``{"DMSO": [46.7, 189.0], "water": [80.1, 100.0]}`` (dielectric constant, boiling
     point): models then compare choices through these features (scaled to [0, 1]) instead
     of treating every pair of choices alike.
+
+    Reagents can be given by structure instead: ``choices`` as a dict choice -> SMILES
+    (``None`` or ``""`` for a choice without one, e.g. "no additive"), and ``encoding``
+    (``"rdkit"``, the default, or ``"morgan"``) with ``n_components`` (default 5): the
+    descriptors are then computed with RDKit (``pip install 'labfbo[chem]'``) and reduced by
+    :mod:`labfbo.chem`; see also :meth:`from_smiles`. The SMILES and the encoding are kept
+    on the parameter for display; the computed ``descriptors`` are what models see and what
+    the space's identity holds, so a journal replays without RDKit.
     """
 
     type: Literal["categorical"] = "categorical"
     choices: tuple[Choice, ...]
     descriptors: tuple[tuple[float, ...], ...] | None = None
+    smiles: tuple[str | None, ...] | None = Field(None, description="each choice's structure (None: no structure)")
+    encoding: str | None = Field(None, description="how the descriptors were computed from the SMILES")
 
-    def __init__(self, name: str | None = None, choices: Sequence[Choice] | None = None,
+    def __init__(self, name: str | None = None,
+                 choices: Sequence[Choice] | Mapping[Choice, str | None] | None = None,
                  descriptors: Mapping[Any, Sequence[float]] | Sequence[Sequence[float]] | None = None,
-                 **kw: Any) -> None:
-        if name is not None:
+                 *, encoding: str | None = None, n_components: int | None = None, **kw: Any) -> None:
+        if name is None:
+            kw.update({k: v for k, v in (("choices", choices), ("descriptors", descriptors),
+                                         ("encoding", encoding)) if v is not None})
+        else:
+            smiles = kw.pop("smiles", None)
+            if isinstance(choices, Mapping):
+                if smiles is not None:
+                    raise SearchSpaceError(f"Categorical {name!r}: give the SMILES either as the choices dict "
+                                           "or as smiles=, not both")
+                smiles, choices = tuple(choices.values()), tuple(choices)
             kw.update(name=name, choices=tuple(choices) if choices is not None else None)
+            if smiles is not None:
+                from labfbo.chem import DEFAULT_COMPONENTS, has_structure, smiles_descriptors
+
+                smiles = tuple(s if s is None or not isinstance(s, str) or has_structure(s) else None
+                               for s in smiles)
+                if descriptors is None:
+                    encoding = encoding or "rdkit"
+                    descriptors = smiles_descriptors(name, kw["choices"] or (), smiles, encoding,
+                                                     DEFAULT_COMPONENTS if n_components is None else n_components)
+                kw.update(smiles=smiles, encoding=encoding)
+            elif encoding is not None or n_components is not None:
+                raise SearchSpaceError(f"Categorical {name!r}: encoding= and n_components= describe choices by "
+                                       "structure; give the choices as a dict choice -> SMILES "
+                                       "(or use Categorical.from_smiles)")
             if descriptors is not None:
                 kw["descriptors"] = _descriptor_rows(name, kw["choices"], descriptors)
         super().__init__(**kw)
+
+    @classmethod
+    def from_smiles(cls, name: str, smiles: Mapping[Choice, str | None], encoding: str = "rdkit",
+                    n_components: int = 5, unit: str | None = None) -> "Categorical":
+        """Choices described by their structure: ``{choice: SMILES}`` (``None`` for a choice
+        without one), descriptors computed with RDKit and reduced (:mod:`labfbo.chem`)."""
+        if not isinstance(smiles, Mapping):
+            raise SearchSpaceError(f"Categorical {name!r}: from_smiles needs a dict choice -> SMILES, "
+                                   f"got {type(smiles).__name__}")
+        return cls(name, smiles, encoding=encoding, n_components=n_components, unit=unit)
 
     @field_validator("choices")
     @classmethod
@@ -330,6 +374,19 @@ class Categorical(_Param):
         if len(set(D)) < len(D):
             raise ValueError(f"Categorical {self.name!r}: two choices have identical descriptors, so no model "
                              "could tell them apart")
+        return self
+
+    @model_validator(mode="after")
+    def _check_smiles(self) -> "Categorical":
+        if self.smiles is None:
+            if self.encoding is not None:
+                raise ValueError(f"Categorical {self.name!r}: encoding={self.encoding!r} without SMILES")
+            return self
+        if len(self.smiles) != len(self.choices):
+            raise ValueError(f"Categorical {self.name!r}: {len(self.smiles)} SMILES for {len(self.choices)} choices")
+        if self.descriptors is None:
+            raise ValueError(f"Categorical {self.name!r}: SMILES without descriptors; build it with "
+                             "Categorical.from_smiles (or Categorical(name, {choice: smiles}))")
         return self
 
     @property

@@ -54,7 +54,14 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "independent-auto-winsorize": ("independent", {"noise_prior": "auto", "output_transform": "winsorize"}),
     "vote-beta3": ("vote", {"prior_beta": 3.0}),  # the votes' prior at exponent 1 after the 3 initial experiments
     "vote-codebook8": ("vote", {"codebook": 8}),  # vote's default until session 20: 8 Sobol points of the cube
+    # reagents described by their structure (labfbo.chem): "encoding" builds the space, it is no protocol option
+    "independent-smiles": ("independent", {"encoding": "rdkit"}),
+    "surface-smiles": ("surface", {"encoding": "rdkit"}),
+    "independent-morgan": ("independent", {"encoding": "morgan"}),
+    "surface-morgan": ("surface", {"encoding": "morgan"}),
 }
+#: options of a method that choose how the data's space is built (load_reactions), not the protocol's
+DATA_OPTIONS = ("encoding",)
 CHECKPOINTS = (5, 10, 20)
 
 
@@ -127,6 +134,7 @@ def run_protocol(job: ReactionJob, data: ReactionData) -> dict[str, Any]:
 
     names = [f"lab{i}" for i in range(len(data.labs))]
     protocol, options = method_options(job.method)
+    options = {k: v for k, v in options.items() if k not in DATA_OPTIONS}
     coord = None if protocol == "independent" else Coordinator(
         protocol, sites=names, space=data.space, seed=job.seed, horizon=job.budget, **options)
     opts = [Optimizer(data.space, objective="maximize", protocol=protocol, coordinator=coord, site=n,
@@ -234,7 +242,7 @@ def random_regret(data: ReactionData, n_init: int, budget: int) -> np.ndarray:
 
 def run_reaction_job(job: ReactionJob) -> str:
     """Run one job in a worker and write its JSON (atomically)."""
-    data = load_reactions(job.data).subset(job.labs)
+    data = load_reactions(job.data, encoding=method_options(job.method)[1].get("encoding")).subset(job.labs)
     t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():  # jitter notices from near-singular covariances: expected, not news

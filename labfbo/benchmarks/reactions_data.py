@@ -7,7 +7,9 @@ the file; each lab searches the full product of them, and a combination missing 
 lab's rows is an experiment that *fails* there.
 
 The shipped file (``data/buchwald_hartwig.csv``, Ahneman et al., *Science* 360, 186 (2018);
-see ``data/README.md``) has 15 aryl halides (labs) × 3 bases × 4 ligands × 23 additives.
+see ``data/README.md``) has 15 aryl halides (labs) × 3 bases × 4 ligands × 23 additives;
+``data/buchwald_hartwig_smiles.csv`` has the SMILES of each, for ``load_reactions(encoding=...)``
+(reagents described by their structure, :mod:`labfbo.chem`).
 
 Scenarios (:func:`scenarios`), from the labs' pairwise Spearman correlations of yield
 over the combinations both ran:
@@ -26,14 +28,18 @@ import itertools
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from labfbo.exceptions import ConfigurationError
 from labfbo.space import Categorical, SearchSpace
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 SHIPPED = "buchwald_hartwig.csv"
+SHIPPED_SMILES = "buchwald_hartwig_smiles.csv"  # component,kind,smiles of every lab and reagent
 CITATION = ("Ahneman, Estrada, Lin, Dreher, Doyle, 'Predicting reaction performance in C-N cross-coupling "
             "using machine learning', Science 360, 186 (2018)")
 
@@ -65,9 +71,17 @@ class ReactionData:
 
 
 def load_reactions(path: str | Path | None = None, lab: str = "lab",
-                   params: Sequence[str] = ("base", "ligand", "additive"), target: str = "yield") -> ReactionData:
+                   params: Sequence[str] = ("base", "ligand", "additive"), target: str = "yield",
+                   encoding: str | None = None, n_components: int = 5,
+                   smiles: str | Path | None = None) -> ReactionData:
     """Read a reaction CSV (the shipped one by default). Duplicate rows of a lab and
-    combination are averaged; rows with a missing value are dropped."""
+    combination are averaged; rows with a missing value are dropped.
+
+    With ``encoding`` (``"rdkit"``, ``"morgan"``: :mod:`labfbo.chem`, needs ``labfbo[chem]``)
+    every parameter's choices are described by their structure: the SMILES come from
+    ``<param>_smiles`` columns of the data file if it has them, else from ``smiles`` (a CSV
+    ``component,kind,smiles``; default: the shipped ``buchwald_hartwig_smiles.csv`` for the
+    shipped data)."""
     import pandas as pd
 
     if path is None:
@@ -83,10 +97,16 @@ def load_reactions(path: str | Path | None = None, lab: str = "lab",
     if missing:
         raise ConfigurationError(f"{source}: missing column(s) {missing}; it has {list(df.columns)} "
                                  f"(expected a lab column, parameter columns and a yield column)")
+    structures = None if encoding is None else _smiles_of(df, params, smiles, path is None, source)
     df = df[[lab, *params, target]].dropna()
     if not pd.api.types.is_numeric_dtype(df[target]):
         raise ConfigurationError(f"{source}: column {target!r} must be numeric")
-    space = SearchSpace([Categorical(p, sorted(df[p].astype(str).unique())) for p in params])
+    choices = {p: sorted(df[p].astype(str).unique()) for p in params}
+    if structures is None:
+        space = SearchSpace([Categorical(p, choices[p]) for p in params])
+    else:
+        space = SearchSpace([Categorical(p, {c: structures[p][c] for c in choices[p]}, encoding=encoding,
+                                         n_components=n_components) for p in params])
     df = df.assign(**{p: df[p].astype(str) for p in params})
     grouped = df.groupby([lab, *params], sort=True)[target].mean()
     labs = tuple(sorted(df[lab].astype(str).unique()))
@@ -94,6 +114,45 @@ def load_reactions(path: str | Path | None = None, lab: str = "lab",
         raise ConfigurationError(f"{source}: needs at least two labs, found {len(labs)}")
     tables = tuple({k[1:]: float(v) for k, v in grouped.items() if str(k[0]) == name} for name in labs)
     return ReactionData(space, labs, tables, source)
+
+
+def _smiles_of(df: "pd.DataFrame", params: Sequence[str], smiles: str | Path | None, shipped: bool,
+               source: str) -> dict[str, dict[str, str | None]]:
+    """Parameter -> choice -> SMILES (None: the choice has no structure, e.g. "no additive")."""
+    import pandas as pd
+
+    def text(v: object) -> str | None:
+        return None if pd.isna(v) or not str(v).strip() else str(v).strip()
+
+    out: dict[str, dict[str, str | None]] = {}
+    if all(f"{p}_smiles" in df.columns for p in params) and smiles is None:
+        for p in params:
+            pairs = df[[p, f"{p}_smiles"]].dropna(subset=[p]).drop_duplicates()
+            out[p] = {str(c): text(v) for c, v in zip(pairs[p], pairs[f"{p}_smiles"])}
+            many = pairs[p].astype(str).value_counts()
+            if (many > 1).any():
+                raise ConfigurationError(f"{source}: {p} {list(many[many > 1].index)[:3]} have several SMILES")
+        return out
+    if smiles is None and not shipped:
+        raise ConfigurationError(f"{source}: no {', '.join(f'{p}_smiles' for p in params)} columns; give "
+                                 "smiles= (a CSV component,kind,smiles)")
+    if smiles is None:
+        with resources.as_file(resources.files("labfbo.benchmarks") / "data" / SHIPPED_SMILES) as f:
+            table = pd.read_csv(f, dtype=str, keep_default_na=False)
+    elif not Path(smiles).exists():
+        raise ConfigurationError(f"SMILES file {smiles} does not exist")
+    else:
+        table = pd.read_csv(smiles, dtype=str, keep_default_na=False)
+    if not {"component", "kind", "smiles"} <= set(table.columns):
+        raise ConfigurationError(f"SMILES file {smiles or SHIPPED_SMILES}: needs columns component,kind,smiles; "
+                                 f"it has {list(table.columns)}")
+    for p in params:
+        rows = table[table["kind"] == p]
+        out[p] = {str(c): text(v) for c, v in zip(rows["component"], rows["smiles"])}
+        missing = sorted(set(df[p].dropna().astype(str)) - set(out[p]))
+        if missing:
+            raise ConfigurationError(f"SMILES file {smiles or SHIPPED_SMILES}: no row (kind {p!r}) for {missing}")
+    return out
 
 
 def spearman_matrix(data: ReactionData) -> np.ndarray:
