@@ -199,3 +199,13 @@ def test_the_reaction_data_with_smiles_descriptors() -> None:
     assert rx.method_options("surface-smiles") == ("surface", {"encoding": "rdkit"})
     assert rx.ReactionJob("p", "a", ("x", "y"), "surface-smiles", 0).fingerprint() != \
         rx.ReactionJob("p", "a", ("x", "y"), "surface", 0).fingerprint()
+
+
+def test_the_example_of_docs_chemistry_runs() -> None:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "chemistry.md").read_text()
+    scope: dict = {}
+    exec(re.search(r"```python\n(.*?)```", text, re.S).group(1), scope)
+    assert scope["ligand"].descriptors[-1][-1] == 1.0 and scope["opt"].ask().params["ligand"] in LIGANDS
