@@ -8,7 +8,8 @@ r"""Parameter types: what a lab can set, and how each maps to one unit-cube colu
 * ``Categorical(choices, descriptors=None)``: :math:`u = j/(k-1)` for the :math:`j`-th of
   :math:`k` choices. This code only *names* the choice: models see a categorical kernel
   (no descriptors) or the choice's scaled descriptors (:mod:`labfbo.models.encoding`),
-  never the code as a number.
+  never the code as a number. ``Categorical.from_smiles(name, {choice: smiles})`` computes
+  the descriptors from each choice's structure (:mod:`labfbo.chem`, RDKit).
 
 Decoding clamps to the box and snaps to the parameter's values, so it always returns a
 value the lab can set. Every parameter may name its ``unit=`` (``"degC"``, ``"mol%"``): the
