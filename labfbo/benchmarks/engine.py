@@ -42,6 +42,7 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "random": ("random", {}),
     # variants of labfbo's engine (studied with --methods)
     "labfbo-ucb": ("labfbo", {"acquisition": "ucb", "beta": 4.0}),
+    "labfbo-catbotorch": ("labfbo", {"categorical_kernel": "botorch"}),  # the categorical kernel before Hamming
     "labfbo-ei": ("labfbo", {"acquisition": "ei"}),
     "labfbo-nei": ("labfbo", {"acquisition": "nei"}),
     "labfbo-ei-matern": ("labfbo", {"acquisition": "ei", "kernel": "matern52"}),

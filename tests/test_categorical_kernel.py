@@ -1,0 +1,87 @@
+"""The local GP's kernel on categorical columns (``HammingKernel``) and repeated proposals."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from botorch.models.kernels.categorical import CategoricalKernel
+from gpytorch.priors import LogNormalPrior
+
+import labfbo
+from labfbo.benchmarks.reactions_data import load_reactions
+from labfbo.models.gp import DTYPE, MISMATCH, HammingKernel, SurrogateOptions, fit_local_gp
+
+CATS = labfbo.SearchSpace([labfbo.Categorical("base", ["a", "b", "c"]), labfbo.Categorical("ligand", list("wxyz"))])
+
+
+def _kernel(rbf: bool, ls: list[float]) -> HammingKernel:
+    k = HammingKernel(3, [2], rbf=rbf).to(DTYPE)
+    k.lengthscale = torch.tensor(ls, dtype=DTYPE)
+    return k
+
+
+@pytest.mark.parametrize("rbf", [True, False])
+def test_two_different_choices_are_a_sixth_apart_squared_over_their_lengthscale(rbf: bool) -> None:
+    k = _kernel(rbf, [0.5, 2.0, 0.8])
+    x1 = torch.tensor([[0.1, 0.7, 0.0]], dtype=DTYPE)
+    x2 = torch.tensor([[0.4, 0.2, 1.0], [0.4, 0.2, 0.0]], dtype=DTYPE)
+    cont = (0.3 / 0.5) ** 2 + (0.5 / 2.0) ** 2
+    assert MISMATCH == pytest.approx(1 / 6)
+    r2 = torch.tensor([cont + (1 / 6) / 0.8 ** 2, cont], dtype=DTYPE)
+    if rbf:
+        want = torch.exp(-0.5 * r2)
+    else:
+        r = math.sqrt(5) * r2.sqrt()
+        want = (1 + r + r ** 2 / 3) * torch.exp(-r)
+    with torch.no_grad():
+        got = k(x1, x2).to_dense()
+        diag = k(x2, x2, diag=True)
+    torch.testing.assert_close(got, want.reshape(1, 2))
+    torch.testing.assert_close(diag, torch.ones(2, dtype=DTYPE))
+
+
+def test_the_categorical_lengthscales_have_the_dimension_scaled_prior() -> None:
+    k = HammingKernel(3, [0, 1, 2])
+    prior = k.lengthscale_prior
+    assert isinstance(prior, LogNormalPrior)
+    assert float(prior.loc) == pytest.approx(math.sqrt(2) + 0.5 * math.log(3))
+    assert float(prior.scale) == pytest.approx(math.sqrt(3))
+    assert float(k.raw_lengthscale_constraint.lower_bound) == pytest.approx(2.5e-2)
+
+
+def test_the_default_kernel_of_a_categorical_space_is_hamming_and_the_former_one_stays_reachable() -> None:
+    X = CATS.encode([{"base": b, "ligand": l} for b, l in [("a", "w"), ("b", "x"), ("c", "y"), ("a", "z")]])
+    y = np.array([1.0, 2.0, 0.5, 3.0])
+    assert isinstance(fit_local_gp(X, y, space=CATS).covar_module, HammingKernel)
+    old = fit_local_gp(X, y, space=CATS, options=SurrogateOptions(categorical_kernel="botorch"))
+    assert isinstance(old.covar_module, CategoricalKernel)
+    cont = labfbo.SearchSpace([labfbo.Real("t", 0.0, 1.0), labfbo.Real("u", 0.0, 1.0)])
+    assert not isinstance(fit_local_gp(np.random.default_rng(0).random((4, 2)), y, space=cont).covar_module,
+                          HammingKernel)
+
+
+def test_the_fitted_lengthscales_stay_finite_on_few_reaction_yields() -> None:
+    """Without a prior BoTorch's CategoricalKernel ran its lengthscales to ~0 or ~1e4 on this lab."""
+    data = load_reactions()
+    lab = data.labs.index("1-iodo-4-methoxybenzene")
+    combos = data.combos()
+    Y = data.yields(lab)
+    pick = np.random.default_rng(0).choice(np.flatnonzero(~np.isnan(Y)), 8, replace=False)
+    X = data.space.encode([dict(zip(data.space.names, combos[k])) for k in pick])
+    ls = fit_local_gp(X, Y[pick], space=data.space).covar_module.lengthscale.detach().numpy()
+    assert np.all(ls > 0.1) and np.all(ls < 20.0), ls
+
+
+def test_a_categorical_space_is_never_proposed_a_combination_it_has_run_until_all_are_run(fast) -> None:
+    opt = labfbo.Optimizer(CATS, n_init=3, seed=0, **fast)
+    seen = []
+    for t in range(12):
+        trial = opt.ask()
+        seen.append((trial.params["base"], trial.params["ligand"]))
+        opt.tell(trial, float(t % 5))
+    assert len(set(seen)) == 12
+    trial = opt.ask()  # every combination has run: the whole grid is scored again
+    assert (trial.params["base"], trial.params["ligand"]) in seen
