@@ -155,14 +155,16 @@ def format_rows(rows: list[LatencyRow]) -> str:
 # -- categorical spaces ---------------------------------------------------------------------------
 def discrete_loop_step(X: np.ndarray, y: np.ndarray, candidates: np.ndarray, seed: int) -> np.ndarray:
     """A hand-written BoTorch loop on an all-categorical space (unit-cube codes): labfbo's model
-    (``SingleTaskGP`` with a ``CategoricalKernel``, ``Standardize``), qLogNEI, and every
-    candidate scored by ``optimize_acqf_discrete``."""
-    from botorch.models.kernels.categorical import CategoricalKernel
+    (``SingleTaskGP`` with its default kernel on categorical columns, the ``HammingKernel``,
+    ``Standardize``), qLogNEI, and every candidate scored by ``optimize_acqf_discrete``."""
     from botorch.optim import optimize_acqf_discrete
+
+    from labfbo.models.gp import HammingKernel
 
     train_X = torch.as_tensor(X, dtype=torch.float64)
     train_Y = torch.as_tensor(y, dtype=torch.float64).reshape(-1, 1)
-    model = SingleTaskGP(train_X, train_Y, covar_module=CategoricalKernel(ard_num_dims=X.shape[1]),
+    d = X.shape[1]
+    model = SingleTaskGP(train_X, train_Y, covar_module=HammingKernel(d, list(range(d))),
                          outcome_transform=Standardize(m=1))
     fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
     torch.manual_seed(seed)

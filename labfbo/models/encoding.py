@@ -8,7 +8,7 @@ r"""From the unit cube (one column per parameter) to what a model's kernel sees.
 * a **one-hot** vector of length :math:`k` (``one_hot=True``, for models whose kernel
   is a plain stationary kernel on features, e.g. PACOH's meta-learned feature map), or
 * the choice's code unchanged, for a kernel that treats the column as categorical
-  (BoTorch's ``CategoricalKernel``: equal or not, never "how far");
+  (the local GP's ``HammingKernel``: equal or not, never "how far");
 
 every other column is copied. The code of choice :math:`j` of :math:`k` is
 :math:`j/(k-1)`; the map is piecewise constant in a categorical column
