@@ -187,10 +187,12 @@ class Coordinator:
         if space.fingerprint() != request.space_hash:
             return (f"site {request.site!r} sent a space that does not match its own hash ({request.space_hash} "
                     f"!= {space.fingerprint()}): a damaged or altered join")
-        origin = ("the study's space is pinned in its configuration (space: in consortium.yaml, or Coordinator(space=...))" if self.space_set_by is None else
-                  f"the study's space was set by {self.space_set_by!r}, the first site to join, because the "
-                  "study pins none: pin the agreed space in its configuration (`labfbo coordinator init --space`, "
-                  "or Coordinator(space=...))")
+        if self.space_set_by is None:
+            origin = "the study's space is pinned in its configuration (space: in consortium.yaml, or Coordinator(space=...))"
+        else:
+            origin = (f"the study's space was set by {self.space_set_by!r}, the first site to join, because the "
+                      "study pins none: pin the agreed space in its configuration (`labfbo coordinator init "
+                      "--space`, or Coordinator(space=...))")
         return (f"site {request.site!r} has a different search space than the study: {study_difference(study, space)}"
                 f". Change this lab's space to the study's, or ask the operator; {origin} "
                 f"(space hash: the study {study.fingerprint()}, this lab {request.space_hash})")

@@ -12,10 +12,24 @@ lab's side.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Protocol, Sequence
 
-if TYPE_CHECKING:
-    from labfbo.space import SearchSpace
+
+class SearchSpace(Protocol):
+    """What a comparison reads of a :class:`labfbo.SearchSpace` (this module is imported by
+    ``labfbo.space``, so it names the type structurally instead of importing it)."""
+
+    params: Any
+    constraints: Any
+    allowed: Any
+
+    @property
+    def names(self) -> list[str]: ...
+
+    @property
+    def allowed_names(self) -> Any: ...
+
+    def fingerprint(self) -> str: ...
 
 MAX_LISTED = 8  # values listed per side before "... and N more"
 
