@@ -44,7 +44,7 @@ from labfbo.keywords import resolve_checked
 from labfbo.messages import Abstain, Array, JoinReply, JoinRequest, Message, NoGuidance, PrivacyDeclaration
 from labfbo.privacy.budget import BUDGET_SPENT, PrivacyFloor
 from labfbo.protocols import ConfiguredProtocol, Exchange, Finish, get_protocol
-from labfbo.site import collaborative_design
+from labfbo.design import collaborative_design
 from labfbo.space import SearchSpace
 from labfbo.space_diff import study_difference
 

@@ -3,7 +3,7 @@
 A journal line is one :data:`Record` (a discriminated union on ``op``), written as JSON
 with its schema version ``v``. :func:`parse_record` reads a line of any version this
 labfbo knows and migrates it; :func:`dump_record` writes the current version. The site's
-state is a fold of these records (:class:`labfbo.site_state.SiteState`).
+state is a fold of these records (:class:`labfbo.site.state.SiteState`).
 
 Versions:
 

@@ -153,17 +153,17 @@ def test_dummy_protocol_runs_through_the_local_transport(cont_space, sum_protoco
 
     ta = a.ask()
     assert ta.metadata["source"] == "model" and ta.metadata["round"] == 0
-    reply = a._logic.guidance[-1]
+    reply = a.agent.logic.guidance[-1]
     assert reply.kind == "test_sum_reply" and reply.round == 0 and reply.version == 1
     assert (reply.total_n, reply.total_pending, reply.contributors) == (6.0, 1.0, ["a", "b", "c"])
     assert coord.contributors[0] == [["a", "b", "c"], ["a", "b", "c"]]
     b.ask()
     c.ask()  # round 0 is not run again: the same reply
-    assert b._logic.guidance[-1] == reply and c._logic.guidance[-1] == reply
+    assert b.agent.logic.guidance[-1] == reply and c.agent.logic.guidance[-1] == reply
 
     a.tell(ta, 1.0)
     a.ask()  # round 1: a has 2 observations; b has 2 pending trials, c has 1
-    r1 = a._logic.guidance[-1]
+    r1 = a.agent.logic.guidance[-1]
     assert (r1.round, r1.total_n, r1.total_pending) == (1, 7.0, 3.0)
 
     agg = coord.aggregator()
@@ -190,19 +190,19 @@ def test_dummy_protocol_runs_through_the_local_transport(cont_space, sum_protoco
 
 def test_quorum_tolerates_a_failing_site(cont_space, sum_protocol):
     coord, opts = federation(cont_space, quorum=2)
-    opts["c"]._logic.fail = True
+    opts["c"].agent.logic.fail = True
     opts["a"].ask()
-    reply = opts["a"]._logic.guidance[-1]
+    reply = opts["a"].agent.logic.guidance[-1]
     assert coord.contributors[0] == [["a", "b"], ["a", "b"]]
     assert (reply.total_n, reply.contributors) == (3.0, ["a", "b"])
     assert len(opts["c"].sent_messages()) == 1  # only its join request
     t = opts["c"].ask()  # the failing site still gets its guidance and proposes
-    assert opts["c"]._logic.guidance[-1] == reply and t.metadata["source"] == "model"
+    assert opts["c"].agent.logic.guidance[-1] == reply and t.metadata["source"] == "model"
 
 
 def test_quorum_not_reached_raises_and_changes_nothing(cont_space, sum_protocol):
     coord, opts = federation(cont_space, quorum=3)
-    opts["c"]._logic.fail = True
+    opts["c"].agent.logic.fail = True
     before = snapshot(opts["a"])
     with pytest.raises(labfbo.RoundError, match="quorum"):
         opts["a"].ask()

@@ -88,18 +88,18 @@ def test_a_redo_with_another_cohort_size_draws_independent_noise() -> None:
 def _secure_sum(sites: list[labfbo.Optimizer], theta: torch.Tensor, step: int) -> tuple[np.ndarray, np.ndarray]:
     """What the coordinator decodes from every site's answer to one ParticlesRequest, and the sum of the
     sites' clipped scores without noise."""
-    ctx = {o.site: o._logic.context for o in sites}
+    ctx = {o.site: o.agent.logic.context for o in sites}
     cohort = {s: secagg.public_key(c.key_seed) for s, c in ctx.items()}
     particles = Array.of(theta.numpy())
     request = ParticlesRequest(step=step, particles=particles, cohort=cohort, study="st", round=7)
     uploads, clipped = [], []
     for o in sites:
         data = o.site_data()
-        answer = o._logic.answer(request, data, 7)
+        answer = o.agent.logic.answer(request, data, 7)
         assert isinstance(answer, MaskedScores)
         uploads.append(answer.masked.numpy())
-        A = site_score(theta, o._logic.features.numpy(data.X), data.y, o._logic.options.pacoh()).numpy()
-        clipped.append(clip_rows(A, o._logic.options.privacy.clip))
+        A = site_score(theta, o.agent.logic.features.numpy(data.X), data.y, o.agent.logic.options.pacoh()).numpy()
+        clipped.append(clip_rows(A, o.agent.logic.options.privacy.clip))
     unmask = UnmaskRequest(step=step, cohort=cohort, particles_sha256=digest(particles), study="st")
     seeds = []
     for s, c in ctx.items():

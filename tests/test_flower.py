@@ -106,14 +106,14 @@ def test_a_killed_supernode_is_left_out_by_quorum_and_its_site_resumes_from_its_
             o.tell(t, f(i, t))
         # round 1: every site asks; site 2's SuperNode dies while the round waits for its answer
         arrived, release = threading.Event(), threading.Event()
-        answer = opts[2]._link.handler
+        answer = opts[2].agent.link.handler
 
         def stuck(frame: bytes) -> bytes:
             arrived.set()
             release.wait(120)
             return answer(frame)
 
-        opts[2]._link.handler = stuck
+        opts[2].agent.link.handler = stuck
         got: dict[int, object] = {}
         threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, _try_ask(opts[i], 45 if i == 2 else 120)))
                    for i in range(3)]
@@ -130,7 +130,7 @@ def test_a_killed_supernode_is_left_out_by_quorum_and_its_site_resumes_from_its_
         assert all(got[i].metadata["round"] == 1 and got[i].metadata["source"] == "model" for i in (0, 1))
         assert _contributions(fl, run, 1) and all(c == ["site-0", "site-1"] for c in _contributions(fl, run, 1))
         # the lab restarts: its SuperNode, and its script from the journal
-        opts[2]._link.cfg.close_wait = 0  # (a crash: no goodbye reaches the coordinator)
+        opts[2].agent.link.cfg.close_wait = 0  # (a crash: no goodbye reaches the coordinator)
         opts[2].close()
         fl.start_node(2)
         opts[2] = site(2)

@@ -145,7 +145,7 @@ def test_a_site_behind_the_clock_gets_the_current_guidance_and_a_leave_is_acknow
         late = b.ask(timeout=30)
     assert late.metadata["round"] == 1 and late.metadata["source"] == "model"
     b.tell(late, _f(late))
-    start, link = time.monotonic(), a._link
+    start, link = time.monotonic(), a.agent.link
     a.close()  # heard and acknowledged at the next poll
     assert time.monotonic() - start < 10 and link.left_heard
     nxt = b.ask(timeout=30)

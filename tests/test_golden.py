@@ -82,7 +82,7 @@ def test_a_federated_journal_of_the_previous_format_gives_the_same_privacy_repor
     from labfbo.privacy.report import report
     from labfbo.protocols import SiteContext, get_protocol, parse_options
     from labfbo.records import LegacyRelease, parse_record
-    from labfbo.site_state import SiteState
+    from labfbo.site.state import SiteState
 
     raw, _ = read_records(GOLDEN / "journals" / "gradient-dp-sa.jsonl", repair=False)
     head, *rest = [parse_record(r) for r in raw]

@@ -333,7 +333,7 @@ def test_failing_and_leaving_sites_are_not_waited_for(study) -> None:
     def broken(*args, **kwargs):
         raise RuntimeError("instrument PC out of memory")
 
-    opts[1]._logic.answer = broken  # site b cannot answer: the round must not wait for it
+    opts[1].agent.logic.answer = broken  # site b cannot answer: the round must not wait for it
     opts[2].close()                  # site c leaves: the round must not wait for it either
     import time
 

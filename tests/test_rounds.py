@@ -40,7 +40,7 @@ def test_asking_again_before_telling_moves_no_counter(sum_protocol) -> None:
     first = [a.ask() for _ in range(3)]  # three reactors: round 0, then the same guidance
     assert [t.metadata["round"] for t in first] == [0, 0, 0] and coord.last_round == 0
     assert len({tuple(t.params.values()) for t in first}) == 3  # pending-aware: three distinct points
-    assert a._logic.guidance[0] is a._logic.guidance[2]  # served from the guidance it holds
+    assert a.agent.logic.guidance[0] is a.agent.logic.guidance[2]  # served from the guidance it holds
     for i, o in enumerate((b, c)):  # the other sites' round 0 is intact
         t = o.ask()
         assert t.metadata["round"] == 0 and t.metadata["source"] == "model"
@@ -70,7 +70,7 @@ def test_no_site_can_skip_rounds_for_everyone(sum_protocol) -> None:
     coord, (a, b, c) = _local_sites("test-sum")
     for t in (1, 999_999_999, -1):
         with pytest.raises(labfbo.RoundError, match="the next is 0"):
-            a._link.guidance(t)
+            a.agent.link.guidance(t)
     assert coord.last_round == -1 and not coord.rounds
     assert [o.ask().metadata["round"] for o in (a, b, c)] == [0, 0, 0]
 
@@ -82,7 +82,7 @@ def test_a_site_behind_the_clock_gets_the_current_guidance(sum_protocol) -> None
             o.tell(o.ask(), float(r))
     assert coord.last_round == 2
     t = c.ask()  # c asks for its round 0: it gets round 2's guidance and continues from there
-    assert t.metadata["round"] == 2 and c._logic.guidance[-1].round == 2
+    assert t.metadata["round"] == 2 and c.agent.logic.guidance[-1].round == 2
     c.tell(t, 0.0)
     assert c.ask().metadata["round"] == 3
 

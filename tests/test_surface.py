@@ -225,7 +225,7 @@ def test_several_objectives_federate_each_objective_and_keep_the_hypervolume_acq
             o.tell(t, _two(i, t.params))
     stats = [m for m in sites[0].sent_messages() if isinstance(m, SurfaceStats)]
     assert stats and all(m.moment.shape == (2, stats[0].p) for m in stats)
-    logic = sites[0]._logic
+    logic = sites[0].agent.logic
     assert logic._weights is not None and logic._weights.shape == (2, stats[0].p)
     data = sites[0].site_data()
     for j in range(2):  # the proposal's models: each objective's GP on its own surface

@@ -252,7 +252,7 @@ def test_a_design_vote_names_one_of_the_sites_own_dealt_rows(sealed: bool) -> No
         assert len(votes) == 1 and all(isinstance(v, SealedVote if sealed else OptimumVote) for v in votes)
         if sealed:  # a peer opens its token: the same packed vote
             peer = names[(i + 1) % len(names)]
-            token = sites[peer]._logic.open(SealedTally(study=votes[0].study, votes=[
+            token = sites[peer].agent.logic.open(SealedTally(study=votes[0].study, votes=[
                 {"sender": s, "public_key": votes[0].public_key, "round": votes[0].round,
                  "token": votes[0].sealed[peer]}]))
             assert token is not None and set(votes[0].sealed) == set(names) - {s}
@@ -265,7 +265,7 @@ def test_a_design_vote_names_one_of_the_sites_own_dealt_rows(sealed: bool) -> No
         rows = opt.privacy_report()
         assert len(rows) == 1 and rows[0]["buckets"] == n_init and rows[0]["epsilon"] <= 2.0
         got = [m for m in opt.ledger.received if isinstance(m, (SealedTally, VoteTally))]
-        tallies_got = [opt._logic.open(m) if sealed else m for m in got]
+        tallies_got = [opt.agent.logic.open(m) if sealed else m for m in got]
         assert len(tallies_got) >= 3  # round 0's votes, held for every later round
         assert all(m.counts.numpy().sum() == len(names) - 1 for m in tallies_got)
 
@@ -273,7 +273,7 @@ def test_a_design_vote_names_one_of_the_sites_own_dealt_rows(sealed: bool) -> No
 def test_a_design_vote_needs_the_study_design() -> None:
     from labfbo.protocols.base import SiteContext, SiteData
     from labfbo.protocols.vote import VoteRequest, VoteSite
-    from labfbo.site import study_design
+    from labfbo.design import study_design
 
     site = VoteSite(SPACE, VoteOptions(codebook="design"), SiteContext(site="a"))  # not in a study
     X = np.random.default_rng(0).random((4, 2))

@@ -11,7 +11,7 @@ probability :math:`e^{\varepsilon}/(e^{\varepsilon} + k - 1)` — 65 % for 5 opt
 **The codebook** (public, :func:`choice_set`). By default (``codebook="design"``) the
 study's collaborative design: the :math:`B = n \cdot n_0` points :math:`c_1..c_B` the
 coordinator deals to the :math:`n` sites as their initial designs, which every site computes
-from the study's seed (:func:`labfbo.site.study_design`); site :math:`i` may name only the
+from the study's seed (:func:`labfbo.design.study_design`); site :math:`i` may name only the
 :math:`n_0` rows :math:`R_i` dealt to it. With ``codebook=B``: :math:`B` scrambled Sobol
 points of the unit cube, snapped to the space, from a seed that is a function of the search
 space (:func:`codebook`), any of which a site may name. None of the points depends on

@@ -20,6 +20,7 @@ from labfbo.privacy.report import report as privacy_rows
 from labfbo.report.campaign import Campaign, decode_points
 from labfbo.report.disclosure import disclosure
 from labfbo.report.insight import Belief, Dependence, SiteModel
+from labfbo.site.compute import COMPUTE
 
 TOP_DEPENDENCE = 3  # partial-dependence panels for the most important parameters
 
@@ -97,10 +98,8 @@ Insights = tuple[Belief | None, dict[str, float] | None, list[Dependence], str |
 
 def _insights(campaign: Campaign) -> Insights:
     """The model's predicted best, the importance shares, the top partial dependences, or why not."""
-    from labfbo.optimizer import _COMPUTE  # the process's GP work: torch's global RNG and settings are shared
-
     try:
-        with _COMPUTE:
+        with COMPUTE:  # the process's GP work: torch's global RNG and settings are shared
             model = SiteModel(campaign)
             shares = model.importance()
             top = [n for n in sorted(shares, key=lambda n: -shares[n]) if shares[n] > 0][:TOP_DEPENDENCE]

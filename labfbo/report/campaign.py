@@ -1,9 +1,9 @@
 """`Campaign`: a site's campaign as its journal tells it — experiments, model data, traffic.
 
 A report is built from the journal alone, after the fact: the header names the space,
-the objective and the protocol; the records replay into a :class:`~labfbo.site_state.SiteState`
-(the same fold a resumed optimizer runs). Nothing here writes to the journal or takes its
-lock, so a report can be made while the campaign runs.
+the objective and the protocol; the records replay into a :class:`~labfbo.site.state.SiteState`
+through :func:`labfbo.site.store.replay` (the same fold a resumed optimizer runs). Nothing
+here writes to the journal or takes its lock, so a report can be made while the campaign runs.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from labfbo.exceptions import JournalError, LabFBOError
 from labfbo.journal import read_records
 from labfbo.objectives import OutcomeSpec
 from labfbo.protocols.base import SiteData
-from labfbo.records import Header, parse_record
-from labfbo.site import build_site_data
-from labfbo.site_state import SiteState
+from labfbo.records import Header
+from labfbo.site.data import build_site_data
+from labfbo.site.state import SiteState
+from labfbo.site.store import read_header, replay
 from labfbo.space import SearchSpace
 
 State = Literal["complete", "failed", "pending"]
@@ -73,11 +74,7 @@ class Campaign:
                      where: str = "journal") -> "Campaign":
         """The campaign of a journal's records (``space``: the site's own space object, to bring
         back its nonlinear constraints, whose code is not journaled)."""
-        if not records:
-            raise JournalError(f"{where}: the journal is empty (no experiment yet)")
-        header = parse_record(records[0], f"{where}: record 1")
-        if not isinstance(header, Header):
-            raise JournalError(f"{where}: the journal does not start with a header record")
+        header = read_header(records, where)
         if header.space is None:
             if space is None:
                 raise JournalError(f"{where}: this journal predates journaled spaces; make its report with "
@@ -98,8 +95,7 @@ class Campaign:
         except LabFBOError:  # a protocol this installation does not have
             federated, shares_raw = header.protocol != "independent", None
         state = SiteState(space, federated)
-        for i, record in enumerate(records[1:], start=2):
-            state.apply(parse_record(record, f"{where}: record {i}"), replay=True)
+        replay(state, records[1:], lambda i: f"{where}: record {i + 2}")
         return cls(header=header, space=space, spec=spec, state=state, experiments=_experiments(state, spec),
                    shares_raw_data=shares_raw)
 

@@ -29,7 +29,7 @@ from labfbo.exceptions import FederationError, ProtocolError, RoundError
 from labfbo.messages import Message, parse
 
 if TYPE_CHECKING:
-    from labfbo.site import SiteLedger
+    from labfbo.site.ledger import SiteLedger
     from labfbo.transport.base import SiteLink
 
 

@@ -20,7 +20,7 @@ from labfbo.messages import JoinReply
 from labfbo.privacy.release import Release
 from labfbo.records import (Ask, Enqueue, Fail, GuidanceReceived, Header, Historical, Join, LegacyRelease, MessageEntry,
                             Note, Released, Tell, Traffic, Withheld)
-from labfbo.site_clock import SiteClock
+from labfbo.site.clock import SiteClock
 from labfbo.space import SearchSpace
 from labfbo.trial import Observation, TrialRecord, parse_value
 
