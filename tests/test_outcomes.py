@@ -254,7 +254,7 @@ def test_sites_with_their_own_seeds_share_the_rounds_parego_weights() -> None:
             o.tell(t, lab(t.params, 0.1 * i))
     for o in sites:  # the round's target is scalarized with the study's seed (11), not the site's own
         raw = o.site_data()
-        assert np.array_equal(o._for_round(raw, 1).y, o.outcomes.chebyshev(raw.Y[:, :2], 11, 1))
-        assert not np.array_equal(o._for_round(raw, 1).y, o.outcomes.chebyshev(raw.Y[:, :2], o.seed, 1))
+        assert np.array_equal(o.agent.round_data(raw, 1).y, o.outcomes.chebyshev(raw.Y[:, :2], 11, 1))
+        assert not np.array_equal(o.agent.round_data(raw, 1).y, o.outcomes.chebyshev(raw.Y[:, :2], o.seed, 1))
     for o in sites:  # consensus with a batch: its local fill-in keeps the outcome data
         assert len(o.ask(n=2)) == 2
