@@ -27,7 +27,7 @@ from labfbo import priors
 # act on. Only that notice is silenced; every other warning still reaches the user.
 _warnings.filterwarnings("ignore", message=r"A not p\.d\., added jitter")
 
-__version__ = "0.1.0"
+from labfbo.version import __version__  # noqa: E402,F401 - the package's version
 
 __all__ = [
     "Categorical", "ConfigurationError", "ConstraintError", "Coordinator", "DP", "Discrete", "FederatedProblem", "PrivacyFloor",

@@ -30,6 +30,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from labfbo.exceptions import SearchSpaceError
 from labfbo.params import Choice, Real, _Checked
+from labfbo.seeding import seeded_torch
 
 #: an equality holds, and an inequality is met, to this fraction of max(|rhs|, sum |a_i v_i|, 1e-12)
 REL_TOL = 1e-6
@@ -346,8 +347,6 @@ class UnitPolytope:
         """``n`` points spread over the feasible polytope (BoTorch's hit-and-run sampler, seeded)."""
         import torch
         from botorch.utils.sampling import get_polytope_samples
-
-        from labfbo.models.gp import seeded_torch
 
         ineq, eq = self.botorch()
         bounds = torch.stack([torch.zeros(self.dim, dtype=torch.float64), torch.ones(self.dim, dtype=torch.float64)])

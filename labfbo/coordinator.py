@@ -127,7 +127,6 @@ class Coordinator:
         self.last_round = -1  # the round clock: the last completed round
         self.contributors: dict[int, list[list[str]]] = {}
         self._aggregator = None
-        self._transport: Any = None
 
     # -- membership -------------------------------------------------------------------
     def join(self, request: JoinRequest) -> JoinReply:
@@ -217,14 +216,6 @@ class Coordinator:
     def roster(self) -> list[str]:
         """The study's sites in index order (a named study: all of them, joined or not)."""
         return list(self.expected) if self.expected is not None else self.site_names
-
-    def connect(self, site: str) -> Any:
-        """An in-process link for ``site`` (the local transport)."""
-        from labfbo.transport.local import LocalTransport
-
-        if self._transport is None:
-            self._transport = LocalTransport(self)
-        return self._transport.link(site)
 
     # -- rounds -----------------------------------------------------------------------
     def _stamp(self, msg: Message, t: int) -> Message:

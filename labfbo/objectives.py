@@ -181,16 +181,6 @@ class OutcomeSpec(BaseModel):
         """The observations whose measured means meet every outcome constraint."""
         return tuple(o for o in observations if o.outcomes is not None and self.feasible(o.outcomes))
 
-    def pareto_front(self, observations: Sequence[Any]) -> list[Any]:
-        """The feasible observations no other feasible one dominates on every objective, in order."""
-        from labfbo.models.outcomes import non_dominated
-
-        obs = self.feasible_only(observations)
-        if not obs:
-            return []
-        keep = non_dominated(self.objective_matrix([o.outcomes for o in obs]))
-        return [o for o, k in zip(obs, keep) if k]
-
     def objective_matrix(self, rows: Sequence[dict[str, float]]) -> np.ndarray:
         """``(n, m)`` objective values in the maximization orientation."""
         return np.array([[o.sign * r[o.name] for o in self.objectives] for r in rows],

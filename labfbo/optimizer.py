@@ -25,6 +25,7 @@ from labfbo.exceptions import ConfigurationError, ConstraintError, LabFBOError, 
 from labfbo.journal import JournalBackend
 from labfbo.keywords import resolve_checked
 from labfbo.messages import Message
+from labfbo.models.outcomes import pareto_front
 from labfbo.objectives import Outcome, OutcomeSpec
 from labfbo.privacy.release import Release
 from labfbo.privacy.report import cumulative_epsilon
@@ -270,7 +271,7 @@ class Optimizer:
         (all of them at once), in observation order."""
         if self.outcomes is None:
             return [self.best] if self.best is not None else []
-        return self.outcomes.pareto_front(self.observations)
+        return pareto_front(self.outcomes, self.observations)
 
     @property
     def pending(self) -> list[Trial]:

@@ -7,6 +7,9 @@ seed gives the same draws in every process and on every transport.
 from __future__ import annotations
 
 import hashlib
+import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 import numpy as np
 
@@ -37,3 +40,21 @@ def int_seed(seed: int, site: int, round: int, purpose: str) -> int:
 def campaign_id(site: str, secret: int) -> str:
     """A stable, public id of one site's campaign (its journal): 12 hex digits of a hash of its private secret."""
     return hashlib.sha256(f"labfbo-campaign/{site}/{int(secret)}".encode()).hexdigest()[:12]
+
+
+_TORCH_RNG = threading.RLock()
+
+
+@contextmanager
+def seeded_torch(seed: int) -> Iterator[None]:
+    """Run a block with torch's global RNG seeded, restoring the caller's state after.
+
+    torch's generator is process-global: the block holds a process-wide lock, so a site's
+    transport thread (answering the coordinator) and its lab-script thread never
+    interleave their draws — the same seed gives the same numbers on every transport.
+    """
+    import torch  # deferred: the space and its constraints import this module without torch
+
+    with _TORCH_RNG, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed) % (2**63 - 1))
+        yield

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import copy
 import math
-import threading
 import warnings
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
@@ -43,27 +41,13 @@ from gpytorch.means import Mean
 from gpytorch.priors import GammaPrior, LogNormalPrior
 from pydantic import BaseModel, ConfigDict, Field
 
+from labfbo.seeding import seeded_torch
+
 if TYPE_CHECKING:
     from labfbo.models.encoding import FeatureMap
     from labfbo.space import SearchSpace
 
 DTYPE = torch.float64
-
-
-_TORCH_RNG = threading.RLock()
-
-
-@contextmanager
-def seeded_torch(seed: int) -> Iterator[None]:
-    """Run a block with torch's global RNG seeded, restoring the caller's state after.
-
-    torch's generator is process-global: the block holds a process-wide lock, so a site's
-    transport thread (answering the coordinator) and its lab-script thread never
-    interleave their draws — the same seed gives the same numbers on every transport.
-    """
-    with _TORCH_RNG, torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(seed) % (2**63 - 1))
-        yield
 
 
 def as_tensor(a: np.ndarray) -> torch.Tensor:

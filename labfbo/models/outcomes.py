@@ -18,7 +18,7 @@ orientation, then the constrained outcomes as measured).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -42,6 +42,15 @@ if TYPE_CHECKING:
 def non_dominated(Y: np.ndarray) -> np.ndarray:
     """Which rows of ``Y (n, m)`` (maximization) no other row dominates."""
     return is_non_dominated(as_tensor(Y), deduplicate=False).numpy()
+
+
+def pareto_front(spec: "OutcomeSpec", observations: Sequence[Any]) -> list[Any]:
+    """The feasible observations no other feasible one dominates on every objective, in order."""
+    obs = spec.feasible_only(observations)
+    if not obs:
+        return []
+    keep = non_dominated(spec.objective_matrix([o.outcomes for o in obs]))
+    return [o for o, k in zip(obs, keep) if k]
 
 
 def constraint_callables(spec: "OutcomeSpec") -> list[Callable[[torch.Tensor], torch.Tensor]]:

@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from labfbo.progress import human_bytes  # noqa: E402,F401 - the page's filter too
+from labfbo.models.outcomes import pareto_front  # noqa: E402
 from labfbo.report.campaign import Campaign, Experiment  # noqa: E402
 from labfbo.report.insight import Dependence  # noqa: E402
 
@@ -115,7 +116,7 @@ def pareto_figure(campaign: Campaign) -> "plt.Figure | None":
     done = [e for e in campaign.completed() if e.outcomes]
     if not done:
         return None
-    front = spec.pareto_front(done)
+    front = pareto_front(spec, done)
     fig, ax = plt.subplots(figsize=(6.5, 4.6))
     for rows, style in (([e for e in done if e.feasible], dict(color=GOOD, s=22, label="feasible measurement")),
                         ([e for e in done if not e.feasible],

@@ -219,7 +219,7 @@ class CoordinatorServer:
 
     # -- the app ------------------------------------------------------------------------------------
     def _build_app(self) -> Any:
-        from labfbo import __version__
+        from labfbo.version import __version__
         from labfbo.server.guard import Guard
 
         app = FastAPI(title="labfbo coordinator", version=__version__,

@@ -24,7 +24,7 @@ import secrets
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 from urllib.parse import parse_qs
 
 from fastapi import FastAPI, HTTPException, Request, Response
@@ -33,9 +33,8 @@ from pydantic import BaseModel
 
 from labfbo.progress import human_bytes
 from labfbo.server.dashboard_privacy import PrivacyView
+from labfbo.server.served import Served
 
-if TYPE_CHECKING:
-    from labfbo.server.app import CoordinatorServer
 
 COOKIE = "labfbo_dashboard"
 PAGE, LOGIN, LOGOUT, STATUS = "/dashboard", "/dashboard/login", "/dashboard/logout", "/dashboard/status.json"
@@ -151,9 +150,9 @@ class Sessions:
 
 
 class Dashboard:
-    """The routes, sessions and views of the dashboard of one :class:`CoordinatorServer`."""
+    """The routes, sessions and views of the dashboard of one :class:`~labfbo.server.app.CoordinatorServer`."""
 
-    def __init__(self, server: "CoordinatorServer") -> None:
+    def __init__(self, server: Served) -> None:
         from jinja2 import Environment, FileSystemLoader, select_autoescape
 
         self.server = server

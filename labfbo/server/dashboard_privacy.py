@@ -20,13 +20,12 @@ import math
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from labfbo.messages import Abstain, Message
 from labfbo.privacy.budget import BUDGET_SPENT
+from labfbo.server.served import Served
 
-if TYPE_CHECKING:
-    from labfbo.server.app import CoordinatorServer
 
 
 @dataclass
@@ -50,7 +49,7 @@ class PrivacyView:
     shows the last result as a lower bound.
     """
 
-    def __init__(self, server: "CoordinatorServer") -> None:
+    def __init__(self, server: Served) -> None:
         from labfbo.privacy import DP
 
         self.coord = server.coordinator

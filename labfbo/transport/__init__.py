@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from labfbo.coordinator import Coordinator
 from labfbo.exceptions import ConfigurationError
+from labfbo.transport.local import LocalTransport
 
 _WHAT = ("give a labfbo.Coordinator, an http(s):// URL with token=, a flower://HOST:PORT bridge address with "
          "token=, or labfbo.transport.mpi.MPICoordinator()")
@@ -31,6 +33,8 @@ def connect(coordinator: Any, site: str, federated: bool, protocol: str, token: 
     require_coordinator(protocol, federated, coordinator)
     if coordinator is None:
         return None
+    if isinstance(coordinator, Coordinator):  # in-process
+        return LocalTransport.of(coordinator).link(site)
     if not hasattr(coordinator, "connect"):
         raise ConfigurationError(f"coordinator {coordinator!r}: {_WHAT}")
     return coordinator.connect(site)

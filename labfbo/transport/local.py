@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Mapping
 
 from labfbo.exceptions import FederationError, RoundError
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
     from labfbo.coordinator import Coordinator
 
 
+_TRANSPORTS: "weakref.WeakKeyDictionary[Coordinator, LocalTransport]" = weakref.WeakKeyDictionary()
+_MADE = threading.Lock()
+
+
 class LocalTransport:
     """Connects in-process sites to one :class:`~labfbo.coordinator.Coordinator`."""
 
@@ -35,6 +40,15 @@ class LocalTransport:
         self.coordinator = coordinator
         self.handlers: dict[str, Handler] = {}
         self.lock = threading.RLock()  # one thread runs a round (or a join) at a time
+
+    @classmethod
+    def of(cls, coordinator: "Coordinator") -> "LocalTransport":
+        """The in-process transport of ``coordinator`` (one per coordinator, made on first use)."""
+        with _MADE:
+            transport = _TRANSPORTS.get(coordinator)
+            if transport is None:
+                transport = _TRANSPORTS[coordinator] = cls(coordinator)
+            return transport
 
     def link(self, site: str) -> "LocalLink":
         return LocalLink(self, site)
