@@ -10,6 +10,7 @@ import torch
 from botorch.acquisition import UpperConfidenceBound
 
 import labfbo
+from labfbo.protocols import available_protocols, get_protocol
 from labfbo.acquisition import (AcquisitionData, AcquisitionOptions, ExcludeIncumbent, escaping, propose_with_model,
                                 stalled)
 from labfbo.exceptions import ConfigurationError
@@ -84,7 +85,7 @@ def test_defaults_and_validation() -> None:
         labfbo.Optimizer(SPACE, stall_radius=-1.0)
 
 
-@pytest.mark.parametrize("protocol", ["independent", "gradient", "centralized", "distribution", "consensus", "surface"])
+@pytest.mark.parametrize("protocol", [p for p in available_protocols() if get_protocol(p).takes_acquisition()])
 def test_every_protocol_defaults_to_the_engines_acquisition_and_keeps_ucb_by_name(protocol: str) -> None:
     from labfbo.protocols import get_protocol, parse_options
 
