@@ -8,7 +8,7 @@ when first named (``labfbo.protocols.Vote``, :func:`get_protocol`), from ``_BUIL
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from pydantic import BaseModel
 
@@ -16,16 +16,6 @@ from labfbo.exceptions import ConfigurationError
 from labfbo.suggest import did_you_mean
 from labfbo.protocols.base import (Aggregator, Exchange, Finish, Protocol, SiteContext, SiteData, SiteLogic, Step,
                                    parse_options)
-
-if TYPE_CHECKING:
-    from labfbo.protocols.centralized import Centralized
-    from labfbo.protocols.consensus import Consensus
-    from labfbo.protocols.distribution import Distribution
-    from labfbo.protocols.gradient import Gradient
-    from labfbo.protocols.independent import Independent
-    from labfbo.protocols.pooled import Pooled
-    from labfbo.protocols.surface import Surface
-    from labfbo.protocols.vote import Vote
 
 #: name -> "module:Class", one line per protocol (imported when first asked for)
 _BUILTIN: dict[str, str] = {
