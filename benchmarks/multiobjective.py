@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from scipy.stats import qmc
 
-from labfbo.benchmarks.runner import write_atomic
+from labfbo.harness import write_atomic
 from labfbo.objectives import Objective, Outcome
 from labfbo.seeding import stable_hash
 from labfbo.space import Real, SearchSpace
@@ -199,7 +199,7 @@ def _run_single(job: MOJob) -> dict[str, Any]:
             outcomes.append(problem.evaluate(x))
             opt.tell(tr, outcomes[-1])
     elif job.method == "botorch":
-        from labfbo.benchmarks.multiobjective_loop import botorch_qlognehvi
+        from labfbo_bench.multiobjective_loop import botorch_qlognehvi
 
         times = botorch_qlognehvi(problem, X0, outcomes, job.budget, job.seed)
     else:

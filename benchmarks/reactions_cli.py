@@ -1,4 +1,4 @@
-"""``labfbo bench reactions``: command line, table and plot of :mod:`labfbo.benchmarks.reactions`."""
+"""``labfbo bench reactions``: command line, table and plot of :mod:`labfbo_bench.reactions`."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from labfbo.benchmarks import reactions as rx
-from labfbo.benchmarks.reactions_data import ReactionData, describe, load_reactions, scenarios
+from labfbo.datasets import ReactionData, describe, load_reactions, scenarios
+from labfbo_bench import reactions as rx
 
 
 def _load(jobs: Sequence[rx.ReactionJob]) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -106,7 +106,7 @@ def plot(data: ReactionData, scen: dict[str, tuple[str, ...]], recs: dict, metho
 
 
 def run(args: argparse.Namespace) -> int:
-    from labfbo.benchmarks.runner import run_with_progress
+    from labfbo.harness import run_with_progress
 
     data = load_reactions(args.data)
     every = scenarios(data)
@@ -127,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
     (out / "summary.md").write_text(f"# reactions suite\n\n`{cmd}`\n\n{data.source}\n\n{text}\n\nplot: {png}\n")
     print(text + f"\n\nplot: {png}")
     return 0
+
+
+BENCH_ORDER = 140  # where `labfbo bench --help` lists it
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

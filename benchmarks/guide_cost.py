@@ -13,6 +13,8 @@ r"""Cost of the ``distribution`` protocol: time per site-round, server time, mes
 
 from __future__ import annotations
 
+import argparse
+import sys
 import time
 from typing import Any
 
@@ -123,3 +125,22 @@ def report(n_obs: tuple[int, ...] = (30, 80), sites: tuple[int, ...] = (16, 256)
               f"| uplink | {c['up_scalars']} | 22 | {c['up_bytes']:.0f} |",
               f"| downlink (max) | {c['down_scalars_max']} | ≤ 105 | {c['down_bytes']:.0f} (mean) |"]
     return "\n".join(lines)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    print("labfbo bench guide-cost " + " ".join(sys.argv[3:]) + "\n")
+    print(report(tuple(args.n_obs), tuple(args.sites), args.repeats, args.comm_sites))
+    return 0
+
+
+BENCH_ORDER = 60  # where `labfbo bench --help` lists it
+
+
+def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type-arg]
+    """``labfbo bench guide-cost``."""
+    gc = bsub.add_parser("guide-cost", help="distribution protocol: seconds per site-round, server time, message sizes")
+    gc.add_argument("--n-obs", nargs="+", type=int, default=[30, 80])
+    gc.add_argument("--sites", nargs="+", type=int, default=[16, 256], help="server aggregation sizes")
+    gc.add_argument("--comm-sites", type=int, default=16, help="sites of the federation whose messages are read")
+    gc.add_argument("--repeats", type=int, default=3)
+    gc.set_defaults(func=_cmd)

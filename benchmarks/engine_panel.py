@@ -24,8 +24,8 @@ from scipy.stats import qmc
 
 from labfbo.problems.functions import FUNCTIONS, WING_BOUNDS, WING_ORDER, hartmann3, hartmann6, minimize_in_box, \
     wing_weight
-from labfbo.problems.families import BraninTask, get_problem, site_rng
 from labfbo.exceptions import ConfigurationError
+from labfbo.problems.families import BraninTask, get_problem, site_rng
 from labfbo.space import Categorical, Integer, Real, SearchSpace
 
 Array = np.ndarray

@@ -16,7 +16,9 @@ for ours and for the paper's numbers (Tables 8–10) alike.
 
 from __future__ import annotations
 
+import argparse
 import json
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
@@ -24,9 +26,9 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.stats import rankdata
 
-from labfbo.problems.guide_functions import GUIDE_NAMES
-from labfbo.benchmarks.runner import Job
+from labfbo.harness import Job
 from labfbo.models.gp import PAPERS_SURROGATE
+from labfbo.problems.guide_functions import GUIDE_NAMES
 from labfbo.simulation import SimulationResult
 
 PAPER_NAMES = {
@@ -34,6 +36,9 @@ PAPER_NAMES = {
     "weierstrass": "Weierstrass", "ellipsoid": "Ellipsoid", "sphere": "Sphere", "zakharov": "Zakharov",
     "rosenbrock": "Rosenbrock", "michalewicz": "Michalewicz", "powell": "Powell",
     "styblinski_tang": "Styblinski–Tang"}
+#: the functions `labfbo bench guide --functions` accepts (its default: all of them)
+ALL_FUNCTIONS = ("ackley", "levy", "griewank", "rastrigin", "weierstrass", "ellipsoid", "sphere",
+                 "zakharov", "rosenbrock", "michalewicz", "powell", "styblinski_tang")
 QUICK_FUNCTIONS = ("ackley", "ellipsoid", "sphere", "zakharov")
 ABLATION_FUNCTIONS = ("ackley", "rastrigin", "zakharov", "michalewicz")
 COMMON: dict[str, Any] = {"beta": 2.0}
@@ -67,7 +72,7 @@ ABLATIONS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 def reference() -> dict[str, Any]:
-    text = resources.files("labfbo.benchmarks").joinpath("reference_tables.json").read_text()
+    text = resources.files("labfbo_bench").joinpath("reference_tables.json").read_text()
     return json.loads(text)["guide_fbo"]
 
 
@@ -190,7 +195,7 @@ def tables(results: Sequence[SimulationResult], jobs_: Sequence[Job]) -> str:
 
 def plot(results: Sequence[SimulationResult], jobs_: Sequence[Job], out: Path) -> list[Path]:
     """Convergence plot per (level, function): mean simple regret over sites and runs."""
-    from labfbo.benchmarks.report import plot_curves
+    from labfbo.harness import plot_curves
 
     curves: dict[tuple[int, str], dict[str, list[np.ndarray]]] = {}
     for job, r in zip(jobs_, results):
@@ -199,3 +204,54 @@ def plot(results: Sequence[SimulationResult], jobs_: Sequence[Job], out: Path) -
     return [plot_curves({label: np.mean(cs, axis=0) for label, cs in by_label.items()}, out / f"level{level}-{fn}.png",
                         f"GUIDE suite: {fn}, level {level}", "BO round", "simple regret (mean over sites and runs)")
             for (level, fn), by_label in sorted(curves.items())]
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    from labfbo_bench.suite_cli import run_cached
+
+    if args.quick:
+        kw = dict(functions=QUICK_FUNCTIONS, levels=(2,), methods=tuple(args.methods or ("UCB", "GUIDE-UCB")),
+                  seeds=range(3), n_sites=8, n_init=20, budget=25)
+    else:
+        kw = dict(functions=tuple(args.functions), levels=tuple(args.levels), methods=tuple(args.methods or METHODS),
+                  seeds=range(args.seeds), n_sites=args.sites, n_init=args.n_init, budget=args.budget)
+    out = Path(args.out)
+    todo = jobs(str(out), ablation=args.ablation, ablation_functions=tuple(args.ablation_functions),
+                **kw)  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    cmd, results = run_cached("guide", todo, args.workers, str(out))
+    table = tables(results, todo)
+    plots = plot(results, todo, out)
+    cpu = sum(r.wall_time for r in results)
+    note = f"{len(todo)} runs, {cpu / 3600:.2f} CPU-hours of simulation, this invocation {time.perf_counter() - t0:.0f} s"
+    (out / "summary.md").write_text(f"# guide suite\n\n`{cmd}`\n\n{note}\n{table}\n")
+    print(note)
+    print(table)
+    print("\nplots: " + ", ".join(map(str, plots)))
+    return 0
+
+
+BENCH_ORDER = 50  # where `labfbo bench --help` lists it
+
+
+def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type-arg]
+    """``labfbo bench guide``."""
+    gu = bsub.add_parser("guide", help="GUIDE-FBO Tables 1, 3, 8-10: distribution vs local BO (cached, resumable)")
+    gu.add_argument("--quick", action="store_true",
+                    help="level 2, Ackley/Ellipsoid/Sphere/Zakharov, UCB vs GUIDE-UCB, N=8, 20 init, 25 rounds, 3 seeds")
+    gu.add_argument("--functions", nargs="+", default=list(ALL_FUNCTIONS), choices=list(ALL_FUNCTIONS))
+    gu.add_argument("--levels", nargs="+", type=int, default=[1, 2, 3], choices=[1, 2, 3])
+    gu.add_argument("--methods", nargs="+", default=None,
+                    choices=["UCB", "NEI", "TS", "GUIDE-UCB", "GUIDE-NEI", "GUIDE-TS", "GUIDE-NEI-winsorize"],
+                    help="default: the six of the paper (with --quick: UCB and GUIDE-UCB); GUIDE-NEI-winsorize only "
+                         "when named")
+    gu.add_argument("--ablation", action="store_true", help="add Table 3 (level 2, Ackley/Rastrigin/Zakharov/Michalewicz)")
+    gu.add_argument("--ablation-functions", nargs="+", default=["ackley", "rastrigin", "zakharov", "michalewicz"],
+                    choices=list(ALL_FUNCTIONS))
+    gu.add_argument("--seeds", type=int, default=10)
+    gu.add_argument("--sites", type=int, default=16)
+    gu.add_argument("--n-init", type=int, default=30)
+    gu.add_argument("--budget", type=int, default=50)
+    gu.add_argument("--workers", type=int, default=2)
+    gu.add_argument("--out", default="runs/bench/guide")
+    gu.set_defaults(func=_cmd)

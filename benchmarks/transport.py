@@ -8,11 +8,12 @@ r"""Transport benchmarks: HTTP round latency at scale, and the same campaign on 
 * :func:`campaign_seconds`: one small ``distribution`` campaign (Branin, 1–3 sites,
   5 rounds): the round latency (slowest ``ask()`` of the round, median over rounds) on
   ``local`` and ``http`` in this process, or on ``mpi`` when run under ``mpiexec``
-  (``python -m mpi4py -m labfbo.benchmarks.transport mpi``).
+  (``python -m mpi4py -m labfbo_bench.transport mpi``).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import subprocess
@@ -158,7 +159,7 @@ def report_http(sites: tuple[int, ...], rounds: int) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # mpiexec -n K python -m mpi4py -m labfbo.benchmarks.transport mpi
+if __name__ == "__main__":  # mpiexec -n K python -m mpi4py -m labfbo_bench.transport mpi
     import torch
 
     torch.set_num_threads(1)
@@ -175,3 +176,20 @@ if __name__ == "__main__":  # mpiexec -n K python -m mpi4py -m labfbo.benchmarks
             for tr in ("local", "http"):
                 lat, wall = campaign_seconds(tr, n)  # type: ignore[misc]
                 print(f"| {tr} | {n} sites | {lat:.3f} | {wall:.1f} |")
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    print("labfbo bench http-rounds " + " ".join(sys.argv[3:]) + "\n")
+    print(report_http(tuple(args.sites), args.rounds))
+    return 0
+
+
+BENCH_ORDER = 70  # where `labfbo bench --help` lists it
+
+
+def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type-arg]
+    """``labfbo bench http-rounds``."""
+    hr = bsub.add_parser("http-rounds", help="HTTP round latency and coordinator CPU for many light sites")
+    hr.add_argument("--sites", nargs="+", type=int, default=[10, 100, 500])
+    hr.add_argument("--rounds", type=int, default=5)
+    hr.set_defaults(func=_cmd)

@@ -24,7 +24,7 @@ from botorch.sampling import SobolQMCNormalSampler
 from gpytorch.mlls import SumMarginalLogLikelihood
 
 if TYPE_CHECKING:
-    from labfbo.benchmarks.multiobjective import MOProblem
+    from labfbo_bench.multiobjective import MOProblem
 
 
 def botorch_qlognehvi(problem: "MOProblem", X0: np.ndarray, outcomes: list[dict[str, Any]], budget: int,

@@ -1,4 +1,4 @@
-"""``labfbo bench engine``: the command-line front of :mod:`labfbo.benchmarks.engine`."""
+"""``labfbo bench engine``: the command-line front of :mod:`labfbo_bench.engine`."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from labfbo.benchmarks import engine
-from labfbo.benchmarks.engine_panel import FAMILIES, PANEL, QUICK, family_problems
+from labfbo_bench import engine
+from labfbo_bench.engine_panel import FAMILIES, PANEL, QUICK, family_problems
 
 
 def run(args: argparse.Namespace) -> int:
-    from labfbo.benchmarks.runner import run_with_progress
+    from labfbo.harness import run_with_progress
 
     families = tuple(args.families or FAMILIES) if args.families is not None else ()
     if families:
@@ -32,6 +32,9 @@ def run(args: argparse.Namespace) -> int:
     (out / "summary.md").write_text(f"# engine suite\n\n`{cmd}`\n\n{text}\n")
     print(text)
     return 0
+
+
+BENCH_ORDER = 130  # where `labfbo bench --help` lists it
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

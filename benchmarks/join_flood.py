@@ -18,6 +18,7 @@ maximum with and without them, and the ratios.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -29,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from labfbo.benchmarks.transport import _free_port, _wait_health
 from labfbo.server.config import new_token
 from labfbo.space import Real, SearchSpace
+from labfbo_bench.transport import _free_port, _wait_health
 
 
 def _health(url: str, n: int, stop: threading.Event | None = None) -> list[float]:
@@ -118,3 +119,20 @@ def report(sizes: tuple[int, ...] = (2, 10_000, 40_000), seconds: float = 5.0) -
                      f"{a['p95_ms']:.2f} / {d['p95_ms']:.2f} | {d['max_ms']:.1f} | {r['ratio_median']:.2f}x | "
                      f"{r['ratio_p95']:.2f}x |")
     return "\n".join(lines)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    print("labfbo bench http-join " + " ".join(sys.argv[3:]) + "\n")
+    print(report(tuple(args.params), args.seconds))
+    return 0
+
+
+BENCH_ORDER = 80  # where `labfbo bench --help` lists it
+
+
+def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type-arg]
+    """``labfbo bench http-join``."""
+    hj = bsub.add_parser("http-join", help="health latency while huge joins are refused")
+    hj.add_argument("--params", type=int, nargs="+", default=[2, 10_000, 40_000])
+    hj.add_argument("--seconds", type=float, default=5.0)
+    hj.set_defaults(func=_cmd)

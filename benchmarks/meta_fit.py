@@ -15,6 +15,8 @@ noise variance and summed :math:`\ln Z`.
 
 from __future__ import annotations
 
+import argparse
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -22,11 +24,11 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from labfbo.problems.families import get_problem
 from labfbo.exceptions import ConfigurationError
 from labfbo.models import pacoh
 from labfbo.models.gp import fit_local_gp, predict
 from labfbo.models.particle_mixture import mixture_moments
+from labfbo.problems.families import get_problem
 from labfbo.protocols.gradient import meta_step
 
 CHECKPOINTS = (100, 200, 500, 1000, 2000, 4000)
@@ -116,3 +118,35 @@ def format_rows(base: dict[str, float], rows: Sequence[FitRow]) -> str:
               for r in rows]
     lines += [f"| {name} (baseline) | — | {v:.3f} | — | — | — |" for name, v in base.items()]
     return "\n".join(lines)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    from labfbo.exceptions import ConfigurationError
+
+    def parse(text: str) -> dict[str, str]:     # values stay strings: PacohConfig validates them
+        pairs = [item.partition("=") for item in filter(None, text.split(","))]
+        if any(not sep for _, sep, _ in pairs):
+            raise ConfigurationError(f"--settings wants key=value pairs separated by commas, got {text!r}")
+        return {key: value for key, _, value in pairs}
+
+    print("labfbo bench meta-fit " + " ".join(sys.argv[3:]) + "\n")
+    base, rows = run(args.problem, args.sites, args.n, args.steps, [parse(s) for s in args.settings], args.seed)
+    print(format_rows(base, rows))
+    return 0
+
+
+BENCH_ORDER = 120  # where `labfbo bench --help` lists it
+
+
+def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type-arg]
+    """``labfbo bench meta-fit``."""
+    mf = bsub.add_parser("meta-fit", help="offline PACOH meta-training: test error vs steps, local and pooled GPs")
+    mf.add_argument("--problem", default="hartmann6")
+    mf.add_argument("--sites", type=int, default=5)
+    mf.add_argument("--n", type=int, default=30, help="random points per site")
+    mf.add_argument("--steps", type=int, default=2000)
+    mf.add_argument("--seed", type=int, default=0)
+    mf.add_argument("--settings", nargs="+", default=["meta_optimizer=adam,step_size=0.01",
+                                                       "meta_optimizer=sgd,step_size=0.1"],
+                    help="PacohConfig overrides to compare, e.g. meta_optimizer=adam,step_size=0.03")
+    mf.set_defaults(func=_cmd)

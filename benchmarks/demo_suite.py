@@ -11,12 +11,12 @@ report (HTML) from the journals of one federated run.
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labfbo.benchmarks.report import plot_convergence, summary_table
-from labfbo.benchmarks.runner import Job, run_jobs
+from labfbo.harness import Job, plot_convergence, run_jobs, summary_table
 from labfbo.protocols import available_protocols, get_protocol
 from labfbo.simulation import SimulationResult
 
@@ -86,3 +86,28 @@ def run_suite(cfg: SuiteConfig) -> tuple[list[SimulationResult], Path]:
         print(f"report:  {report}  (site {sites[0].stem!r}, protocol {journaled!r}, seed {cfg.seeds[0]}; "
               f"open it in a browser)")
     return results, png
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    cfg = SuiteConfig(problem=args.problem, n_sites=args.sites, n_init=args.n_init, budget=args.budget,
+                      seeds=args.seeds, protocols=args.protocols, out=args.out, workers=args.workers)
+    run_suite(cfg)
+    return 0
+
+
+BENCH_ORDER = 10  # where `labfbo bench --help` lists it
+
+
+def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type-arg]
+    """``labfbo bench demo-suite``."""
+    ds = bsub.add_parser("demo-suite", help="simulated multi-site campaign (Wing Weight, 5 sites), every protocol "
+                         "(the former `labfbo demo`)")
+    ds.add_argument("--problem", default="wing_weight")
+    ds.add_argument("--sites", type=int, default=5)
+    ds.add_argument("--n-init", type=int, default=10)
+    ds.add_argument("--budget", type=int, default=30)
+    ds.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ds.add_argument("--workers", type=int, default=2, help="simulations run in parallel processes")
+    ds.add_argument("--protocols", nargs="+", default=None)
+    ds.add_argument("--out", default="runs")
+    ds.set_defaults(func=_cmd)

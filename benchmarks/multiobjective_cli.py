@@ -1,4 +1,4 @@
-"""``labfbo bench multiobjective``: the command-line front of :mod:`labfbo.benchmarks.multiobjective`."""
+"""``labfbo bench multiobjective``: the command-line front of :mod:`labfbo_bench.multiobjective`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 
 def run(args: argparse.Namespace) -> int:
-    from labfbo.benchmarks import multiobjective as mo
-    from labfbo.benchmarks.runner import run_with_progress
+    from labfbo_bench import multiobjective as mo
+    from labfbo.harness import run_with_progress
 
     seeds = list(range(args.seeds if args.seeds is not None else (3 if args.quick else 5)))
     jobs = mo.jobs(args.out, args.quick, seeds)
@@ -30,8 +30,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+BENCH_ORDER = 150  # where `labfbo bench --help` lists it
+
+
 def add_parser(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from labfbo.benchmarks import multiobjective as mo
+    from labfbo_bench import multiobjective as mo
 
     p = bsub.add_parser("multiobjective", help="several objectives and outcome constraints: one site against a "
                         "BoTorch qLogNEHVI loop, and a federated family (cached, resumable)")

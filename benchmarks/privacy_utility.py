@@ -14,15 +14,16 @@ AUC (mean ± std over seeds) and each site's cumulative epsilon at delta = 1e-5.
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from labfbo.benchmarks import guide, pacd
-from labfbo.benchmarks.runner import Job
+from labfbo.harness import Job
 from labfbo.privacy import DP
 from labfbo.simulation import SimulationResult
+from labfbo_bench import guide, pacd
 
 GRADIENT_FUNCTIONS = ("branin", "wing_weight")
 DISTRIBUTION_FUNCTIONS = ("ackley", "zakharov")
@@ -70,3 +71,45 @@ def table(results: Sequence[SimulationResult], jobs_: Sequence[Job]) -> str:
         lines.append(f"| {proto} | {fn} | {label} | {len(rs)} | {nr.mean():.4g} ± {nr.std():.2g} | "
                      f"{auc.mean():.4g} ± {auc.std():.2g} | {eps_s} |")
     return "\n".join(lines)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    from labfbo_bench.suite_cli import run_cached
+
+    if args.gradient_sigmas is None and args.distribution_sigmas is None:  # campaign budgets DP(epsilon=...)
+        from labfbo_bench.privacy_grid_cli import run
+
+        return run(args)
+    args.gradient_sigmas = args.gradient_sigmas or [2.0, 8.0]
+    args.distribution_sigmas = args.distribution_sigmas or [1.0, 4.0]
+    todo = jobs(args.pacd_out, args.guide_out, range(args.seeds), tuple(args.gradient_sigmas),
+                tuple(args.distribution_sigmas))
+    _, results = run_cached("privacy-utility", todo, args.workers, f"{args.pacd_out}, {args.guide_out}")
+    print(table(results, todo))
+    return 0
+
+
+BENCH_ORDER = 90  # where `labfbo bench --help` lists it
+
+
+def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type-arg]
+    """``labfbo bench privacy-utility``."""
+    pu = bsub.add_parser("privacy-utility", help="regret against the campaign budget DP(epsilon=...) for every "
+                         "protocol with DP, beside no DP and independent (cached)")
+    pu.add_argument("--suite", choices=["pacd", "reactions"], default="pacd")
+    pu.add_argument("--epsilons", type=float, nargs="+", help="budgets per site (default 0.5 1 2 4 8 16; "
+                    "--quick: 0.5 2 8)")
+    pu.add_argument("--protocols", nargs="+", help="protocols and mechanism variants (default: gradient "
+                    "distribution surface)")
+    pu.add_argument("--functions", nargs="+", help="pacd suite: families (default branin wing_weight)")
+    pu.add_argument("--quick", action="store_true", help="three budgets, 3 seeds")
+    pu.add_argument("--report-only", action="store_true", help="tabulate the cached runs, run nothing")
+    pu.add_argument("--seeds", type=int, default=3)
+    pu.add_argument("--gradient-sigmas", type=float, nargs="+", default=None,
+                    help="the older fixed-noise comparison (with --distribution-sigmas): noise multipliers")
+    pu.add_argument("--distribution-sigmas", type=float, nargs="+", default=None)
+    pu.add_argument("--pacd-out", default="runs/bench/pacd")
+    pu.add_argument("--reactions-out", default="runs/bench/reactions-privacy")
+    pu.add_argument("--guide-out", default="runs/bench/guide")
+    pu.add_argument("--workers", type=int, default=2)
+    pu.set_defaults(func=_cmd)

@@ -1,6 +1,6 @@
 r"""`labfbo bench reactions`: does federation pay off for labs choosing reagents from lists?
 
-Each lab of a scenario (:mod:`labfbo.benchmarks.reactions_data`) runs a real
+Each lab of a scenario (:mod:`labfbo.datasets`) runs a real
 :class:`~labfbo.Optimizer` over the categorical space (no allowed-combinations table): 3
 initial experiments, then ``budget`` BO iterations in lock-step rounds. A proposal the lab's
 data does not contain is a failed experiment there (``tell_failed``) and uses up budget.
@@ -29,11 +29,11 @@ from typing import Any, Sequence
 import numpy as np
 from linear_operator.utils.warnings import NumericalWarning
 
-from labfbo.benchmarks.reactions_data import ReactionData, load_reactions
-from labfbo.benchmarks.runner import options_fingerprint, write_atomic
+from labfbo.datasets import ReactionData, initial_design, load_reactions
 from labfbo.exceptions import ProtocolError
+from labfbo.harness import options_fingerprint, write_atomic
 from labfbo.privacy import DP
-from labfbo.seeding import int_seed, rng
+from labfbo.seeding import int_seed
 
 PROTOCOLS = ("independent", "gradient", "distribution", "consensus", "surface", "vote")
 METHODS = ("random", *PROTOCOLS, "pooled")
@@ -43,7 +43,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gradient-ucb": ("gradient", {"acquisition": "ucb", "beta": 4.0}),  # the default before qLogNEI (§12)
     "distribution-ucb": ("distribution", {"acquisition": "ucb", "beta": 4.0}),
     "surface-dp": ("surface", {"privacy": DP(clip=2.0, noise_multiplier=2.0)}),  # task-level, eps ~ 11.5 at 20 rounds
-    # the engine's candidate defaults (issue 23) on real, outlier-heavy yields
+    # the engine's candidate defaults on real, outlier-heavy yields
     "independent-auto": ("independent", {"noise_prior": "auto"}),
     "independent-winsorize": ("independent", {"output_transform": "winsorize"}),  # = the defaults since §12
     "independent-standardize": ("independent", {"output_transform": "standardize"}),  # the defaults before
@@ -53,7 +53,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "surface-standardize": ("surface", {"output_transform": "standardize"}),
     "independent-auto-winsorize": ("independent", {"noise_prior": "auto", "output_transform": "winsorize"}),
     "vote-beta3": ("vote", {"prior_beta": 3.0}),  # the votes' prior at exponent 1 after the 3 initial experiments
-    "vote-codebook8": ("vote", {"codebook": 8}),  # vote's default until session 20: 8 Sobol points of the cube
+    "vote-codebook8": ("vote", {"codebook": 8}),  # vote's former default: 8 Sobol points of the cube
     # reagents described by their structure (labfbo.chem): "encoding" builds the space, it is no protocol option
     "independent-smiles": ("independent", {"encoding": "rdkit"}),
     "surface-smiles": ("surface", {"encoding": "rdkit"}),
@@ -87,16 +87,9 @@ class ReactionJob:
 
 def method_options(method: str) -> tuple[str, dict[str, Any]]:
     """(protocol, options) of a method of the suite: a variant, a private setting, or a protocol's defaults."""
-    from labfbo.benchmarks.privacy_grid import reaction_variant
+    from labfbo_bench.privacy_grid import reaction_variant
 
     return VARIANTS.get(method) or reaction_variant(method) or (method, {})
-
-
-def initial_design(data: ReactionData, lab: int, seed: int, n: int) -> list[tuple]:
-    """The lab's ``n`` initial combinations (distinct; the same for every method)."""
-    combos = data.combos()
-    pick = rng(seed, lab, 0, "reaction-design").choice(len(combos), size=n, replace=False)
-    return [combos[int(k)] for k in pick]
 
 
 def _key(data: ReactionData, params: dict[str, Any]) -> tuple:

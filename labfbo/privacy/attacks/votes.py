@@ -1,4 +1,4 @@
-"""``labfbo privacy audit --protocol vote``: what the coordinator — and a peer — learn of a site's optimum from its votes.
+"""What the coordinator — and a peer — learn of a site's optimum from its votes (``labfbo privacy audit --protocol vote``).
 
 A ``vote`` site sends one codebook index per release (:mod:`labfbo.protocols.vote`) and
 nothing about its queries, so there is nothing to reconstruct but the optimum. Two attackers
@@ -38,7 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from labfbo.benchmarks.leakage import campaign
+from labfbo.privacy.attacks.gradient import campaign
 
 COLUMNS = ("guess", "chance_uniform", "chance_codebook", "others", "hit", "hit_chance")
 VIEWS = ("coordinator", "peer")

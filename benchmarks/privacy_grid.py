@@ -27,9 +27,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from labfbo.benchmarks import pacd
-from labfbo.benchmarks.runner import Job
+from labfbo.harness import Job
 from labfbo.privacy import DP
+from labfbo_bench import pacd
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 QUICK_EPSILONS = (0.5, 2.0, 8.0)

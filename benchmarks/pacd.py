@@ -25,15 +25,17 @@ side by side with Table I.
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from labfbo.benchmarks.runner import Job
 from labfbo.exceptions import ConfigurationError
+from labfbo.harness import Job
 from labfbo.models.gp import PAPERS_SURROGATE
 from labfbo.privacy import DP
 from labfbo.simulation import SimulationResult
@@ -69,7 +71,7 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "GUIDE-FBO (labfbo defaults)": ("distribution", {}),
     "Surface (labfbo defaults)": ("surface", {}),
     "Vote (labfbo defaults)": ("vote", {}),
-    "Vote-codebook8": ("vote", {"codebook": 8}),  # vote's default until session 20: 8 Sobol points of the cube
+    "Vote-codebook8": ("vote", {"codebook": 8}),  # vote's former default: 8 Sobol points of the cube
     "Surface-quadratic": ("surface", {"fourier_features": 0}),  # ablation: no Fourier features
     # ablations (only with --methods): the stalled-basin escape on Independent, and off on PACD-BO
     "Independent-escape": ("independent", {"stall_rounds": 10, **PAPER_ACQ}),
@@ -87,7 +89,7 @@ DP_METHOD = ("DP-PACD-BO", ("gradient", {"privacy": DP(clip=1.0, noise_multiplie
 
 
 def reference() -> dict[str, Any]:
-    text = resources.files("labfbo.benchmarks").joinpath("reference_tables.json").read_text()
+    text = resources.files("labfbo_bench").joinpath("reference_tables.json").read_text()
     return json.loads(text)["pacd_bo"]
 
 
@@ -167,7 +169,7 @@ def transfer_efficiency(by: dict[tuple[str, str], list[SimulationResult]]
 
 def plot(results: list[SimulationResult], out: Path, functions: tuple[str, ...]) -> list[Path]:
     """Convergence plots like Fig. 2 (mean normalized regret, ±1 std band over seeds)."""
-    from labfbo.benchmarks.report import plot_convergence
+    from labfbo.harness import plot_convergence
 
     paths = []
     for fn in functions:
@@ -175,3 +177,35 @@ def plot(results: list[SimulationResult], out: Path, functions: tuple[str, ...])
         if rs:
             paths.append(plot_convergence(rs, out / f"{fn}.png", title=f"PACD suite: {fn}, {rs[0].n_sites} sites"))
     return paths
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    from labfbo_bench.suite_cli import run_suite
+
+    if args.quick:
+        functions, seeds, budget = ("branin", "wing_weight"), list(range(3)), 30
+    else:
+        functions, seeds, budget = tuple(args.functions), list(range(args.seeds)), args.budget
+    out = Path(args.out)
+    todo = jobs(str(out), functions, seeds, budget=budget, dp=args.dp, n_sites=args.sites,
+                methods=tuple(args.methods) if args.methods else None, initial=args.n_init)
+    return run_suite("pacd", sys.modules[__name__], todo, out, functions, args.workers)
+
+
+BENCH_ORDER = 40  # where `labfbo bench --help` lists it
+
+
+def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type-arg]
+    """``labfbo bench pacd``."""
+    pa = bsub.add_parser("pacd", help="PACD-BO Table I: gradient vs centralized, independent, CBOC")
+    pa.add_argument("--quick", action="store_true", help="Branin and Wing Weight, T=30, 3 seeds")
+    pa.add_argument("--functions", nargs="+", default=["sinusoid", "branin", "hartmann6", "wing_weight"])
+    pa.add_argument("--methods", nargs="+", default=None)
+    pa.add_argument("--seeds", type=int, default=10)
+    pa.add_argument("--budget", type=int, default=100)
+    pa.add_argument("--dp", action="store_true", help="add DP-PACD-BO (sigma=8, C=1)")
+    pa.add_argument("--sites", type=int, default=5, help="sites of the family (the paper: 5)")
+    pa.add_argument("--n-init", type=int, default=None, help="initial points per site (default: the paper's)")
+    pa.add_argument("--workers", type=int, default=2)
+    pa.add_argument("--out", default="runs/bench/pacd")
+    pa.set_defaults(func=_cmd)

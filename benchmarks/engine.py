@@ -1,6 +1,6 @@
 r"""Suite ``engine``: labfbo's single-site engine against Optuna, BoTorch and random search.
 
-Each job is one method on one panel problem (:mod:`labfbo.benchmarks.engine_panel`) for
+Each job is one method on one panel problem (:mod:`labfbo_bench.engine_panel`) for
 one seed. Every method starts from the same Latin-hypercube design (seeded by
 ``(seed, problem)``) and sees the same noise draws, then evaluates ``budget`` points.
 
@@ -29,11 +29,11 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.stats import qmc, rankdata
 
-from labfbo.benchmarks.engine_methods import RUNNERS
-from labfbo.benchmarks.engine_panel import FAMILIES, PANEL, EngineProblem, engine_problem
-from labfbo.problems.families import stable_hash
-from labfbo.benchmarks.runner import write_atomic
 from labfbo.exceptions import ConfigurationError
+from labfbo.harness import write_atomic
+from labfbo.problems.families import stable_hash
+from labfbo_bench.engine_methods import RUNNERS
+from labfbo_bench.engine_panel import FAMILIES, PANEL, EngineProblem, engine_problem
 
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "labfbo": ("labfbo", {}),

@@ -21,9 +21,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from labfbo.benchmarks.engine_panel import EngineProblem
 from labfbo.exceptions import ConfigurationError
 from labfbo.space import Categorical, Integer, Real, SearchSpace
+from labfbo_bench.engine_panel import EngineProblem
 
 Evaluate = Callable[[dict[str, Any]], float]  # returns the noisy observation, records the truth
 

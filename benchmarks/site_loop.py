@@ -13,7 +13,9 @@ Three measurements, each against a baseline in the same run:
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -126,3 +128,24 @@ def report(problem: str = "branin", n_init: int = 5, budget: int = 20, repeats: 
         for rows in csv_rows:
             lines.append(f"| {rows} | {1000 * _csv_poll(Path(tmp), rows, 5):.2f} |")
     return "\n".join(lines)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    print("labfbo bench site-loop " + " ".join(sys.argv[3:]) + "\n")
+    print(report(args.problem, args.n_init, args.budget, args.repeats, args.in_flight, tuple(args.csv_rows)))
+    return 0
+
+
+BENCH_ORDER = 100  # where `labfbo bench --help` lists it
+
+
+def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type-arg]
+    """``labfbo bench site-loop``."""
+    sl = bsub.add_parser("site-loop", help="labfbo site run's loop against a plain ask/tell loop; restart; csv polls")
+    sl.add_argument("--problem", default="branin")
+    sl.add_argument("--n-init", type=int, default=5)
+    sl.add_argument("--budget", type=int, default=20)
+    sl.add_argument("--repeats", type=int, default=3)
+    sl.add_argument("--in-flight", type=int, default=8)
+    sl.add_argument("--csv-rows", type=int, nargs="+", default=[100, 1000, 10000])
+    sl.set_defaults(func=_cmd)

@@ -9,7 +9,7 @@ r"""``ask()`` latency of ``independent`` against hand-written BoTorch loops, sam
   predictive density, as labfbo's ``noise_prior="auto"`` does. Its outputs are winsorized
   as labfbo's default does (:func:`~labfbo.models.gp.winsorized`; ``--output-transform
   standardize`` on both sides: not).
-* **Tutorial loop**: :func:`~labfbo.benchmarks.engine_methods.botorch_tutorial_step`
+* **Tutorial loop**: :func:`~labfbo_bench.engine_methods.botorch_tutorial_step`
   (``LogExpectedImprovement`` with :math:`f^* = \max_j y_j`).
 
 Repetitions rotate which side runs first; the report is the median of the per-repetition
@@ -19,6 +19,7 @@ time ratios (labfbo / loop), so machine noise hits every side alike.
 from __future__ import annotations
 
 import argparse
+import sys
 
 import time
 from dataclasses import dataclass
@@ -36,9 +37,9 @@ from botorch.sampling import SobolQMCNormalSampler
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from scipy.stats import qmc
 
-from labfbo.benchmarks.engine_methods import botorch_tutorial_step
 from labfbo.models.gp import loo_log_density, noise_likelihood, winsorized
 from labfbo.problems.problem import FederatedProblem
+from labfbo_bench.engine_methods import botorch_tutorial_step
 
 
 def _loop_gp(train_X: torch.Tensor, train_Y: torch.Tensor, b: torch.Tensor, noise_prior: str) -> SingleTaskGP:
@@ -195,7 +196,7 @@ def categorical_rows(repeats: int, n_obs: int = 30) -> list[str]:
     discrete BoTorch loop (same candidates); and a 4-parameter space with one 5-choice
     ``Categorical`` against the same space with that parameter a ``Real``."""
     import labfbo
-    from labfbo.benchmarks.reactions_data import load_reactions
+    from labfbo.datasets import load_reactions
 
     data = load_reactions()
     space, combos, table = data.space, data.combos(), data.tables[0]
@@ -266,3 +267,22 @@ def cli_run(args: "argparse.Namespace") -> int:
         print("\ncategorical spaces (qLogNEI, median of per-repetition ratios):\n")
         print("\n".join(categorical_rows(args.repeats)))
     return 0
+
+
+BENCH_ORDER = 20  # where `labfbo bench --help` lists it
+
+
+def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type-arg]
+    """``labfbo bench latency``."""
+    lat = bsub.add_parser("latency", help="ask() latency of `independent` vs a plain BoTorch loop")
+    lat.add_argument("--problems", nargs="+", default=["branin", "hartmann6"])
+    lat.add_argument("--n-obs", type=int, nargs="+", default=[10, 30, 100])
+    lat.add_argument("--acquisition", default="nei", choices=["nei", "ei", "ucb"], help="labfbo's and the "
+                     "same-model loop's acquisition (default: independent's)")
+    lat.add_argument("--noise-prior", default="lognormal", choices=["lognormal", "gamma", "auto"],
+                     help="labfbo's and the same-model loop's noise prior (default: independent's)")
+    lat.add_argument("--output-transform", default="winsorize", choices=["winsorize", "standardize"],
+                     help="labfbo's and the same-model loop's output transform (default: independent's)")
+    lat.add_argument("--repeats", type=int, default=7)
+    lat.add_argument("--no-categorical", action="store_true", help="skip the 276-combination and one-categorical rows")
+    lat.set_defaults(func=cli_run)

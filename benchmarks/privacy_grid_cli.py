@@ -1,4 +1,4 @@
-"""The driver of `labfbo bench privacy-utility` over campaign budgets (:mod:`labfbo.benchmarks.privacy_grid`)."""
+"""The driver of `labfbo bench privacy-utility` over campaign budgets (:mod:`labfbo_bench.privacy_grid`)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from labfbo.benchmarks import privacy_grid as pg
+from labfbo_bench import privacy_grid as pg
 
 
 def _pacd(args: argparse.Namespace, names: list[str], epsilons: list[float], seeds: list[int]) -> tuple[str, dict]:
-    from labfbo.benchmarks.runner import run_with_progress, run_job, load_result
+    from labfbo.harness import run_with_progress, run_job, load_result
 
     functions = tuple(args.functions or pg.PACD_FUNCTIONS)
     jobs = pg.pacd_jobs(args.pacd_out, names, epsilons, seeds, functions)
@@ -42,10 +42,10 @@ def _pacd(args: argparse.Namespace, names: list[str], epsilons: list[float], see
 
 
 def _reactions(args: argparse.Namespace, names: list[str], epsilons: list[float], seeds: list[int]) -> tuple[str, dict]:
-    from labfbo.benchmarks import reactions as rx
-    from labfbo.benchmarks.reactions_data import load_reactions
-    from labfbo.benchmarks.reactions_cli import scenarios
-    from labfbo.benchmarks.runner import run_with_progress
+    from labfbo_bench import reactions as rx
+    from labfbo.datasets import load_reactions
+    from labfbo_bench.reactions_cli import scenarios
+    from labfbo.harness import run_with_progress
 
     data = load_reactions(None)
     scen = {"a": scenarios(data)["a"]}

@@ -12,6 +12,8 @@ transport (real Optimizers, real JSON messages). Per round we time
 
 from __future__ import annotations
 
+import argparse
+import sys
 import time
 from dataclasses import dataclass
 from statistics import median
@@ -93,3 +95,34 @@ def format_rows(rows: list[RoundRow]) -> str:
 if __name__ == "__main__":  # pragma: no cover
     torch.set_num_threads(1)
     print(format_rows(measure(5, 10, 100, 20, 3)))
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    import statistics
+
+    print("labfbo bench round-time " + " ".join(sys.argv[3:]) + "\n")
+    rows = measure(args.sites, args.particles, args.n_obs, args.steps, args.repeats, args.dim)
+    print(format_rows(rows))
+    if args.secure_aggregation:  # the same rounds with masked uploads, measured in the same run
+        masked = measure(args.sites, args.particles, args.n_obs, args.steps, args.repeats, args.dim, True)
+        print("\nwith secure_aggregation=True:\n\n" + format_rows(masked))
+        ratio = (statistics.median(r.meta_update_s for r in masked[1:])
+                 / statistics.median(r.meta_update_s for r in rows[1:]))
+        print(f"\nmeta-update with / without secure aggregation: {ratio:.2f}x (median over rounds >= 1)")
+    return 0
+
+
+BENCH_ORDER = 110  # where `labfbo bench --help` lists it
+
+
+def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type-arg]
+    """``labfbo bench round-time``."""
+    rt = bsub.add_parser("round-time", help="seconds per gradient-protocol round: meta-update vs acquisition")
+    rt.add_argument("--sites", type=int, default=5)
+    rt.add_argument("--particles", type=int, default=10)
+    rt.add_argument("--n-obs", type=int, default=100)
+    rt.add_argument("--steps", type=int, default=20)
+    rt.add_argument("--dim", type=int, default=2)
+    rt.add_argument("--repeats", type=int, default=3)
+    rt.add_argument("--secure-aggregation", action="store_true", help="also time masked rounds; print the ratio")
+    rt.set_defaults(func=_cmd)

@@ -27,7 +27,9 @@ Metric: mean average simple regret :math:`\frac{1}{tL}\sum_l \sum_{\tau \le t} r
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -36,7 +38,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import qmc
 
-from labfbo.benchmarks.runner import Job
+from labfbo.harness import Job
 from labfbo.models.gp import PAPERS_SURROGATE
 from labfbo.priors import Normal
 from labfbo.simulation import SimulationResult
@@ -49,8 +51,8 @@ PAPER_ACQUISITIONS = ("ei", "ucb")
 
 
 def reference() -> dict[str, Any]:
-    """PMCBO's Tables 3–5 as carried in ``labfbo/benchmarks/reference_tables.json``."""
-    text = resources.files("labfbo.benchmarks").joinpath("reference_tables.json").read_text()
+    """PMCBO's Tables 3–5 as carried in ``benchmarks/reference_tables.json``."""
+    text = resources.files("labfbo_bench").joinpath("reference_tables.json").read_text()
     return json.loads(text)["pmcbo"]
 
 
@@ -170,7 +172,7 @@ def table(results: list[SimulationResult], functions: tuple[str, ...]) -> str:
 
 def plot(results: list[SimulationResult], out: Path, functions: tuple[str, ...]) -> list[Path]:
     """One convergence plot per function and acquisition: mean simple regret vs iteration."""
-    from labfbo.benchmarks.report import plot_curves
+    from labfbo.harness import plot_curves
 
     paths = []
     for fn in functions:
@@ -184,3 +186,35 @@ def plot(results: list[SimulationResult], out: Path, functions: tuple[str, ...])
             paths.append(plot_curves(curves, out / f"{fn}-{acq}.png", f"PMCBO suite: {fn}, {acq.upper()}", "iteration",
                                      "simple regret (mean over clients and seeds)", log=True))
     return paths
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    from labfbo_bench.suite_cli import run_suite
+
+    if args.quick:
+        functions, acqs, seeds = ("branin",), tuple(args.acquisitions or ("ucb",)), list(range(3))
+    else:
+        functions, acqs, seeds = tuple(args.functions), tuple(args.acquisitions or ("ei", "ucb")), list(range(args.seeds))
+    out = Path(args.out)
+    todo = jobs(str(out), functions, acqs, seeds, budget=args.budget, n_init=args.n_init,
+                only=tuple(args.methods) if args.methods else None)
+    return run_suite("pmcbo", sys.modules[__name__], todo, out, functions, args.workers)
+
+
+BENCH_ORDER = 30  # where `labfbo bench --help` lists it
+
+
+def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type-arg]
+    """``labfbo bench pmcbo``."""
+    pm = bsub.add_parser("pmcbo", help="PMCBO Tables 4-5: priors and consensus (cached, resumable)")
+    pm.add_argument("--quick", action="store_true", help="3 seeds, UCB variants on Branin only")
+    pm.add_argument("--functions", nargs="+", default=["branin", "hartmann3", "hartmann6"])
+    pm.add_argument("--acquisitions", nargs="+", default=None, choices=["ei", "ucb", "nei"],
+                    help="the paper's ei and ucb (default; --quick: ucb), or nei (labfbo's default)")
+    pm.add_argument("--seeds", type=int, default=10)
+    pm.add_argument("--budget", type=int, default=60)
+    pm.add_argument("--n-init", type=int, default=5)
+    pm.add_argument("--methods", nargs="+", help="only these rows, e.g. EI CBOC-U 'I-PMCBO (labfbo defaults)'")
+    pm.add_argument("--workers", type=int, default=2)
+    pm.add_argument("--out", default="runs/bench/pmcbo")
+    pm.set_defaults(func=_cmd)

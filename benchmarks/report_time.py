@@ -125,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+BENCH_ORDER = 160  # where `labfbo bench --help` lists it
+
+
 def add_parser(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = bsub.add_parser("report", help="labfbo report on a 200-experiment journal of a 6-parameter mixed space")
     p.add_argument("--repeats", type=int, default=3)

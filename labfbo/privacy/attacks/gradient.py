@@ -1,4 +1,4 @@
-"""``labfbo privacy audit``: the gradient-leakage study of PACD-BO §V (Figs. 3-4), cached and resumable.
+"""The gradient-leakage study of PACD-BO §V (Figs. 3-4) that ``labfbo privacy audit`` runs, cached and resumable.
 
 One job is one campaign of the ``gradient`` protocol (``n_sites`` sites of ``problem``, K
 particles, DP noise multiplier ``sigma`` or none) followed by the coordinator's attack
@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from labfbo.benchmarks.runner import run_pending
+from labfbo.harness import run_pending
 
 METRICS = ("dispersion", "dispersion_true", "dispersion_uniform", "matched_distance", "recovered",
            "recovered_chance", "incumbent_nearest", "incumbent_guess", "incumbent_guess_chance",

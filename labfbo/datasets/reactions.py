@@ -1,4 +1,4 @@
-r"""Reaction data for `labfbo bench reactions`: labs, their yield tables, the scenarios.
+r"""Reaction data: labs, their yield tables, the scenarios (``make demo``, ``labfbo bench reactions``).
 
 A data file is a CSV with a **lab** column, one column per **parameter** and a **yield**
 column (defaults ``lab``, ``base ligand additive`` and ``yield``; see
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from labfbo.exceptions import ConfigurationError
+from labfbo.seeding import rng
 from labfbo.space import Categorical, SearchSpace
 
 if TYPE_CHECKING:
@@ -42,6 +43,15 @@ SHIPPED = "buchwald_hartwig.csv"
 SHIPPED_SMILES = "buchwald_hartwig_smiles.csv"  # component,kind,smiles of every lab and reagent
 CITATION = ("Ahneman, Estrada, Lin, Dreher, Doyle, 'Predicting reaction performance in C-N cross-coupling "
             "using machine learning', Science 360, 186 (2018)")
+
+
+def shipped_path(name: str = SHIPPED) -> Path:
+    """Where a shipped data file (``buchwald_hartwig.csv``, ``buchwald_hartwig_smiles.csv``, ``README.md``) is."""
+    path = Path(str(resources.files("labfbo.datasets") / "data" / name))
+    if not path.is_file():
+        raise ConfigurationError(f"labfbo's shipped data file {name} is missing (looked at {path}); "
+                                 "reinstall labfbo, or give the path of your own CSV")
+    return path
 
 
 @dataclass(frozen=True)
@@ -85,8 +95,7 @@ def load_reactions(path: str | Path | None = None, lab: str = "lab",
     import pandas as pd
 
     if path is None:
-        with resources.as_file(resources.files("labfbo.benchmarks") / "data" / SHIPPED) as p:
-            df = pd.read_csv(p)
+        df = pd.read_csv(shipped_path(SHIPPED))
         source = f"shipped {SHIPPED} ({CITATION})"
     else:
         if not Path(path).exists():
@@ -137,8 +146,7 @@ def _smiles_of(df: "pd.DataFrame", params: Sequence[str], smiles: str | Path | N
         raise ConfigurationError(f"{source}: no {', '.join(f'{p}_smiles' for p in params)} columns; give "
                                  "smiles= (a CSV component,kind,smiles)")
     if smiles is None:
-        with resources.as_file(resources.files("labfbo.benchmarks") / "data" / SHIPPED_SMILES) as f:
-            table = pd.read_csv(f, dtype=str, keep_default_na=False)
+        table = pd.read_csv(shipped_path(SHIPPED_SMILES), dtype=str, keep_default_na=False)
     elif not Path(smiles).exists():
         raise ConfigurationError(f"SMILES file {smiles} does not exist")
     else:
@@ -153,6 +161,13 @@ def _smiles_of(df: "pd.DataFrame", params: Sequence[str], smiles: str | Path | N
         if missing:
             raise ConfigurationError(f"SMILES file {smiles or SHIPPED_SMILES}: no row (kind {p!r}) for {missing}")
     return out
+
+
+def initial_design(data: ReactionData, lab: int, seed: int, n: int) -> list[tuple]:
+    """The lab's ``n`` initial combinations (distinct; the same for every method)."""
+    combos = data.combos()
+    pick = rng(seed, lab, 0, "reaction-design").choice(len(combos), size=n, replace=False)
+    return [combos[int(k)] for k in pick]
 
 
 def spearman_matrix(data: ReactionData) -> np.ndarray:
