@@ -27,8 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from labfbo.benchmarks.reactions import initial_design
-from labfbo.benchmarks.reactions_data import ReactionData, load_reactions
+from labfbo.datasets import ReactionData, initial_design, load_reactions
 from labfbo.seeding import int_seed
 
 #: method -> (runner, options); ``labfbo`` is the current defaults

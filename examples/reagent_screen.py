@@ -26,7 +26,7 @@ import tempfile
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import labfbo  # noqa: E402
-from labfbo.benchmarks.reactions_data import load_reactions  # noqa: E402
+from labfbo.datasets import load_reactions  # noqa: E402
 
 BUDGET = int(os.environ.get("LABFBO_EXAMPLE_BUDGET", "15"))
 OUT = os.environ.get("LABFBO_EXAMPLE_OUT") or tempfile.mkdtemp(prefix="labfbo-reagents-")

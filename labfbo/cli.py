@@ -7,13 +7,9 @@ import gc
 import importlib
 import os
 import sys
-import time
-from pathlib import Path
 from typing import Any, Sequence
 
-
-GUIDE_FUNCTIONS = ("ackley", "levy", "griewank", "rastrigin", "weierstrass", "ellipsoid", "sphere",
-                   "zakharov", "rosenbrock", "michalewicz", "powell", "styblinski_tang")
+BENCH_GROUP = "labfbo.bench"  # the entry-point group of the `labfbo bench` suites
 
 
 def _one_thread() -> None:
@@ -21,184 +17,6 @@ def _one_thread() -> None:
     import torch
 
     torch.set_num_threads(int(os.environ.get("LABFBO_THREADS", "1")))
-
-
-def _cmd_bench_demo_suite(args: argparse.Namespace) -> int:
-    from labfbo.benchmarks.demo_suite import SuiteConfig, run_suite
-
-    cfg = SuiteConfig(problem=args.problem, n_sites=args.sites, n_init=args.n_init, budget=args.budget,
-                      seeds=args.seeds, protocols=args.protocols, out=args.out, workers=args.workers)
-    run_suite(cfg)
-    return 0
-
-
-def _cmd_bench_latency(args: argparse.Namespace) -> int:
-    from labfbo.benchmarks.latency import cli_run
-
-    return cli_run(args)
-
-
-def _run_cached(name: str, jobs: list, workers: int, cache: str) -> tuple[str, list]:
-    """Run (or resume) cached benchmark jobs with a progress bar; returns (command line, results)."""
-    from tqdm.auto import tqdm
-
-    from labfbo.benchmarks.runner import run_jobs
-
-    cmd = f"labfbo bench {name} " + " ".join(sys.argv[3:])
-    paths = {j.path for j in jobs}
-    print(f"{cmd}\n{len(paths)} runs ({sum(not Path(p).exists() for p in paths)} to do), cache: {cache}")
-    bar = tqdm(total=len(paths), desc=name, unit="run")
-
-    def progress(done: int, total: int) -> None:
-        bar.n = done
-        bar.refresh()
-
-    results = run_jobs(jobs, workers=workers, progress=progress)
-    bar.close()
-    return cmd, results
-
-
-def _run_suite(name: str, module: Any, jobs: list, out: "Path", functions: tuple[str, ...], workers: int) -> int:
-    """Run (or resume) a suite's cached jobs, then print and save its table and plots."""
-    cmd, results = _run_cached(name, jobs, workers, str(out))
-    table = module.table(results, functions)
-    plots = module.plot(results, out, functions)
-    (out / "summary.md").write_text(f"# {name} suite\n\n`{cmd}`\n\n{table}\n")
-    print(table)
-    print("\nplots: " + ", ".join(map(str, plots)))
-    return 0
-
-
-def _cmd_bench_pmcbo(args: argparse.Namespace) -> int:
-    from labfbo.benchmarks import pmcbo
-
-    if args.quick:
-        functions, acqs, seeds = ("branin",), tuple(args.acquisitions or ("ucb",)), list(range(3))
-    else:
-        functions, acqs, seeds = tuple(args.functions), tuple(args.acquisitions or ("ei", "ucb")), list(range(args.seeds))
-    out = Path(args.out)
-    jobs = pmcbo.jobs(str(out), functions, acqs, seeds, budget=args.budget, n_init=args.n_init,
-                      only=tuple(args.methods) if args.methods else None)
-    return _run_suite("pmcbo", pmcbo, jobs, out, functions, args.workers)
-
-
-def _cmd_bench_pacd(args: argparse.Namespace) -> int:
-    from labfbo.benchmarks import pacd
-
-    if args.quick:
-        functions, seeds, budget = ("branin", "wing_weight"), list(range(3)), 30
-    else:
-        functions, seeds, budget = tuple(args.functions), list(range(args.seeds)), args.budget
-    out = Path(args.out)
-    jobs = pacd.jobs(str(out), functions, seeds, budget=budget, dp=args.dp, n_sites=args.sites,
-                     methods=tuple(args.methods) if args.methods else None, initial=args.n_init)
-    return _run_suite("pacd", pacd, jobs, out, functions, args.workers)
-
-
-def _cmd_bench_guide(args: argparse.Namespace) -> int:
-    from labfbo.benchmarks import guide
-
-    if args.quick:
-        kw = dict(functions=guide.QUICK_FUNCTIONS, levels=(2,), methods=tuple(args.methods or ("UCB", "GUIDE-UCB")),
-                  seeds=range(3), n_sites=8, n_init=20, budget=25)
-    else:
-        kw = dict(functions=tuple(args.functions), levels=tuple(args.levels), methods=tuple(args.methods or guide.METHODS),
-                  seeds=range(args.seeds), n_sites=args.sites, n_init=args.n_init, budget=args.budget)
-    out = Path(args.out)
-    jobs = guide.jobs(str(out), ablation=args.ablation, ablation_functions=tuple(args.ablation_functions),
-                      **kw)  # type: ignore[arg-type]
-    t0 = time.perf_counter()
-    cmd, results = _run_cached("guide", jobs, args.workers, str(out))
-    table = guide.tables(results, jobs)
-    plots = guide.plot(results, jobs, out)
-    cpu = sum(r.wall_time for r in results)
-    note = f"{len(jobs)} runs, {cpu / 3600:.2f} CPU-hours of simulation, this invocation {time.perf_counter() - t0:.0f} s"
-    (out / "summary.md").write_text(f"# guide suite\n\n`{cmd}`\n\n{note}\n{table}\n")
-    print(note)
-    print(table)
-    print("\nplots: " + ", ".join(map(str, plots)))
-    return 0
-
-
-def _cmd_bench_guide_cost(args: argparse.Namespace) -> int:
-    from labfbo.benchmarks.guide_cost import report
-
-    print("labfbo bench guide-cost " + " ".join(sys.argv[3:]) + "\n")
-    print(report(tuple(args.n_obs), tuple(args.sites), args.repeats, args.comm_sites))
-    return 0
-
-
-def _cmd_bench_http_rounds(args: argparse.Namespace) -> int:
-    from labfbo.benchmarks.transport import report_http
-
-    print("labfbo bench http-rounds " + " ".join(sys.argv[3:]) + "\n")
-    print(report_http(tuple(args.sites), args.rounds))
-    return 0
-
-
-def _cmd_bench_http_join(args: argparse.Namespace) -> int:
-    from labfbo.benchmarks.join_flood import report
-
-    print("labfbo bench http-join " + " ".join(sys.argv[3:]) + "\n")
-    print(report(tuple(args.params), args.seconds))
-    return 0
-
-
-def _cmd_bench_privacy_utility(args: argparse.Namespace) -> int:
-    from labfbo.benchmarks import privacy_utility
-
-    if args.gradient_sigmas is None and args.distribution_sigmas is None:  # campaign budgets DP(epsilon=...)
-        from labfbo.benchmarks.privacy_grid_cli import run
-
-        return run(args)
-    args.gradient_sigmas = args.gradient_sigmas or [2.0, 8.0]
-    args.distribution_sigmas = args.distribution_sigmas or [1.0, 4.0]
-    jobs = privacy_utility.jobs(args.pacd_out, args.guide_out, range(args.seeds), tuple(args.gradient_sigmas),
-                                tuple(args.distribution_sigmas))
-    _, results = _run_cached("privacy-utility", jobs, args.workers, f"{args.pacd_out}, {args.guide_out}")
-    print(privacy_utility.table(results, jobs))
-    return 0
-
-
-def _cmd_bench_site_loop(args: argparse.Namespace) -> int:
-    from labfbo.benchmarks.site_loop import report
-
-    print("labfbo bench site-loop " + " ".join(sys.argv[3:]) + "\n")
-    print(report(args.problem, args.n_init, args.budget, args.repeats, args.in_flight, tuple(args.csv_rows)))
-    return 0
-
-
-def _cmd_bench_meta_fit(args: argparse.Namespace) -> int:
-    from labfbo.benchmarks.meta_fit import format_rows, run
-    from labfbo.exceptions import ConfigurationError
-
-    def parse(text: str) -> dict[str, str]:     # values stay strings: PacohConfig validates them
-        pairs = [item.partition("=") for item in filter(None, text.split(","))]
-        if any(not sep for _, sep, _ in pairs):
-            raise ConfigurationError(f"--settings wants key=value pairs separated by commas, got {text!r}")
-        return {key: value for key, _, value in pairs}
-
-    print("labfbo bench meta-fit " + " ".join(sys.argv[3:]) + "\n")
-    base, rows = run(args.problem, args.sites, args.n, args.steps, [parse(s) for s in args.settings], args.seed)
-    print(format_rows(base, rows))
-    return 0
-
-
-def _cmd_bench_round_time(args: argparse.Namespace) -> int:
-    from labfbo.benchmarks.round_time import format_rows, measure
-
-    import statistics
-
-    print("labfbo bench round-time " + " ".join(sys.argv[3:]) + "\n")
-    rows = measure(args.sites, args.particles, args.n_obs, args.steps, args.repeats, args.dim)
-    print(format_rows(rows))
-    if args.secure_aggregation:  # the same rounds with masked uploads, measured in the same run
-        masked = measure(args.sites, args.particles, args.n_obs, args.steps, args.repeats, args.dim, True)
-        print("\nwith secure_aggregation=True:\n\n" + format_rows(masked))
-        ratio = (statistics.median(r.meta_update_s for r in masked[1:])
-                 / statistics.median(r.meta_update_s for r in rows[1:]))
-        print(f"\nmeta-update with / without secure aggregation: {ratio:.2f}x (median over rounds >= 1)")
-    return 0
 
 
 def _cmd_coordinator_serve(args: argparse.Namespace) -> int:
@@ -299,7 +117,48 @@ def _cmd_coordinator_token(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _bench_entry_points() -> list[Any]:
+    """The ``labfbo.bench`` entry points of every installed distribution, the first of a name winning.
+
+    Read per distribution (not ``entry_points(group=...)``, which keeps one distribution of a name):
+    a stale ``labfbo.egg-info`` left in the working folder by a build must not hide the installed suites."""
+    from importlib.metadata import distributions
+
+    found: dict[str, Any] = {}
+    for dist in distributions():
+        for ep in dist.entry_points:
+            if ep.group == BENCH_GROUP:
+                found.setdefault(ep.name, ep)
+    return list(found.values())
+
+
+def _add_bench_suites(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Each suite of the ``labfbo.bench`` entry-point group adds its ``labfbo bench`` subcommand(s).
+
+    A suite is a module with ``add_parser(subparsers)`` (and, optionally, ``BENCH_ORDER``: its place
+    in ``labfbo bench --help``); labfbo's own suites are the ``labfbo_bench`` package."""
+    from labfbo.exceptions import ConfigurationError
+
+    suites = []
+    for ep in _bench_entry_points():
+        try:
+            module = ep.load()
+        except Exception as exc:  # an uninstalled dependency, a renamed module: name the entry point
+            raise ConfigurationError(f"benchmark suite {ep.name!r} ({ep.value}, entry point group "
+                                     f"{BENCH_GROUP!r}) does not load: {type(exc).__name__}: {exc}") from exc
+        if not callable(getattr(module, "add_parser", None)):
+            raise ConfigurationError(f"benchmark suite {ep.name!r} ({ep.value}, entry point group {BENCH_GROUP!r}) "
+                                     "has no add_parser(subparsers)")
+        suites.append((getattr(module, "BENCH_ORDER", 10_000), ep.name, module))
+    if not suites:
+        raise ConfigurationError(f"no benchmark suites are installed (entry point group {BENCH_GROUP!r} is empty): "
+                                 "install labfbo with its metadata, e.g. `pip install labfbo` or `pip install -e .`")
+    for _, _, module in sorted(suites, key=lambda s: s[:2]):
+        module.add_parser(bsub)
+
+
+def build_parser(with_bench: bool = True) -> argparse.ArgumentParser:
+    """The command line; ``with_bench=False`` leaves out the benchmark suites (nothing of them is imported)."""
     parser = argparse.ArgumentParser(prog="labfbo", description="Federated Bayesian optimization for labs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -335,141 +194,21 @@ def build_parser() -> argparse.ArgumentParser:
     importlib.import_module("labfbo.privacy.audit_cli").add_parser(sub)
     bench = sub.add_parser("bench", help="benchmark suites")
     bsub = bench.add_subparsers(dest="suite", required=True)
-    ds = bsub.add_parser("demo-suite", help="simulated multi-site campaign (Wing Weight, 5 sites), every protocol "
-                         "(the former `labfbo demo`)")
-    ds.add_argument("--problem", default="wing_weight")
-    ds.add_argument("--sites", type=int, default=5)
-    ds.add_argument("--n-init", type=int, default=10)
-    ds.add_argument("--budget", type=int, default=30)
-    ds.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ds.add_argument("--workers", type=int, default=2, help="simulations run in parallel processes")
-    ds.add_argument("--protocols", nargs="+", default=None)
-    ds.add_argument("--out", default="runs")
-    ds.set_defaults(func=_cmd_bench_demo_suite)
-    lat = bsub.add_parser("latency", help="ask() latency of `independent` vs a plain BoTorch loop")
-    lat.add_argument("--problems", nargs="+", default=["branin", "hartmann6"])
-    lat.add_argument("--n-obs", type=int, nargs="+", default=[10, 30, 100])
-    lat.add_argument("--acquisition", default="nei", choices=["nei", "ei", "ucb"], help="labfbo's and the "
-                     "same-model loop's acquisition (default: independent's)")
-    lat.add_argument("--noise-prior", default="lognormal", choices=["lognormal", "gamma", "auto"],
-                     help="labfbo's and the same-model loop's noise prior (default: independent's)")
-    lat.add_argument("--output-transform", default="winsorize", choices=["winsorize", "standardize"],
-                     help="labfbo's and the same-model loop's output transform (default: independent's)")
-    lat.add_argument("--repeats", type=int, default=7)
-    lat.add_argument("--no-categorical", action="store_true", help="skip the 276-combination and one-categorical rows")
-    lat.set_defaults(func=_cmd_bench_latency)
-    pm = bsub.add_parser("pmcbo", help="PMCBO Tables 4-5: priors and consensus (cached, resumable)")
-    pm.add_argument("--quick", action="store_true", help="3 seeds, UCB variants on Branin only")
-    pm.add_argument("--functions", nargs="+", default=["branin", "hartmann3", "hartmann6"])
-    pm.add_argument("--acquisitions", nargs="+", default=None, choices=["ei", "ucb", "nei"],
-                    help="the paper's ei and ucb (default; --quick: ucb), or nei (labfbo's default)")
-    pm.add_argument("--seeds", type=int, default=10)
-    pm.add_argument("--budget", type=int, default=60)
-    pm.add_argument("--n-init", type=int, default=5)
-    pm.add_argument("--methods", nargs="+", help="only these rows, e.g. EI CBOC-U 'I-PMCBO (labfbo defaults)'")
-    pm.add_argument("--workers", type=int, default=2)
-    pm.add_argument("--out", default="runs/bench/pmcbo")
-    pm.set_defaults(func=_cmd_bench_pmcbo)
-    pa = bsub.add_parser("pacd", help="PACD-BO Table I: gradient vs centralized, independent, CBOC")
-    pa.add_argument("--quick", action="store_true", help="Branin and Wing Weight, T=30, 3 seeds")
-    pa.add_argument("--functions", nargs="+", default=["sinusoid", "branin", "hartmann6", "wing_weight"])
-    pa.add_argument("--methods", nargs="+", default=None)
-    pa.add_argument("--seeds", type=int, default=10)
-    pa.add_argument("--budget", type=int, default=100)
-    pa.add_argument("--dp", action="store_true", help="add DP-PACD-BO (sigma=8, C=1)")
-    pa.add_argument("--sites", type=int, default=5, help="sites of the family (the paper: 5)")
-    pa.add_argument("--n-init", type=int, default=None, help="initial points per site (default: the paper's)")
-    pa.add_argument("--workers", type=int, default=2)
-    pa.add_argument("--out", default="runs/bench/pacd")
-    pa.set_defaults(func=_cmd_bench_pacd)
-    gu = bsub.add_parser("guide", help="GUIDE-FBO Tables 1, 3, 8-10: distribution vs local BO (cached, resumable)")
-    gu.add_argument("--quick", action="store_true",
-                    help="level 2, Ackley/Ellipsoid/Sphere/Zakharov, UCB vs GUIDE-UCB, N=8, 20 init, 25 rounds, 3 seeds")
-    gu.add_argument("--functions", nargs="+", default=list(GUIDE_FUNCTIONS), choices=list(GUIDE_FUNCTIONS))
-    gu.add_argument("--levels", nargs="+", type=int, default=[1, 2, 3], choices=[1, 2, 3])
-    gu.add_argument("--methods", nargs="+", default=None,
-                    choices=["UCB", "NEI", "TS", "GUIDE-UCB", "GUIDE-NEI", "GUIDE-TS", "GUIDE-NEI-winsorize"],
-                    help="default: the six of the paper (with --quick: UCB and GUIDE-UCB); GUIDE-NEI-winsorize only "
-                         "when named")
-    gu.add_argument("--ablation", action="store_true", help="add Table 3 (level 2, Ackley/Rastrigin/Zakharov/Michalewicz)")
-    gu.add_argument("--ablation-functions", nargs="+", default=["ackley", "rastrigin", "zakharov", "michalewicz"],
-                    choices=list(GUIDE_FUNCTIONS))
-    gu.add_argument("--seeds", type=int, default=10)
-    gu.add_argument("--sites", type=int, default=16)
-    gu.add_argument("--n-init", type=int, default=30)
-    gu.add_argument("--budget", type=int, default=50)
-    gu.add_argument("--workers", type=int, default=2)
-    gu.add_argument("--out", default="runs/bench/guide")
-    gu.set_defaults(func=_cmd_bench_guide)
-    gc = bsub.add_parser("guide-cost", help="distribution protocol: seconds per site-round, server time, message sizes")
-    gc.add_argument("--n-obs", nargs="+", type=int, default=[30, 80])
-    gc.add_argument("--sites", nargs="+", type=int, default=[16, 256], help="server aggregation sizes")
-    gc.add_argument("--comm-sites", type=int, default=16, help="sites of the federation whose messages are read")
-    gc.add_argument("--repeats", type=int, default=3)
-    gc.set_defaults(func=_cmd_bench_guide_cost)
-    hr = bsub.add_parser("http-rounds", help="HTTP round latency and coordinator CPU for many light sites")
-    hr.add_argument("--sites", nargs="+", type=int, default=[10, 100, 500])
-    hr.add_argument("--rounds", type=int, default=5)
-    hr.set_defaults(func=_cmd_bench_http_rounds)
-    hj = bsub.add_parser("http-join", help="health latency while huge joins are refused")
-    hj.add_argument("--params", type=int, nargs="+", default=[2, 10_000, 40_000])
-    hj.add_argument("--seconds", type=float, default=5.0)
-    hj.set_defaults(func=_cmd_bench_http_join)
-    pu = bsub.add_parser("privacy-utility", help="regret against the campaign budget DP(epsilon=...) for every "
-                         "protocol with DP, beside no DP and independent (cached)")
-    pu.add_argument("--suite", choices=["pacd", "reactions"], default="pacd")
-    pu.add_argument("--epsilons", type=float, nargs="+", help="budgets per site (default 0.5 1 2 4 8 16; "
-                    "--quick: 0.5 2 8)")
-    pu.add_argument("--protocols", nargs="+", help="protocols and mechanism variants (default: gradient "
-                    "distribution surface)")
-    pu.add_argument("--functions", nargs="+", help="pacd suite: families (default branin wing_weight)")
-    pu.add_argument("--quick", action="store_true", help="three budgets, 3 seeds")
-    pu.add_argument("--report-only", action="store_true", help="tabulate the cached runs, run nothing")
-    pu.add_argument("--seeds", type=int, default=3)
-    pu.add_argument("--gradient-sigmas", type=float, nargs="+", default=None,
-                    help="the older fixed-noise comparison (with --distribution-sigmas): noise multipliers")
-    pu.add_argument("--distribution-sigmas", type=float, nargs="+", default=None)
-    pu.add_argument("--pacd-out", default="runs/bench/pacd")
-    pu.add_argument("--reactions-out", default="runs/bench/reactions-privacy")
-    pu.add_argument("--guide-out", default="runs/bench/guide")
-    pu.add_argument("--workers", type=int, default=2)
-    pu.set_defaults(func=_cmd_bench_privacy_utility)
-    sl = bsub.add_parser("site-loop", help="labfbo site run's loop against a plain ask/tell loop; restart; csv polls")
-    sl.add_argument("--problem", default="branin")
-    sl.add_argument("--n-init", type=int, default=5)
-    sl.add_argument("--budget", type=int, default=20)
-    sl.add_argument("--repeats", type=int, default=3)
-    sl.add_argument("--in-flight", type=int, default=8)
-    sl.add_argument("--csv-rows", type=int, nargs="+", default=[100, 1000, 10000])
-    sl.set_defaults(func=_cmd_bench_site_loop)
-    rt = bsub.add_parser("round-time", help="seconds per gradient-protocol round: meta-update vs acquisition")
-    rt.add_argument("--sites", type=int, default=5)
-    rt.add_argument("--particles", type=int, default=10)
-    rt.add_argument("--n-obs", type=int, default=100)
-    rt.add_argument("--steps", type=int, default=20)
-    rt.add_argument("--dim", type=int, default=2)
-    rt.add_argument("--repeats", type=int, default=3)
-    rt.add_argument("--secure-aggregation", action="store_true", help="also time masked rounds; print the ratio")
-    rt.set_defaults(func=_cmd_bench_round_time)
-    mf = bsub.add_parser("meta-fit", help="offline PACOH meta-training: test error vs steps, local and pooled GPs")
-    mf.add_argument("--problem", default="hartmann6")
-    mf.add_argument("--sites", type=int, default=5)
-    mf.add_argument("--n", type=int, default=30, help="random points per site")
-    mf.add_argument("--steps", type=int, default=2000)
-    mf.add_argument("--seed", type=int, default=0)
-    mf.add_argument("--settings", nargs="+", default=["meta_optimizer=adam,step_size=0.01",
-                                                       "meta_optimizer=sgd,step_size=0.1"],
-                    help="PacohConfig overrides to compare, e.g. meta_optimizer=adam,step_size=0.03")
-    mf.set_defaults(func=_cmd_bench_meta_fit)
-    for suite in ("engine_cli", "reactions_cli", "multiobjective_cli", "report_time", "transports_cli"):  # suites that bring their own parser
-        importlib.import_module(f"labfbo.benchmarks.{suite}").add_parser(bsub)
+    if with_bench:
+        _add_bench_suites(bsub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from labfbo.exceptions import LabFBOError
 
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    try:  # the benchmark suites load only for `labfbo bench ...`
+        parser = build_parser(with_bench=words[:1] == ["bench"])
+    except LabFBOError as exc:
+        print(f"labfbo: error: {exc}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     _one_thread()
     try:
         return int(args.func(args) or 0)

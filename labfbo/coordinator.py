@@ -43,7 +43,7 @@ from labfbo.exceptions import ConfigurationError, FederationError, RoundError
 from labfbo.keywords import resolve_checked
 from labfbo.messages import Abstain, Array, JoinReply, JoinRequest, Message, NoGuidance, PrivacyDeclaration
 from labfbo.privacy.budget import BUDGET_SPENT, PrivacyFloor
-from labfbo.protocols import ConfiguredProtocol, Exchange, Finish, get_protocol
+from labfbo.protocols import Exchange, Finish, Protocol, get_protocol
 from labfbo.design import collaborative_design
 from labfbo.space import SearchSpace
 from labfbo.space_diff import study_difference
@@ -71,7 +71,7 @@ class Coordinator:
         **protocol_options: the protocol's coordinator-side options.
     """
 
-    def __init__(self, protocol: "str | ConfiguredProtocol" = "independent", sites: int | Sequence[str] = 1, *,
+    def __init__(self, protocol: "str | Protocol" = "independent", sites: int | Sequence[str] = 1, *,
                  space: SearchSpace | None = None, seed: int = 0, horizon: int | None = None,
                  quorum: int | None = None, deadline: float | None = None,
                  transport: str = "local", study: str = "labfbo-study", privacy_floor: PrivacyFloor | Mapping[str, float] | None = None,
@@ -82,10 +82,11 @@ class Coordinator:
         if privacy_floor is not None and not isinstance(privacy_floor, PrivacyFloor):
             raise ConfigurationError(f"privacy_floor must be a labfbo.PrivacyFloor, got {type(privacy_floor).__name__}")
         self.privacy_floor = privacy_floor
-        if privacy_floor is not None and "privacy" not in type(self.options).model_fields:
+        self.protocol_cls = get_protocol(self.protocol)
+        self.configured: Protocol = self.protocol_cls.from_options(self.options)  # the study's configured protocol
+        if privacy_floor is not None and not self.protocol_cls.supports_privacy():
             raise ConfigurationError(f"protocol {self.protocol!r} has no differential privacy mechanism: no site "
                                      "could meet a privacy floor")
-        self.protocol_cls = get_protocol(self.protocol)
         if isinstance(sites, int):
             if sites < 1:
                 raise ConfigurationError("a study needs at least one site")

@@ -1,7 +1,7 @@
 """The main job (``make demo``): a reagent screen of three labs on real reaction data.
 
 Each lab is one aryl halide of the Buchwald–Hartwig screen of Ahneman et al. (*Science*
-360, 186 (2018); :mod:`labfbo.benchmarks.reactions_data`) and chooses a base, a ligand and
+360, 186 (2018); :mod:`labfbo.datasets`) and chooses a base, a ligand and
 an additive (3 × 4 × 23 = 276 combinations); its "experiment" returns the yield measured
 in that screen. By default the three labs are the most related of the data (the three of
 scenario (a) with the largest minimum pairwise Spearman correlation of yield).
@@ -34,7 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
-from labfbo.benchmarks.reactions_data import ReactionData, describe, load_reactions, scenarios, spearman_matrix
+from labfbo.datasets import ReactionData, describe, load_reactions, scenarios, spearman_matrix
 from labfbo.demo_plot import plot_best_so_far
 from labfbo.demo_runs import METHODS, Experiment, SeedJob, SeedRun, run_seeds
 from labfbo.exceptions import ConfigurationError

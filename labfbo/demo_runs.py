@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from labfbo.benchmarks.reactions import initial_design
-from labfbo.benchmarks.reactions_data import ReactionData
+from labfbo.datasets import ReactionData, initial_design
 from labfbo.exceptions import ConfigurationError
 from labfbo.seeding import int_seed
 
@@ -196,7 +195,7 @@ def run_seed(job: SeedJob) -> SeedRun:
     """Every method of ``job``'s seed, one after another, from the shipped data."""
     import time
 
-    from labfbo.benchmarks.reactions_data import load_reactions
+    from labfbo.datasets import load_reactions
 
     screen = Screen(load_reactions().subset(job.labs), seed=job.seed, n_init=job.n_init, budget=job.budget)
     methods: list[tuple[str, Callable[[], list[list[Experiment]]]]] = [

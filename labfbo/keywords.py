@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 from pydantic import BaseModel
 
 from labfbo.exceptions import ConfigurationError
-from labfbo.protocols import ConfiguredProtocol, get_protocol, resolve
+from labfbo.protocols import Protocol, get_protocol, resolve
 from labfbo.suggest import did_you_mean
 
 
@@ -31,8 +31,8 @@ def check_keywords(function: Callable[..., Any], protocol: Any, options: Mapping
     if not options:
         return
     own = own_keywords(function)
-    if isinstance(protocol, ConfiguredProtocol):
-        fields, name = list(type(protocol.options).model_fields), protocol.name
+    if isinstance(protocol, Protocol):
+        fields, name = list(protocol.Options.model_fields), protocol.name
     elif isinstance(protocol, str):
         fields, name = list(get_protocol(protocol).Options.model_fields), protocol
     else:

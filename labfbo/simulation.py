@@ -33,7 +33,7 @@ from labfbo.coordinator import Coordinator
 from labfbo.exceptions import ConfigurationError
 from labfbo.optimizer import Optimizer
 from labfbo.protocols import ConfiguredProtocol
-from labfbo.protocols.configured import as_keywords
+from labfbo.protocols import as_keywords
 from labfbo.seeding import int_seed, rng
 from labfbo.space import Categorical
 

@@ -10,6 +10,7 @@ import torch
 from botorch.acquisition import UpperConfidenceBound
 
 import labfbo
+from labfbo.protocols import available_protocols, get_protocol
 from labfbo.acquisition import (AcquisitionData, AcquisitionOptions, ExcludeIncumbent, escaping, propose_with_model,
                                 stalled)
 from labfbo.exceptions import ConfigurationError
@@ -84,7 +85,7 @@ def test_defaults_and_validation() -> None:
         labfbo.Optimizer(SPACE, stall_radius=-1.0)
 
 
-@pytest.mark.parametrize("protocol", ["independent", "gradient", "centralized", "distribution", "consensus", "surface"])
+@pytest.mark.parametrize("protocol", [p for p in available_protocols() if get_protocol(p).takes_acquisition()])
 def test_every_protocol_defaults_to_the_engines_acquisition_and_keeps_ucb_by_name(protocol: str) -> None:
     from labfbo.protocols import get_protocol, parse_options
 
@@ -102,7 +103,7 @@ def test_consensus_refuses_thompson_sampling() -> None:
 
 
 def test_paper_suites_ask_for_the_papers_ucb_by_name(tmp_path) -> None:
-    from labfbo.benchmarks import guide, pacd
+    from labfbo_bench import guide, pacd
 
     jobs = {j.label: j for j in pacd.jobs(str(tmp_path), ("branin",), [0], dp=True)}
     for label in ("Independent", "PACOH-BO", "PACD-BO", "CBOC-U", "CBOC-L", "DP-PACD-BO"):
@@ -122,8 +123,8 @@ def test_paper_suites_ask_for_the_papers_ucb_by_name(tmp_path) -> None:
 
 
 def test_the_guide_suites_nei_rows_take_each_protocols_default_and_winsorize_is_a_named_variant(tmp_path) -> None:
-    from labfbo.benchmarks import guide
-    from labfbo.benchmarks.runner import options_fingerprint
+    from labfbo_bench import guide
+    from labfbo.harness import options_fingerprint
 
     jobs = {j.label: j for j in guide.jobs(str(tmp_path), ("ellipsoid",), (2,),
                                            ("NEI", "GUIDE-NEI", "GUIDE-NEI-winsorize"), [0])}
@@ -137,7 +138,7 @@ def test_the_guide_suites_nei_rows_take_each_protocols_default_and_winsorize_is_
 
 
 def test_pmcbo_paper_rows_keep_the_papers_surrogate_and_nei_rows_take_labfbos(tmp_path) -> None:
-    from labfbo.benchmarks import pmcbo
+    from labfbo_bench import pmcbo
 
     for job in pmcbo.jobs(str(tmp_path), ("branin",), ("ucb", "nei"), [0]):
         acq, label = job.label.split(":", 1)
@@ -149,7 +150,7 @@ def test_a_cached_run_made_with_other_defaults_runs_again(tmp_path) -> None:
     """A cache keyed by the method's label must not hand an old default's run to a new table."""
     import json
 
-    from labfbo.benchmarks.runner import Job, cached_fingerprint, options_fingerprint, run_pending
+    from labfbo.harness import Job, cached_fingerprint, options_fingerprint, run_pending
 
     job = Job(path=str(tmp_path / "p" / "m" / "seed0.json"), label="m", problem="branin", problem_kwargs={},
               protocol="independent", seed=0, n_init=3, budget=1)
@@ -178,7 +179,7 @@ def test_a_cached_run_made_with_other_defaults_runs_again(tmp_path) -> None:
     run_pending([job], run)
     assert len(ran) == 2
     # a report that runs nothing leaves a stale run out all the same
-    from labfbo.benchmarks.runner import run_with_progress
+    from labfbo.harness import run_with_progress
 
     Path(job.path).write_text(json.dumps({"options": {"fingerprint": "other-options"}}))
     run_with_progress([job], run, 1, "test", report_only=True)
@@ -188,7 +189,7 @@ def test_a_cached_run_made_with_other_defaults_runs_again(tmp_path) -> None:
 
 
 def test_pacd_suite_runs_the_escape_ablations_only_by_name(tmp_path) -> None:
-    from labfbo.benchmarks import pacd
+    from labfbo_bench import pacd
 
     default = {j.label: j for j in pacd.jobs(str(tmp_path), ("branin",), [0])}
     assert list(default) == list(pacd.DEFAULT_METHODS)
@@ -209,7 +210,7 @@ def test_pacd_suite_runs_the_escape_ablations_only_by_name(tmp_path) -> None:
 def test_pacd_transfer_efficiency_is_the_share_of_the_pooled_gain_with_the_same_acquisition() -> None:
     from types import SimpleNamespace
 
-    from labfbo.benchmarks import pacd
+    from labfbo_bench import pacd
 
     def runs(*finals: float) -> list:
         return [SimpleNamespace(final_regret=lambda v=v: np.array([v, v]), auc=np.array([2 * v])) for v in finals]
@@ -313,7 +314,7 @@ def test_the_output_transform_is_validated_and_refused_where_it_does_not_apply()
 
 
 def test_distribution_keeps_standardize_as_its_own_default_and_its_sites_use_it() -> None:
-    """GUIDE-NEI lost sites on Ellipsoid with winsorizing (docs/benchmarks.md §12): ``distribution``
+    """GUIDE-NEI lost sites on Ellipsoid with winsorizing (docs/benchmarks/papers.md, the guide suite): ``distribution``
     standardizes unless asked; its sites' local GP then keeps a failed run's value."""
     from labfbo.protocols.base import SiteContext, SiteData
     from labfbo.protocols.distribution import DistributionOptions, DistributionSite

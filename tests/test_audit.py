@@ -8,7 +8,7 @@ import torch
 
 import labfbo
 from labfbo.benchmarks import get_problem
-from labfbo.benchmarks.leakage import campaign
+from labfbo.privacy.attacks.gradient import campaign
 from labfbo.cli import main
 from labfbo.exceptions import ConfigurationError
 from labfbo.models.pacoh import PacohConfig, _fit, init_particles, mean_block_index, mean_jacobian, site_score

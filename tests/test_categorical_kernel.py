@@ -11,7 +11,7 @@ from botorch.models.kernels.categorical import CategoricalKernel
 from gpytorch.priors import LogNormalPrior
 
 import labfbo
-from labfbo.benchmarks.reactions_data import load_reactions
+from labfbo.datasets import load_reactions
 from labfbo.models.gp import DTYPE, MISMATCH, HammingKernel, SurrogateOptions, fit_local_gp
 
 CATS = labfbo.SearchSpace([labfbo.Categorical("base", ["a", "b", "c"]), labfbo.Categorical("ligand", list("wxyz"))])

@@ -1,4 +1,5 @@
-"""Protocols as configured objects: the same campaign as the name-plus-keywords shorthand."""
+"""Protocols as configured objects (an instance of the protocol class): the same campaign as the
+name-plus-keywords shorthand; what the core asks of a protocol, declared on it."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import pytest
 
 import labfbo
 from campaign import run_campaign
-from labfbo.protocols import Distribution, Gradient, Independent, Surface
+from labfbo.protocols import (Centralized, Distribution, Gradient, Independent, Surface, Vote, configure,
+                              get_protocol, resolve)
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Real("y", 0.0, 1.0)])
 FAST = {"num_restarts": 2, "raw_samples": 32}
@@ -56,3 +58,39 @@ def test_simulate_takes_a_configured_protocol() -> None:
     assert (a.proposals == b.proposals).all()
     with pytest.raises(labfbo.ConfigurationError, match="set on the object"):
         labfbo.simulate(protocol=Surface(), acquisition="ei", **kw)
+
+
+def test_the_configured_object_is_an_instance_of_its_protocol_class() -> None:
+    v = Vote(privacy=labfbo.DP(epsilon=1.0))
+    assert isinstance(v, get_protocol("vote")) and v.name == "vote" and v.federated and v.aggregator is not None
+    assert configure("vote", {"privacy": labfbo.DP(epsilon=1.0)}) == v and configure(v) is v
+    assert resolve(v, {}) == resolve("vote", {"privacy": labfbo.DP(epsilon=1.0)}) == ("vote", v.options)
+    assert repr(Vote(sealed=False)) == "Vote(sealed=False)" and len({Vote(), Vote(), Vote(sealed=False)}) == 2
+    with pytest.raises(labfbo.ConfigurationError, match="set on the object"):
+        configure(v, {"sealed": False})
+    with pytest.raises(labfbo.ConfigurationError, match=r"call it: labfbo.protocols.Vote\(...\)"):
+        configure(Vote, {})
+    with pytest.raises(labfbo.ConfigurationError, match="unknown option 'seald'; did you mean 'sealed'"):
+        Vote(seald=False)
+
+
+def test_what_the_core_asks_of_a_protocol_is_declared_on_it() -> None:
+    dp = labfbo.DP(noise_multiplier=1.0)
+    g = Gradient(secure_aggregation=True, dp_noise="distributed", dp_colluders=1, privacy=dp)
+    assert g.privacy == dp and g.dp_colluders == 1 and g.distributed_noise and g.acquisition == "nei"
+    s = Surface(fourier_features=8)
+    assert s.privacy is None and s.dp_colluders == 0 and not s.distributed_noise
+    assert s.shared == {"fourier_features": 8, "fourier_lengthscale": 0.2}  # multi_objective: left out at its default
+    assert Independent(acquisition="ucb").acquisition == "ucb" and not Independent.supports_privacy()
+    assert Surface.supports_privacy() and Vote.takes_acquisition()
+    assert not Centralized.supports_privacy() and Centralized().privacy is None  # raw data: DP does not apply
+    assert Vote.site_logic.uses_study_design and not Surface.site_logic.uses_study_design
+    assert Centralized.shares_raw_data and not Centralized.demo and Surface.demo and not Independent.federated
+
+
+def test_a_privacy_floor_needs_a_protocol_with_a_dp_mechanism() -> None:
+    floor = labfbo.PrivacyFloor(epsilon=4.0)
+    for protocol in ("independent", "centralized", "pooled"):
+        with pytest.raises(labfbo.ConfigurationError, match="no differential privacy mechanism"):
+            labfbo.Coordinator(protocol, sites=2, privacy_floor=floor)
+    assert labfbo.Coordinator(Surface(), sites=2, privacy_floor=floor).configured == Surface()

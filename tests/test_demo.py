@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from labfbo.benchmarks.reactions_data import load_reactions
+from labfbo.datasets import load_reactions
 from labfbo.cli import build_parser
 from labfbo.demo import (CITATION, DemoConfig, DemoResult, curves, pick_labs, plot_title, reading, related_labs,
                          run_demo, seeds_text, wins)

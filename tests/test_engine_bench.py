@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import labfbo
-from labfbo.benchmarks import engine
-from labfbo.benchmarks.engine_panel import PANEL, QUICK, engine_problem
+from labfbo_bench import engine
+from labfbo_bench.engine_panel import PANEL, QUICK, engine_problem
 from labfbo.exceptions import ConfigurationError
 from labfbo.models.gp import SurrogateOptions, fit_local_gp, predict
 
@@ -101,7 +101,7 @@ def test_fully_discrete_space_never_repeats_an_observed_point():
         t = opt.ask()
         seen.append((t.params["k"], t.params["c"]))
         opt.tell(t, abs(t.params["k"] - 2) + "abc".index(t.params["c"]))
-    design, proposed = seen[:3], seen[3:]  # (a snapped design may repeat itself: issue 17)
+    design, proposed = seen[:3], seen[3:]  # (a snapped design may repeat itself)
     assert len(set(proposed)) == len(proposed) and not set(proposed) & set(design)
     assert len(set(seen)) >= 11
     batch = opt.ask(n=2)  # every combination tried: the whole grid is scored again
@@ -129,7 +129,7 @@ def test_surrogate_options_are_validated():
 
 
 def test_latency_bench_times_three_sides():
-    from labfbo.benchmarks.latency import format_rows, measure
+    from labfbo_bench.latency import format_rows, measure
     from labfbo.problems.families import get_problem
 
     row = measure(get_problem("branin", n_sites=1, seed=0), n_obs=8, repeats=1)
@@ -141,7 +141,7 @@ def test_latency_bench_times_three_sides():
 def test_the_same_model_loop_selects_its_noise_prior_as_labfbo_does():
     import torch
 
-    from labfbo.benchmarks.latency import _loop_gp, botorch_loop_step
+    from labfbo_bench.latency import _loop_gp, botorch_loop_step
     from labfbo.models.gp import loo_log_density
 
     rng = np.random.default_rng(0)
@@ -159,7 +159,7 @@ def test_the_same_model_loop_selects_its_noise_prior_as_labfbo_does():
 
 
 def test_the_same_model_loop_winsorizes_as_labfbos_default_does():
-    from labfbo.benchmarks.latency import botorch_loop_step
+    from labfbo_bench.latency import botorch_loop_step
     from labfbo.models.gp import winsorized
 
     rng = np.random.default_rng(2)
@@ -203,7 +203,7 @@ def test_engine_cli_runs_one_named_family(tmp_path, capsys):
 
 
 def test_latency_bench_has_the_categorical_rows():
-    from labfbo.benchmarks.latency import categorical_rows
+    from labfbo_bench.latency import categorical_rows
 
     rows = categorical_rows(repeats=1, n_obs=10)
     assert len(rows) == 4 and "276 combinations" in rows[2] and "4 reals" in rows[3]

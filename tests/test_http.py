@@ -12,6 +12,7 @@ from fastapi import HTTPException
 
 import labfbo
 from labfbo.messages import Abstain, Array
+from labfbo.protocols import available_protocols, get_protocol
 from labfbo.protocols.distribution import OptimumBelief
 from labfbo.server.app import CoordinatorServer, ServerThread
 from labfbo.server.config import ServerConfig, hash_token, new_token
@@ -28,11 +29,17 @@ EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_step
 SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1)])
 
 
-@pytest.mark.parametrize("protocol", ["independent", "consensus", "distribution", "gradient", "gradient-sa", "surface",
-                                      "vote-budget"])
+#: every registered protocol but the raw-data references, and the variants of EXTRA (``<protocol>-<variant>``)
+PROTOCOLS = [p for p in available_protocols() if not get_protocol(p).shares_raw_data] + \
+    [v for v in EXTRA if v not in available_protocols()]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_http_gives_the_same_proposals_as_local(protocol: str, cpu_load) -> None:
     """Sites in their own threads, both cores busy with another process: timing must not matter."""
-    kw = dict(problem="branin", protocol=protocol.split("-")[0], n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
+    name = protocol if protocol in available_protocols() else protocol.split("-")[0]
+    options = EXTRA.get(protocol, get_protocol(name).quick_options)
+    kw = dict(problem="branin", protocol=name, n_sites=3, n_init=3, budget=2, seed=4, **FAST, **options)
     http = labfbo.simulate(transport="http", **kw)
     local = labfbo.simulate(**kw)
     np.testing.assert_array_equal(http.proposals, local.proposals)

@@ -7,8 +7,8 @@ import collections
 import numpy as np
 import pytest
 
-from labfbo.benchmarks.reactions import ReactionJob, run_protocol
-from labfbo.benchmarks.reactions_data import load_reactions
+from labfbo_bench.reactions import ReactionJob, run_protocol
+from labfbo.datasets import load_reactions
 from labfbo.coordinator import Coordinator
 from labfbo.demo_runs import Screen, run_labfbo
 

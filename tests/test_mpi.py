@@ -17,8 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-PROTOCOLS = ["independent", "consensus", "distribution", "gradient", "gradient-sa", "gradient-compact", "surface",
-             "surface-budget", "vote-budget"]
+from labfbo.protocols import available_protocols, get_protocol
+
+#: every registered protocol but the raw-data references, then the variants tests/mpi/same_proposals.py runs
+PROTOCOLS = [p for p in available_protocols() if not get_protocol(p).shares_raw_data] + \
+    ["gradient-sa", "gradient-compact", "surface-budget", "vote-budget"]
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
 pytestmark = [pytest.mark.integration,  # mpiexec subprocesses
               pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (pip install 'labfbo[mpi]')")]

@@ -208,7 +208,7 @@ def test_a_site_config_declares_objectives_constraints_and_space_constraints(tmp
 
 
 def test_the_multiobjective_bench_measures_hypervolume_and_lists_its_runs() -> None:
-    from labfbo.benchmarks import multiobjective as mo
+    from labfbo_bench import multiobjective as mo
 
     problem = mo._botorch_problem("branin_currin")
     # (f1, f2) = (8, 3) dominates the box up to the reference point (18, 6): 10 x 3

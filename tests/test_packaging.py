@@ -17,6 +17,20 @@ def test_every_subpackage_is_listed() -> None:
     folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "labfbo").rglob("*.py")}
     assert folders <= found, f"add an __init__.py to: {sorted(folders - found)}"
     assert "labfbo_adapters" in listed
+    # the benchmark campaigns: top-level folder benchmarks/, installed as labfbo_bench (no sub-packages)
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setuptools["package-dir"]["labfbo_bench"] == "benchmarks" and "labfbo_bench" in listed
+    assert (ROOT / "benchmarks" / "__init__.py").exists()
+    assert not [p for p in (ROOT / "benchmarks").rglob("*.py") if p.parent != ROOT / "benchmarks"]
+
+
+def test_shipped_data_is_package_data() -> None:
+    """The reaction data and the suites' reference tables are in the wheel (package-data patterns match)."""
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    shipped = {p.name for pattern in data["labfbo"] for p in (ROOT / "labfbo").glob(pattern)}
+    assert {"buchwald_hartwig.csv", "buchwald_hartwig_smiles.csv", "README.md"} <= shipped
+    assert {p.name for pattern in data["labfbo_bench"] for p in (ROOT / "benchmarks").glob(pattern)} == \
+        {"reference_tables.json"}
 
 
 def test_bundled_adapter_entry_point_loads() -> None:

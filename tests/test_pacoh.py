@@ -352,7 +352,7 @@ def test_mixture_model_inside_optimize_acqf():
 
 
 def test_meta_fit_benchmark_reports_every_setting_and_refuses_a_bad_one():
-    from labfbo.benchmarks.meta_fit import format_rows, run
+    from labfbo_bench.meta_fit import format_rows, run
     from labfbo.exceptions import ConfigurationError
 
     base, rows = run("branin", 2, 12, 30, [{"n_particles": 2, "hidden": (8,)},

@@ -119,7 +119,7 @@ def test_strong_prior_finds_the_optimum_sooner() -> None:
 
 
 def test_pmcbo_suite_rows_can_be_chosen_and_the_paper_setting_turns_every_safeguard_off() -> None:
-    from labfbo.benchmarks import pmcbo
+    from labfbo_bench import pmcbo
 
     jobs = pmcbo.jobs("/tmp/unused", ("branin",), ("ucb",), [0, 1], only=("UCB", "I-PMCBO (labfbo defaults)"))
     assert sorted({j.label for j in jobs}) == ["ucb:I-PMCBO (labfbo defaults)", "ucb:UCB"] and len(jobs) == 4

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import labfbo
-from labfbo.benchmarks import privacy_grid as pg
+from labfbo_bench import privacy_grid as pg
 
 
 def test_the_grid_runs_every_variant_at_every_budget_beside_its_plain_rows(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from labfbo.benchmarks import reactions as rx
-from labfbo.benchmarks.reactions_data import load_reactions, scenarios, spearman_matrix
+from labfbo_bench import reactions as rx
+from labfbo.datasets import load_reactions, scenarios, spearman_matrix
 from labfbo.cli import main
 from labfbo.exceptions import ConfigurationError
 

@@ -17,7 +17,7 @@ from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
 import labfbo
-from labfbo.benchmarks.reactions_data import load_reactions
+from labfbo.datasets import load_reactions
 from labfbo.report import Campaign, plots
 from labfbo.report.insight import Dependence, SiteModel
 

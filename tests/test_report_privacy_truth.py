@@ -20,6 +20,7 @@ import labfbo
 from labfbo.journal import read_records
 from labfbo.privacy import DP
 from labfbo.privacy.release import Release
+from labfbo.protocols import available_protocols, get_protocol
 from labfbo.report import Campaign, write_report
 from tests.browser import chromium, console_errors
 
@@ -73,7 +74,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     def get(name: str) -> tuple[Path, Page, labfbo.SimulationResult]:
         if name not in done:
             folder = tmp_path_factory.mktemp(name)
-            proto, options = CAMPAIGNS[name]
+            proto, options = CAMPAIGNS.get(name) or (name, {**FAST, **get_protocol(name).quick_options})
             res = labfbo.simulate("branin", protocol=proto, n_sites=2, n_init=3, budget=2, seed=0,
                                   storage_dir=folder, **options)
             journal = folder / "site-0.journal"
@@ -185,7 +186,7 @@ def test_consensus_sends_proposals_not_measurements(run: Run) -> None:
     assert_no_dp(page, released="consensus_proposal")
 
 
-@pytest.mark.parametrize("protocol", ["pooled", "centralized"])
+@pytest.mark.parametrize("protocol", [p for p in available_protocols() if get_protocol(p).shares_raw_data])
 def test_raw_data_protocols_say_the_measurements_left(run: Run, protocol: str) -> None:
     journal, page, _ = run(protocol)
     assert Campaign.from_journal(journal).shares_raw_data is True

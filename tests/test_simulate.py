@@ -131,7 +131,7 @@ def test_simulate_configuration_errors():
 
 
 def test_demo_suite_runs_every_protocol_it_lists(tmp_path):
-    from labfbo.benchmarks.demo_suite import SuiteConfig, demo_protocols, run_suite
+    from labfbo_bench.demo_suite import SuiteConfig, demo_protocols, run_suite
 
     assert demo_protocols()[0] == "independent" and "distribution" in demo_protocols()
     assert "centralized" not in demo_protocols()

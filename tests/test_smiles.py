@@ -186,8 +186,8 @@ def test_optimizers_run_on_a_smiles_space(protocol: str) -> None:
 
 
 def test_the_reaction_data_with_smiles_descriptors() -> None:
-    from labfbo.benchmarks import reactions as rx
-    from labfbo.benchmarks.reactions_data import load_reactions
+    from labfbo_bench import reactions as rx
+    from labfbo.datasets import load_reactions
 
     plain, rd = load_reactions(), load_reactions(encoding="rdkit")
     assert [p.choices for p in rd.space.params] == [p.choices for p in plain.space.params]

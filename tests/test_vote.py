@@ -140,7 +140,7 @@ def test_options() -> None:
 
 
 def test_the_vote_audit_compares_the_coordinators_guess_with_chance() -> None:
-    from labfbo.benchmarks.vote_leakage import audit_votes, table
+    from labfbo.privacy.attacks.votes import audit_votes, table
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

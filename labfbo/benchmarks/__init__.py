@@ -1,8 +1,8 @@
-"""Benchmark suites (the seed papers' tables, the engine panel, the reaction data), simulation
-metrics and reports, and micro-benchmarks (``labfbo bench ...``).
+"""The benchmark problems, under their older name: ``labfbo.benchmarks.get_problem(name, n_sites=, heterogeneity=, seed=)``.
 
-The problems they run live in :mod:`labfbo.problems`; ``get_problem``, ``list_problems``
-and ``FederatedProblem`` are re-exported here for existing code.
+They live in :mod:`labfbo.problems`. The benchmark campaigns (``labfbo bench ...``) are the
+separate package ``labfbo_bench``, installed with labfbo; the simulation harness is
+:mod:`labfbo.harness`, the reaction data :mod:`labfbo.datasets`.
 """
 
 from labfbo.problems import FederatedProblem, get_problem, list_problems

@@ -1,4 +1,4 @@
-"""``labfbo privacy audit``: the command-line front of :mod:`labfbo.benchmarks.leakage`."""
+"""``labfbo privacy audit``: the command-line front of :mod:`labfbo.privacy.attacks`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 def run_vote(args: argparse.Namespace) -> int:
     """The ``vote`` audit: the coordinator's and a peer's guess of each site's optimum from its votes."""
-    from labfbo.benchmarks import vote_leakage
+    from labfbo.privacy.attacks import votes as vote_leakage
 
     seeds = [0] if args.quick else list(range(args.seeds))
     epsilons = [None, *(args.epsilons or [2.0])]
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     if args.protocol == "vote":
         return run_vote(args)
 
-    from labfbo.benchmarks import leakage
+    from labfbo.privacy.attacks import gradient as leakage
 
     if args.quick:
         sigmas, seeds, iterations = (0.0, 8.0), [0], (1, 10)

@@ -2,7 +2,7 @@
 related-site families of the seed papers (``get_problem(name, n_sites=, heterogeneity=, seed=)``).
 
 :func:`labfbo.simulate` runs them; the paper suites and micro-benchmarks that measure
-protocols on them live in :mod:`labfbo.benchmarks`.
+protocols on them are the package ``labfbo_bench`` (``labfbo bench ...``).
 """
 
 from __future__ import annotations

@@ -1,29 +1,37 @@
-"""The protocol registry. Adding a protocol = one module + one line in ``_BUILTIN``."""
+"""The protocol registry. Adding a protocol = one module + one line in ``_BUILTIN``.
+
+A protocol class is also its configured object: ``labfbo.protocols.Surface(privacy=labfbo.DP())``
+is a :class:`Protocol` with its validated options (:attr:`Protocol.options`). The classes load
+when first named (``labfbo.protocols.Vote``, :func:`get_protocol`), from ``_BUILTIN``.
+"""
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Mapping
 
 from pydantic import BaseModel
-from pydantic import ValidationError as PydanticValidationError
 
 from labfbo.exceptions import ConfigurationError
 from labfbo.suggest import did_you_mean
-from labfbo.protocols.base import (Aggregator, Exchange, Finish, Protocol, SiteContext,
-                                   SiteData, SiteLogic, Step)
+from labfbo.protocols.base import (Aggregator, Exchange, Finish, Protocol, SiteContext, SiteData, SiteLogic, Step,
+                                   parse_options)
 
+#: name -> "module:Class", one line per protocol (imported when first asked for)
 _BUILTIN: dict[str, str] = {
-    "independent": "labfbo.protocols.independent:IndependentProtocol",
-    "consensus": "labfbo.protocols.consensus:ConsensusProtocol",
-    "gradient": "labfbo.protocols.gradient:GradientProtocol",
-    "distribution": "labfbo.protocols.distribution:DistributionProtocol",
-    "centralized": "labfbo.protocols.centralized:CentralizedProtocol",
-    "pooled": "labfbo.protocols.pooled:PooledProtocol",
-    "surface": "labfbo.protocols.surface:SurfaceProtocol",
-    "vote": "labfbo.protocols.vote:VoteProtocol",
+    "independent": "labfbo.protocols.independent:Independent",
+    "consensus": "labfbo.protocols.consensus:Consensus",
+    "gradient": "labfbo.protocols.gradient:Gradient",
+    "distribution": "labfbo.protocols.distribution:Distribution",
+    "centralized": "labfbo.protocols.centralized:Centralized",
+    "pooled": "labfbo.protocols.pooled:Pooled",
+    "surface": "labfbo.protocols.surface:Surface",
+    "vote": "labfbo.protocols.vote:Vote",
 }
 _REGISTRY: dict[str, type[Protocol]] = {}
+
+ConfiguredProtocol = Protocol
+"""The former name of a configured protocol's type (every :class:`Protocol` instance is one)."""
 
 
 def register_protocol(cls: type[Protocol]) -> type[Protocol]:
@@ -48,34 +56,55 @@ def get_protocol(name: str) -> type[Protocol]:
     return _REGISTRY[name]
 
 
-def parse_options(protocol: type[Protocol], options: dict[str, Any]) -> BaseModel:
-    """Validate protocol keywords; unknown or invalid ones raise a ConfigurationError."""
-    try:
-        return protocol.Options(**options)
-    except PydanticValidationError as exc:
-        fields = list(protocol.Options.model_fields)
+def configure(protocol: "str | Protocol", options: Mapping[str, Any] | None = None) -> Protocol:
+    """The configured protocol from either form: a :class:`Protocol` object (``options`` must then
+    be empty: they are set on the object), or a registered name plus its keywords."""
+    options = dict(options or {})
+    if isinstance(protocol, Protocol):
+        if options:
+            raise ConfigurationError(f"the options of {protocol!r} are set on the object; do not repeat them as "
+                                     f"keywords ({', '.join(sorted(options))})")
+        return protocol
+    if isinstance(protocol, str):
+        return get_protocol(protocol)(**options)
+    hint = (f" (call it: labfbo.protocols.{protocol.__name__}(...))"
+            if isinstance(protocol, type) and issubclass(protocol, Protocol) else "")
+    raise ConfigurationError(f"protocol must be a name or a configured protocol such as "
+                             f"labfbo.protocols.Gradient(...), got {type(protocol).__name__}{hint}")
 
-        def problem(e: Any) -> str:
-            where = ".".join(str(p) for p in e["loc"]) or "options"
-            if e["type"] == "extra_forbidden" and len(e["loc"]) == 1:  # a misspelt option name
-                return (f"unknown option {where!r}{did_you_mean(where, fields)} (its options: "
-                        f"{', '.join(sorted(fields)) or 'none'})")
-            return f"{where}: {e['msg']}"
-        problems = "; ".join(problem(e) for e in exc.errors())
-        raise ConfigurationError(f"invalid options for protocol {protocol.name!r}: {problems}") from None
+
+def resolve(protocol: "str | Protocol", options: dict[str, Any]) -> tuple[str, BaseModel]:
+    """The protocol's name and options from either form (an object, or a name plus keywords)."""
+    configured = configure(protocol, options)
+    return configured.name, configured.options
+
+
+def as_keywords(protocol: "str | Protocol", options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Either form as the shorthand: the name and the options given (for code that forwards keywords)."""
+    if not isinstance(protocol, Protocol):
+        return protocol, options
+    configure(protocol, options)  # refuses options given twice
+    return protocol.name, protocol.keywords()
 
 
 def shared_of(protocol: type[Protocol], options: BaseModel) -> dict[str, Any]:
-    """The options a site sends in its join for the coordinator to compare (``shared_options``;
-    a ``later_shared_options`` one only when it is not at its default)."""
-    fields = type(options).model_fields
-    return {k: v for k, v in options.model_dump(mode="json").items() if k in protocol.shared_options
-            and not (k in protocol.later_shared_options and k in fields and v == fields[k].default)}
+    """:attr:`Protocol.shared` of ``protocol`` configured with ``options``."""
+    return protocol.from_options(options).shared
 
 
-from labfbo.protocols.configured import (Centralized, ConfiguredProtocol, Consensus, Distribution,  # noqa: E402
-                                         Gradient, Independent, Pooled, Surface, resolve)
+def __getattr__(attr: str) -> type[Protocol]:
+    """``labfbo.protocols.Surface``: the class a ``_BUILTIN`` line names, loaded when first asked for."""
+    for name, target in _BUILTIN.items():
+        if target.rsplit(":", 1)[1] == attr:
+            return get_protocol(name)
+    raise AttributeError(f"module 'labfbo.protocols' has no attribute {attr!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {t.rsplit(":", 1)[1] for t in _BUILTIN.values()})
+
 
 __all__ = ["Aggregator", "Centralized", "ConfiguredProtocol", "Consensus", "Distribution", "Exchange", "Finish",
            "Gradient", "Independent", "Pooled", "Protocol", "SiteContext", "SiteData", "SiteLogic", "Step",
-           "Surface", "available_protocols", "get_protocol", "parse_options", "register_protocol", "resolve", "shared_of"]
+           "Surface", "Vote", "as_keywords", "available_protocols", "configure", "get_protocol", "parse_options",
+           "register_protocol", "resolve", "shared_of"]

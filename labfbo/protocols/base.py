@@ -24,12 +24,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import BaseModel
+from pydantic import ValidationError as PydanticValidationError
 
-from labfbo.exceptions import ProtocolError
+from labfbo.exceptions import ConfigurationError, ProtocolError
 from labfbo.messages import Abstain, Message
+from labfbo.privacy.dp import DP
 from labfbo.privacy.release import Release
 from labfbo.seeding import int_seed, stable_hash
 from labfbo.space import SearchSpace
+from labfbo.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from labfbo.objectives import OutcomeSpec
@@ -112,6 +115,10 @@ Step = Exchange | Finish
 
 class SiteLogic(ABC):
     """The site side of a protocol: answers requests from local data, proposes points."""
+
+    #: the optimizer puts the study's collaborative design (every site's initial points, public)
+    #: into :attr:`SiteContext.study_design` only for site logic that uses it
+    uses_study_design: ClassVar[bool] = False
 
     def __init__(self, space: SearchSpace, options: BaseModel, context: SiteContext) -> None:
         self.space = space
@@ -209,11 +216,25 @@ class Aggregator(ABC):
 
 
 class Protocol:
-    """A registry entry: names the protocol, its options, its two sides."""
+    """A protocol. The class holds what the core reads of it; an instance is the protocol
+    configured: ``labfbo.protocols.Surface(privacy=labfbo.DP(epsilon=2.0))`` validates its
+    keywords into :attr:`options` (its :attr:`Options` model). The same object is given to every
+    site's :class:`~labfbo.Optimizer` and to the :class:`~labfbo.Coordinator`; the name plus
+    keywords (``protocol="surface", privacy=...``) is the shorthand for it.
+
+    A new protocol subclasses this with its ``name``, ``Options``, ``site_logic`` and (federated)
+    ``aggregator``, overrides the facts below that differ from the defaults, and adds one line
+    to ``_BUILTIN`` in :mod:`labfbo.protocols`. :class:`labfbo.testing.ProtocolConformance`
+    checks it does what every protocol must.
+    """
 
     name: ClassVar[str]
+    #: it has coordinator rounds (False: the site optimizes alone and sends nothing)
     federated: ClassVar[bool] = True
-    shares_raw_data: ClassVar[bool] = False  # sends the site's observations themselves (non-private references)
+    #: it sends the site's observations themselves (a non-private reference such as ``pooled``)
+    shares_raw_data: ClassVar[bool] = False
+    #: part of ``labfbo bench demo-suite`` (the privacy-preserving protocols)
+    demo: ClassVar[bool] = True
     supported_types: ClassVar[frozenset[str]] = frozenset({"real", "integer", "discrete", "categorical"})
     Options: ClassVar[type[BaseModel]]
     site_logic: ClassVar[type[SiteLogic]]
@@ -223,6 +244,68 @@ class Protocol:
     # shared options added after the first release: a join leaves them out while they are at their default,
     # so it reads as before (and a coordinator fills in the default of one a site does not send)
     later_shared_options: ClassVar[tuple[str, ...]] = ()
+    #: options that keep a small test campaign fast (fewer particles, candidates, steps): for
+    #: :mod:`labfbo.testing` and the test suite, not for real campaigns
+    quick_options: ClassVar[Mapping[str, Any]] = {}
+
+    options: BaseModel
+
+    def __init__(self, **options: Any) -> None:
+        self.options = parse_options(type(self), options)
+
+    @classmethod
+    def from_options(cls, options: "BaseModel | Mapping[str, Any]") -> "Protocol":
+        """The configured protocol of an options model already validated (or of keywords)."""
+        if isinstance(options, cls.Options):
+            configured = cls.__new__(cls)
+            configured.options = options
+            return configured
+        if isinstance(options, BaseModel):
+            options = options.model_dump(exclude_unset=True)
+        return cls(**options)
+
+    # -- what the core asks of a protocol --------------------------------------------------
+    @classmethod
+    def supports_privacy(cls) -> bool:
+        """It has a differential-privacy mechanism: a ``privacy`` option (``DP`` or None)."""
+        return "privacy" in cls.Options.model_fields
+
+    @classmethod
+    def takes_acquisition(cls) -> bool:
+        """Its sites maximize a configurable acquisition function (an ``acquisition`` option)."""
+        return "acquisition" in cls.Options.model_fields
+
+    @property
+    def privacy(self) -> DP | None:
+        """Its DP settings (the ``privacy`` option); None without DP or without a DP mechanism."""
+        return self.options.privacy if self.supports_privacy() else None  # type: ignore[attr-defined]
+
+    @property
+    def acquisition(self) -> str | None:
+        """The acquisition its sites maximize; None for a protocol without the option."""
+        return self.options.acquisition if self.takes_acquisition() else None  # type: ignore[attr-defined]
+
+    @property
+    def dp_colluders(self) -> int:
+        """How many sites may collude against the others' distributed DP noise shares (0: local noise)."""
+        return 0
+
+    @property
+    def distributed_noise(self) -> bool:
+        """Each site adds a share of the DP noise of the sum (True) rather than its own full noise."""
+        return False
+
+    @property
+    def shared(self) -> dict[str, Any]:
+        """The options a site sends in its join for the coordinator to compare (``shared_options``;
+        a ``later_shared_options`` one only when it is not at its default)."""
+        fields = type(self.options).model_fields
+        return {k: v for k, v in self.options.model_dump(mode="json").items() if k in self.shared_options
+                and not (k in self.later_shared_options and k in fields and v == fields[k].default)}
+
+    def keywords(self) -> dict[str, Any]:
+        """The options given (the shorthand's keywords): ``type(self)(**p.keywords()) == p``."""
+        return {k: getattr(self.options, k) for k in self.options.model_fields_set}
 
     @classmethod
     def check_study(cls, options: BaseModel, n_sites: int) -> None:
@@ -230,8 +313,37 @@ class Protocol:
 
     @classmethod
     def check_space(cls, space: SearchSpace) -> None:
+        """Refuse a space with parameter types the protocol does not support."""
         bad = sorted(space.kinds() - cls.supported_types)
         if bad:
             raise ProtocolError(
                 f"protocol {cls.name!r} does not support {', '.join(bad)} parameters "
                 f"(it supports: {', '.join(sorted(cls.supported_types))})")
+
+    def __repr__(self) -> str:
+        given = self.options.model_dump(exclude_unset=True)
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in given.items())})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Protocol) and other.name == self.name and other.options == self.options
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.options.model_dump_json()))
+
+
+def parse_options(protocol: type[Protocol], options: Mapping[str, Any]) -> BaseModel:
+    """Validate protocol keywords; unknown or invalid ones raise a ConfigurationError (naming the
+    closest valid option of a misspelt one)."""
+    try:
+        return protocol.Options(**options)
+    except PydanticValidationError as exc:
+        fields = list(protocol.Options.model_fields)
+
+        def problem(e: Any) -> str:
+            where = ".".join(str(p) for p in e["loc"]) or "options"
+            if e["type"] == "extra_forbidden" and len(e["loc"]) == 1:  # a misspelt option name
+                return (f"unknown option {where!r}{did_you_mean(where, fields)} (its options: "
+                        f"{', '.join(sorted(fields)) or 'none'})")
+            return f"{where}: {e['msg']}"
+        problems = "; ".join(problem(e) for e in exc.errors())
+        raise ConfigurationError(f"invalid options for protocol {protocol.name!r}: {problems}") from None

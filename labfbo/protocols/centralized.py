@@ -18,7 +18,7 @@ from pydantic import model_validator
 from labfbo.messages import Abstain, Array, Message, register
 from labfbo.models.pacoh import site_score
 from labfbo.protocols.base import Exchange, Protocol, SiteData, Step
-from labfbo.protocols.gradient import (GradientAggregator, GradientOptions, GradientProtocol, GradientSite,
+from labfbo.protocols.gradient import (GradientAggregator, GradientOptions, Gradient, GradientSite,
                                        meta_step)
 
 
@@ -71,12 +71,22 @@ class CentralizedAggregator(GradientAggregator):
         return self._finish()
 
 
-class CentralizedProtocol(Protocol):
+class Centralized(Protocol):
+    """Reference, not private: PACOH meta-learning on every site's raw data."""
+
     name = "centralized"
+    quick_options = {"n_particles": 4, "hidden": [8, 8], "warmup_steps": 3, "svgd_steps": 2}
     federated = True
     demo = False  # not a privacy-preserving protocol: not in `labfbo bench demo-suite`
     shares_raw_data = True
-    shared_options = GradientProtocol.shared_options
+    shared_options = Gradient.shared_options
+    dp_colluders = Gradient.dp_colluders  # its options are gradient's
+    distributed_noise = Gradient.distributed_noise
     Options = CentralizedOptions
     site_logic = CentralizedSite
     aggregator = CentralizedAggregator
+
+    @classmethod
+    def supports_privacy(cls) -> bool:
+        """No: it shares raw data (its options refuse ``privacy``, a field it has from gradient's)."""
+        return False

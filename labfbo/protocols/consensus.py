@@ -23,7 +23,7 @@ which the site evaluates. Consensus matrices (:func:`uniform_schedule`,
 
 Sites that do not answer in a round are left out: W is restricted to the contributors
 and re-normalized. Integer, discrete and stepped columns are averaged and snapped to their
-grid. Categorical parameters are refused (:meth:`ConsensusProtocol.check_space`): a vote
+grid. Categorical parameters are refused (:meth:`Consensus.check_space`): a vote
 over choices made labs run their partners' reagents, which on real reaction data with
 dissimilar partners ended far worse than optimizing alone. Consensus points stay in the
 box (a convex combination of box points; clipped for round-off).
@@ -204,7 +204,9 @@ class ConsensusAggregator(Aggregator):
         return Finish({s: ConsensusReply(points=Array.of(np.stack(out[s])), weights=used[s]) for s in names})
 
 
-class ConsensusProtocol(Protocol):
+class Consensus(Protocol):
+    """PMCBO / CBOC: a consensus of proposed points as an expert prior (ordered spaces)."""
+
     name = "consensus"
     federated = True
     needs_horizon = True

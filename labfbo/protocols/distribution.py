@@ -433,8 +433,11 @@ class DistributionAggregator(ReusesReleases, Aggregator):
         return Finish(replies)
 
 
-class DistributionProtocol(Protocol):
+class Distribution(Protocol):
+    """GUIDE-FBO: the sites' beliefs about the optimum's location guide each local GP."""
+
     name = "distribution"
+    quick_options = {"M": 64, "candidates": 128}
     federated = True
     shared_options = ("P", "merge_threshold", "temperature_scale", "min_temperature",
                       "value_reweighting", "merging", "agent_specific")

@@ -315,7 +315,7 @@ class GradientAggregator(Aggregator):
     def __init__(self, options: GradientOptions, sites: Sequence[str], seed: int, horizon: int | None,
                  space: Any) -> None:
         super().__init__(options, sites, seed, horizon, space)
-        GradientProtocol.check_study(options, len(self.sites))
+        Gradient.check_study(options, len(self.sites))
         self.cfg = options.pacoh()
         self.features = FeatureMap(space, one_hot=True)
         self.particles = init_particles(self.cfg, self.features.n_out,
@@ -425,8 +425,11 @@ class GradientAggregator(Aggregator):
         return self._next(new is not None)
 
 
-class GradientProtocol(Protocol):
+class Gradient(Protocol):
+    """PACD-BO: a meta-learned GP prior from the sites' SVGD score gradients (:class:`GradientOptions`)."""
+
     name = "gradient"
+    quick_options = {"n_particles": 4, "hidden": [8, 8], "warmup_steps": 3, "svgd_steps": 2}
     federated = True
     shared_options = ("n_particles", "hidden", "feature_dim", "learn_mean", "prior_std", "beta_meta", "lam",
                       "secure_aggregation", "dp_noise", "dp_colluders", "wire")  # a noise share relies on the others'
@@ -435,13 +438,24 @@ class GradientProtocol(Protocol):
     site_logic = GradientSite
     aggregator = GradientAggregator
 
+    @property
+    def dp_colluders(self) -> int:
+        """``dp_colluders``: the sites whose distributed noise shares may be missing from a sum."""
+        return int(self.options.dp_colluders)  # type: ignore[attr-defined]
+
+    @property
+    def distributed_noise(self) -> bool:
+        """``dp_noise="distributed"``: each site adds a share of the sum's noise."""
+        return self.options.dp_noise == "distributed"  # type: ignore[attr-defined]
+
     @classmethod
     def check_study(cls, options: BaseModel, n_sites: int) -> None:
-        if getattr(options, "secure_aggregation", False) and n_sites < MIN_COHORT:
+        assert isinstance(options, GradientOptions)
+        if options.secure_aggregation and n_sites < MIN_COHORT:
             raise ConfigurationError(f"secure aggregation needs at least {MIN_COHORT} sites (got {n_sites}): with "
                                      "two, each site could recover the other's exact scores from the particle update")
-        t = getattr(options, "dp_colluders", 0)
-        if getattr(options, "dp_noise", "local") == "distributed" and n_sites - t < 2:
+        t = options.dp_colluders
+        if options.dp_noise == "distributed" and n_sites - t < 2:
             raise ConfigurationError(f"dp_colluders={t} with {n_sites} sites leaves at most one honest member in any "
                                      "cohort: every site would add the full noise; use dp_noise='local' or fewer "
                                      "colluders")

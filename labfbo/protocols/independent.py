@@ -138,7 +138,9 @@ class IndependentSite(LocalGPSite):
         return self.propose_local(data, n, round)
 
 
-class IndependentProtocol(Protocol):
+class Independent(Protocol):
+    """Single-site BO: the local GP, no coordinator (:doc:`protocols/independent`)."""
+
     name = "independent"
     federated = False
     Options = IndependentOptions

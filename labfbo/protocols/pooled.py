@@ -132,7 +132,9 @@ class PooledAggregator(Aggregator):
                                      y=[got[o].y for o in self.sites if o != s and o in got]) for s in self.sites})
 
 
-class PooledProtocol(Protocol):
+class Pooled(Protocol):
+    """Reference, not private: a multi-task GP on every site's raw data."""
+
     name = "pooled"
     federated = True
     demo = False  # not a privacy-preserving protocol: not in `labfbo bench demo-suite`

@@ -360,7 +360,9 @@ class SurfaceAggregator(ReusesReleases, Aggregator):
         return Finish(leave_one_out(stats, self.sites) if stats else {})
 
 
-class SurfaceProtocol(Protocol):
+class Surface(Protocol):
+    """A shared response surface from the sites' ridge statistics as each local GP's prior mean."""
+
     name = "surface"
     federated = True
     Options = SurfaceOptions

@@ -449,7 +449,9 @@ class VoteAggregator(ReusesReleases, Aggregator):
         return own
 
 
-class VoteProtocol(Protocol):
+class Vote(Protocol):
+    """One vote per site on the public codebook's candidates (randomized response under a small budget)."""
+
     name = "vote"
     federated = True
     Options = VoteOptions

@@ -53,7 +53,7 @@ class PrivacyView:
         from labfbo.privacy import DP
 
         self.coord = server.coordinator
-        configured = getattr(self.coord.options, "privacy", None)
+        configured = self.coord.configured.privacy
         self.delta = configured.delta if isinstance(configured, DP) else DP().delta
         self.delta_source = "the study's privacy.delta" if isinstance(configured, DP) else \
             "labfbo's default delta (the sites do not send theirs)"
@@ -86,8 +86,8 @@ class PrivacyView:
 
             try:
                 opts = self.coord.options
-                if "privacy" in type(opts).model_fields:
-                    base = getattr(opts, "privacy", None)
+                if self.coord.protocol_cls.supports_privacy():
+                    base = self.coord.configured.privacy
                     dp = None if noise is None else DP(clip=clip if clip is not None else (base.clip if base else 1.0),
                                                        noise_multiplier=noise, delta=self.delta)
                     opts = opts.model_copy(update={"privacy": dp})

@@ -38,21 +38,26 @@ sys.path.insert(0, str(HERE.parent))  # tests/campaign.py
 import labfbo  # noqa: E402
 from campaign import run_campaign  # noqa: E402
 
+from labfbo.protocols import available_protocols, get_protocol  # noqa: E402
+
 FAST: dict[str, Any] = {"num_restarts": 2, "raw_samples": 32}
+
+
+def _quick(name: str) -> dict[str, Any]:
+    return dict(get_protocol(name).quick_options)
+
+
+#: every registered protocol with its quick options (``Protocol.quick_options``), then the variants
+#: ``<protocol>-<variant>`` recorded beside them (a new protocol is recorded without an edit here)
 PROTOCOLS: dict[str, dict[str, Any]] = {
-    "independent": {},
-    "consensus": {},
-    "distribution": {"M": 64, "candidates": 128},
-    "gradient": {"n_particles": 4, "hidden": [8, 8], "warmup_steps": 3, "svgd_steps": 2},
-    "gradient-dp-sa": {"n_particles": 4, "hidden": [8, 8], "warmup_steps": 3, "svgd_steps": 2,
-                       "secure_aggregation": True, "privacy": {"noise_multiplier": 1.0, "clip": 1.0}},
-    "centralized": {"n_particles": 4, "hidden": [8, 8], "warmup_steps": 3, "svgd_steps": 2},
-    "pooled": {},
-    "surface": {},
-    "surface-dp": {"privacy": {"noise_multiplier": 2.0, "clip": 2.0}},
-    "distribution-dp": {"M": 64, "candidates": 128, "privacy": {"noise_multiplier": 1.0, "clip": 1.0}},
+    **{name: _quick(name) for name in available_protocols()},
+    "gradient-dp-sa": {**_quick("gradient"), "secure_aggregation": True,
+                       "privacy": {"noise_multiplier": 1.0, "clip": 1.0}},
+    "surface-dp": {**_quick("surface"), "privacy": {"noise_multiplier": 2.0, "clip": 2.0}},
+    "distribution-dp": {**_quick("distribution"), "privacy": {"noise_multiplier": 1.0, "clip": 1.0}},
 }
-MIXED_TOO = {"independent", "distribution", "gradient", "surface"}  # also recorded on the mixed space
+#: also recorded on the mixed space: the protocols that take categorical parameters
+MIXED_TOO = {name for name in available_protocols() if "categorical" in get_protocol(name).supported_types}
 ROUNDS_OF = {"pooled": 1}  # a MultiTaskGP fit is slow
 SITES = ["lab-a", "lab-b", "lab-c"]
 SEED, N_INIT, ROUNDS = 7, 4, 2
@@ -100,8 +105,8 @@ def campaign(name: str, space: labfbo.SearchSpace, f: Callable[[int, dict], floa
 
 
 def _campaign(name: str, space: labfbo.SearchSpace, f: Callable[[int, dict], float]) -> list[list[dict]]:
-    protocol, opts = name.split("-")[0], options(name)
-    federated = protocol != "independent"
+    protocol, opts = name if name in available_protocols() else name.split("-")[0], options(name)
+    federated = get_protocol(protocol).federated
     rounds = ROUNDS_OF.get(name, ROUNDS)
     coord = labfbo.Coordinator(protocol, sites=SITES, seed=SEED, horizon=rounds, **opts) if federated else None
     sites = [labfbo.Optimizer(space, protocol=protocol, coordinator=coord, site=s, seed=SEED, n_init=N_INIT,

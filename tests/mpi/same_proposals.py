@@ -6,6 +6,7 @@ import sys
 import numpy as np
 
 import labfbo
+from labfbo.protocols import available_protocols, get_protocol
 
 FAST = {"num_restarts": 2, "raw_samples": 32}
 EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_steps": 5, "svgd_steps": 2},
@@ -17,7 +18,9 @@ EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_step
 
 out = {}
 for protocol in sys.argv[1:]:
-    kw = dict(problem="branin", protocol=protocol.split("-")[0], n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
+    name = protocol if protocol in available_protocols() else protocol.split("-")[0]  # a variant: <protocol>-<variant>
+    options = EXTRA.get(protocol, get_protocol(name).quick_options)  # a protocol not listed: its quick options
+    kw = dict(problem="branin", protocol=name, n_sites=3, n_init=3, budget=2, seed=4, **FAST, **options)
     res = labfbo.simulate(transport="mpi", **kw)
     if res is not None:
         local = labfbo.simulate(**kw)

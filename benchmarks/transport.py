@@ -1,0 +1,195 @@
+r"""Transport benchmarks: HTTP round latency at scale, and the same campaign on every transport.
+
+* :func:`http_rounds`: a real coordinator server in its own process (``labfbo coordinator
+  serve`` on 127.0.0.1) and ``N`` light sites — asyncio/httpx clients that join, long-poll,
+  and answer each request with a recorded ``distribution`` message instead of fitting a
+  GP. Reports the round latency (a site asks for round ``t`` until every site has its
+  guidance) and the coordinator's CPU seconds per round (from ``/proc``).
+* :func:`campaign_seconds`: one small ``distribution`` campaign (Branin, 1–3 sites,
+  5 rounds): the round latency (slowest ``ask()`` of the round, median over rounds) on
+  ``local`` and ``http`` in this process, or on ``mpi`` when run under ``mpiexec``
+  (``python -m mpi4py -m labfbo_bench.transport mpi``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from labfbo.messages import Array, JoinRequest
+from labfbo.protocols import get_protocol, parse_options
+from labfbo.protocols.distribution import OptimumBelief
+from labfbo.server.config import new_token
+from labfbo.space import Real, SearchSpace
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _light_round(client: Any, site: str, token: str, t: int, answer: str) -> None:
+    h = {"Authorization": f"Bearer {token}"}
+    r = await client.post(f"/v1/sites/{site}/rounds/{t}/want", headers=h)
+    r.raise_for_status()
+    while True:
+        r = await client.get(f"/v1/sites/{site}/work", params={"wait": 25}, headers=h)
+        r.raise_for_status()
+        work = r.json()
+        if work["type"] == "request":
+            (await client.post(f"/v1/sites/{site}/answers/{work['seq']}", content=answer,
+                               headers={**h, "Content-Type": "application/json"})).raise_for_status()
+        elif work["type"] == "guidance":
+            return
+        elif work["type"] == "error":
+            raise RuntimeError(work["message"])
+
+
+async def _drive(url: str, tokens: dict[str, str], space: SearchSpace, rounds: int) -> list[float]:
+    import httpx
+
+    proto = get_protocol("distribution")
+    opts = parse_options(proto, {}).model_dump(mode="json")
+    shared = {k: opts[k] for k in proto.shared_options}
+    gen = np.random.default_rng(0)
+    limits = httpx.Limits(max_connections=2 * len(tokens) + 10, max_keepalive_connections=2 * len(tokens) + 10)
+    async with httpx.AsyncClient(base_url=url, timeout=60.0, limits=limits) as client:
+        sem = asyncio.Semaphore(64)
+
+        async def join(site: str, token: str) -> None:
+            req = JoinRequest(site=site, protocol="distribution", space_hash=space.fingerprint(),
+                              space=space.model_dump(mode="json"), n_init=0, shared_options=shared)
+            async with sem:
+                (await client.post("/v1/join", content=req.model_dump_json(), headers={
+                    "Authorization": f"Bearer {token}", "Content-Type": "application/json"})).raise_for_status()
+
+        await asyncio.gather(*(join(s, tok) for s, tok in tokens.items()))
+        answers = {s: OptimumBelief(weight=float(gen.uniform(0.2, 1)), mean=Array.of(gen.random(space.dim)),
+                                    variance=Array.of(gen.uniform(1e-3, 1e-2, space.dim)),
+                                    value=float(gen.standard_normal())) for s in tokens}
+        latencies = []
+        for t in range(rounds):
+            t0 = time.perf_counter()
+            await asyncio.gather(*(_light_round(client, s, tok, t, answers[s].model_copy(update={"round": t})
+                                                .model_dump_json()) for s, tok in tokens.items()))
+            latencies.append(time.perf_counter() - t0)
+        return latencies
+
+
+def http_rounds(n_sites: int, rounds: int = 5, d: int = 10) -> dict[str, float]:
+    """Median round latency and coordinator CPU seconds per round for ``n_sites`` light sites."""
+    import yaml
+
+    space = SearchSpace([Real(f"x{j}", 0.0, 1.0) for j in range(d)])
+    tokens = {f"site{i:04d}": new_token() for i in range(n_sites)}
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = {"protocol": "distribution", "seed": 0, "space": space.model_dump(mode="json"),
+               "sites": {s: h for s, (_, h) in tokens.items()}, "state": str(Path(tmp) / "state.sqlite"),
+               "audit_log": str(Path(tmp) / "audit.jsonl")}
+        (Path(tmp) / "c.yaml").write_text(yaml.safe_dump(cfg))
+        port = _free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "labfbo.cli", "coordinator", "serve", "--config",
+                                 str(Path(tmp) / "c.yaml"), "--port", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            _wait_health(f"http://127.0.0.1:{port}", proc)
+            cpu0 = _cpu_seconds(proc.pid)
+            lat = asyncio.run(_drive(f"http://127.0.0.1:{port}", {s: t for s, (t, _) in tokens.items()}, space, rounds))
+            cpu = _cpu_seconds(proc.pid) - cpu0
+        finally:
+            proc.kill()
+            proc.wait()
+    return {"sites": n_sites, "latency_median": float(np.median(lat)), "latency_max": float(np.max(lat)),
+            "coordinator_cpu_per_round": cpu / rounds}
+
+
+def _wait_health(url: str, proc: subprocess.Popen) -> None:
+    import requests
+
+    for _ in range(600):
+        try:
+            if requests.get(url + "/v1/health", timeout=1).status_code == 200:
+                return
+        except requests.ConnectionError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"coordinator did not start: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+
+
+CAMPAIGN = dict(problem="branin", protocol="distribution", n_init=5, budget=5, seed=0,
+                num_restarts=4, raw_samples=128, M=200, candidates=512)
+
+
+def campaign_seconds(transport: str, n_sites: int) -> tuple[float, float] | None:
+    """:data:`CAMPAIGN` with ``n_sites`` on ``transport``: the round latency (per round, the
+    slowest site's ``ask()``, median over rounds) and the campaign's wall time (design
+    included). None on MPI ranks > 0.
+
+    On ``local`` the sites run one after another and a round runs inside the first site's
+    ``ask``; on ``http`` and ``mpi`` each site runs its own loop, so a site's ``ask`` also
+    waits, at the start of the round, for the other sites to have asked."""
+    from labfbo.simulation import simulate
+
+    res = simulate(transport=transport, n_sites=n_sites, **CAMPAIGN)  # type: ignore[arg-type]
+    return None if res is None else (float(np.median(res.ask_seconds.max(axis=0))), float(res.wall_time))
+
+
+def report_http(sites: tuple[int, ...], rounds: int) -> str:
+    lines = ["| sites | round latency, median (s) | max (s) | coordinator CPU per round (s) |", "|---:|---:|---:|---:|"]
+    for n in sites:
+        r = http_rounds(n, rounds)
+        lines.append(f"| {n} | {r['latency_median']:.3f} | {r['latency_max']:.3f} | {r['coordinator_cpu_per_round']:.3f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # mpiexec -n K python -m mpi4py -m labfbo_bench.transport mpi
+    import torch
+
+    torch.set_num_threads(1)
+    if sys.argv[1:2] == ["mpi"]:
+        from mpi4py import MPI
+
+        k = MPI.COMM_WORLD.Get_size()
+        out = campaign_seconds("mpi", k - 1)
+        if out is not None:
+            print(f"| mpi | {k} ranks ({k - 1} sites) | {out[0]:.3f} | {out[1]:.1f} |")
+    else:
+        print("| transport | sites | round latency (s) | campaign wall time (s) |")
+        for n in (1, 2, 3):
+            for tr in ("local", "http"):
+                lat, wall = campaign_seconds(tr, n)  # type: ignore[misc]
+                print(f"| {tr} | {n} sites | {lat:.3f} | {wall:.1f} |")
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    print("labfbo bench http-rounds " + " ".join(sys.argv[3:]) + "\n")
+    print(report_http(tuple(args.sites), args.rounds))
+    return 0
+
+
+BENCH_ORDER = 70  # where `labfbo bench --help` lists it
+
+
+def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type-arg]
+    """``labfbo bench http-rounds``."""
+    hr = bsub.add_parser("http-rounds", help="HTTP round latency and coordinator CPU for many light sites")
+    hr.add_argument("--sites", nargs="+", type=int, default=[10, 100, 500])
+    hr.add_argument("--rounds", type=int, default=5)
+    hr.set_defaults(func=_cmd)

@@ -1,0 +1,7 @@
+"""The attacks ``labfbo privacy audit`` runs against simulated campaigns.
+
+* :mod:`labfbo.privacy.attacks.gradient` — the coordinator's gradient-inversion attack on a
+  ``gradient`` site (PACD-BO §V), with and without DP, cached and resumable;
+* :mod:`labfbo.privacy.attacks.votes` — what the coordinator and a peer learn of a ``vote``
+  site's optimum from its votes.
+"""

@@ -1,0 +1,26 @@
+"""Every registered protocol passes the conformance test case labfbo ships (labfbo.testing)."""
+
+from __future__ import annotations
+
+import pytest
+
+import labfbo
+from labfbo.protocols import Protocol, available_protocols, get_protocol
+from labfbo.testing import ProtocolConformance
+
+FAST = {"num_restarts": 2, "raw_samples": 32}
+
+
+def quick(name: str) -> Protocol:
+    """The protocol with its quick options; with DP where it has a mechanism (its releases are then checked)."""
+    cls = get_protocol(name)
+    extra = {**(FAST if cls.takes_acquisition() else {}),
+             **({"privacy": labfbo.DP(noise_multiplier=2.0)} if cls.supports_privacy() else {})}
+    return cls(**cls.quick_options, **extra)
+
+
+@pytest.mark.parametrize("name", available_protocols())
+class TestEveryProtocol(ProtocolConformance):
+    @pytest.fixture
+    def protocol(self, name: str) -> Protocol:
+        return quick(name)

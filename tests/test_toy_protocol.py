@@ -1,0 +1,166 @@
+"""A new protocol is one module plus one registry line: it then passes the conformance test case
+(labfbo.testing) with no other file changing."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import labfbo.protocols
+import labfbo.testing
+from labfbo.messages import Message
+from labfbo.protocols import available_protocols, configure, get_protocol
+
+TOY = '''
+"""A toy federated protocol: each site releases a noised mean of its results; the coordinator
+averages them; each site proposes random points."""
+
+from typing import Literal, Mapping
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from labfbo.messages import Abstain, Message, register
+from labfbo.privacy import DP
+from labfbo.privacy.release import Release
+from labfbo.protocols import Aggregator, Exchange, Finish, Protocol, SiteData, SiteLogic
+
+
+@register
+class AskMean(Message):
+    kind: Literal["toymean_ask"] = "toymean_ask"
+
+
+@register
+class Mean(Message):
+    kind: Literal["toymean_mean"] = "toymean_mean"
+    mean: float
+    dp_noise_multiplier: float | None = None
+
+
+@register
+class GrandMean(Message):
+    kind: Literal["toymean_grand"] = "toymean_grand"
+    mean: float
+
+
+class ToyMeanOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    spread: float = Field(1.0, gt=0, le=1)
+    privacy: DP | None = None
+
+
+class ToyMeanSite(SiteLogic):
+    def answer(self, request: Message, data: SiteData, round: int) -> Message:
+        if data.n == 0:
+            return Abstain(reason="no results yet")
+        dp = self.options.privacy
+        clip = 1.0 if dp is None else dp.clip
+        mean = float(np.mean(np.clip(data.y, -clip, clip)))
+        if dp is not None:
+            mean += float(self.context.private_rng(round, "toymean").normal(0.0, dp.sigma * 2 * clip))
+        return Mean(mean=mean, dp_noise_multiplier=None if dp is None else dp.sigma)
+
+    def declare_release(self, kind, round, step, noised, sensitivity):
+        dp = self.options.privacy
+        if kind == "toymean_mean" and noised and dp is not None:
+            return Release.gaussian(kind, round, dp, "Gaussian on a clipped mean", sensitivity=2 * dp.clip,
+                                    noise_std=dp.sigma * 2 * dp.clip)
+        return super().declare_release(kind, round, step, noised, sensitivity)
+
+    def planned_releases(self, horizon: int) -> dict[str, int]:
+        return {"toymean_mean": horizon}
+
+    def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
+        rng = np.random.default_rng(self.context.seed_for(round, "toymean"))
+        return 0.5 + self.options.spread * (rng.random((n, self.space.dim)) - 0.5)
+
+
+class ToyMeanAggregator(Aggregator):
+    def open_round(self, t: int) -> Exchange:
+        return Exchange({s: AskMean() for s in self.sites})
+
+    def on_responses(self, t: int, responses: Mapping[str, Message]) -> Finish:
+        means = [m.mean for m in responses.values() if isinstance(m, Mean)]
+        return Finish({s: GrandMean(mean=float(np.mean(means)) if means else 0.0) for s in self.sites})
+
+
+class ToyMean(Protocol):
+    """Sites share a noised mean of their results."""
+
+    name = "toy-mean"
+    Options = ToyMeanOptions
+    site_logic = ToyMeanSite
+    aggregator = ToyMeanAggregator
+    supported_types = frozenset({"real", "integer", "discrete"})
+'''
+
+CONFORMANCE_MODULE = '''
+import pytest
+
+import labfbo
+from labfbo.protocols import get_protocol
+from labfbo.testing import ProtocolConformance
+
+
+class TestToyMean(ProtocolConformance):
+    @pytest.fixture
+    def protocol(self):
+        return get_protocol("toy-mean")(spread=0.5, privacy=labfbo.DP(noise_multiplier=2.0))
+'''
+
+
+class _Outcomes:
+    """A pytest plugin that keeps each test's outcome."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, str] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call" or report.outcome != "passed":
+            self.outcomes[report.nodeid.split("::")[-1]] = report.outcome
+
+
+@pytest.fixture
+def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The toy module on ``sys.path`` and its one registry line (both undone after the test)."""
+    (tmp_path / "toy_mean.py").write_text(textwrap.dedent(TOY))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "toy_mean", raising=False)  # imported afresh, forgotten after
+    monkeypatch.setattr(Message, "_registry", dict(Message._registry))  # its message kinds too
+    monkeypatch.setattr(labfbo.protocols, "_REGISTRY", dict(labfbo.protocols._REGISTRY))  # forgets the class after
+    monkeypatch.setitem(labfbo.protocols._BUILTIN, "toy-mean", "toy_mean:ToyMean")
+    return tmp_path
+
+
+def _run_case(toy: Path, module: str) -> tuple[int, dict[str, str]]:
+    """Run the conformance case on the toy through pytest (a test module of its own name)."""
+    test_file = toy / f"{module}.py"
+    test_file.write_text(textwrap.dedent(CONFORMANCE_MODULE))
+    outcomes = _Outcomes()
+    code = pytest.main([str(test_file), "-q", "-p", "no:cacheprovider", "--rootdir", str(toy)], plugins=[outcomes])
+    sys.modules.pop(module, None)
+    return int(code), outcomes.outcomes
+
+
+def test_a_protocol_in_one_module_and_one_registry_line_passes_the_conformance_case(toy: Path) -> None:
+    assert "toy-mean" in available_protocols()
+    assert configure("toy-mean", {"spread": 0.5}) == get_protocol("toy-mean")(spread=0.5)
+    assert labfbo.protocols.ToyMean is get_protocol("toy-mean")  # the registry line names the class
+    code, outcomes = _run_case(toy, "test_toy_mean_conforms")
+    checks = [n for n in dir(labfbo.testing.ProtocolConformance) if n.startswith("test_")]
+    assert code == 0, outcomes
+    assert sorted(outcomes) == sorted(checks) and set(outcomes.values()) == {"passed"}
+
+
+def test_a_broken_protocol_fails_the_conformance_case(toy: Path) -> None:
+    """The case can fail: a toy whose options take any keyword silently is caught."""
+    source = (toy / "toy_mean.py").read_text()
+    (toy / "toy_mean.py").write_text(source.replace('extra="forbid"', 'extra="ignore"'))
+    code, outcomes = _run_case(toy, "test_broken_toy_mean")
+    assert code == 1
+    assert outcomes["test_refuses_an_unknown_option_naming_the_closest"] == "failed"
+    assert outcomes["test_is_registered_and_built_from_its_name_or_the_object"] == "passed"
