@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 from pydantic import BaseModel
 
 from labfbo.exceptions import ConfigurationError
-from labfbo.protocols import Protocol, get_protocol, resolve
+from labfbo.protocols import Protocol, configure, get_protocol, resolve
 from labfbo.suggest import did_you_mean
 
 
@@ -50,3 +50,9 @@ def resolve_checked(function: Callable[..., Any], protocol: Any, options: Mappin
     """:func:`labfbo.protocols.resolve` after :func:`check_keywords`."""
     check_keywords(function, protocol, options)
     return resolve(protocol, dict(options))
+
+
+def configure_checked(function: Callable[..., Any], protocol: Any, options: Mapping[str, Any]) -> Protocol:
+    """:func:`labfbo.protocols.configure` after :func:`check_keywords`."""
+    check_keywords(function, protocol, options)
+    return configure(protocol, dict(options))

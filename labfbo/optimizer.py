@@ -23,7 +23,7 @@ import numpy as np
 from labfbo.design import design_rows
 from labfbo.exceptions import ConfigurationError, ConstraintError, LabFBOError, TrialError, ValidationError
 from labfbo.journal import JournalBackend
-from labfbo.keywords import resolve_checked
+from labfbo.keywords import configure_checked
 from labfbo.messages import Message
 from labfbo.models.outcomes import pareto_front
 from labfbo.objectives import Outcome, OutcomeSpec
@@ -31,7 +31,7 @@ from labfbo.privacy.release import Release
 from labfbo.privacy.report import cumulative_epsilon
 from labfbo.privacy.report import report as privacy_report
 from labfbo.progress import slow_notice
-from labfbo.protocols import ConfiguredProtocol, SiteContext, SiteData, get_protocol
+from labfbo.protocols import Protocol, SiteContext, SiteData
 from labfbo.records import Ask, Enqueue, Fail, GuidanceReceived, Header, Historical, Note, Tell
 from labfbo.seeding import campaign_id, rng
 from labfbo.site.agent import SiteAgent, SiteSetup, Wrapper
@@ -84,7 +84,7 @@ class Optimizer:
     """
 
     def __init__(self, space: SearchSpace, objective: Any = "minimize",
-                 protocol: str | ConfiguredProtocol = "independent", coordinator: Any = None, site: str | None = None,
+                 protocol: str | Protocol = "independent", coordinator: Any = None, site: str | None = None,
                  seed: int = 0, storage: str | os.PathLike[str] | JournalBackend | None = None,
                  n_init: int | None = None,
                  horizon: int | None = None, secret: int | None = None, token: str | None = None,
@@ -103,10 +103,11 @@ class Optimizer:
             raise ConfigurationError("n_init must be >= 0")
         self.space = space
         self.objective = objective
-        self.protocol, self.options = resolve_checked(Optimizer.__init__, protocol, protocol_options)
-        self.protocol_cls = get_protocol(self.protocol)
+        self.configured = configure_checked(Optimizer.__init__, protocol, protocol_options)
+        self.protocol, self.options = self.configured.name, self.configured.options
+        self.protocol_cls = type(self.configured)
         self.protocol_cls.check_space(space)
-        if self.outcomes is not None and getattr(self.options, "acquisition", "nei") not in ("nei", "ei"):
+        if self.outcomes is not None and self.configured.acquisition not in (None, "nei", "ei"):
             raise ConfigurationError(f"named outcomes (outcome constraints, several objectives) need a log-"
                                      f"acquisition, 'nei' (the default) or 'ei'; got {self.options.acquisition!r}")
         self.seed = int(seed)
@@ -126,7 +127,7 @@ class Optimizer:
         self._data = LocalData(space, self._to_max, self._store.state, self.outcomes)
         head = self._store.header
         setup = SiteSetup(site=self.site, space=space, objective=objective, outcomes=self.outcomes,
-                          protocol=self.protocol, protocol_cls=self.protocol_cls, options=self.options,
+                          protocol=self.configured,
                           seed=self.seed, n_init=self.n_init, secret=int(head.secret),
                           key_seed=bytes.fromhex(head.key_seed))
         self.agent = SiteAgent(setup, self._store, self._data, link, horizon, approve, wrappers)
@@ -316,7 +317,7 @@ class Optimizer:
     def epsilon(self) -> float | None:
         """Cumulative epsilon of this site's releases at the configured delta (None without DP;
         infinite once a release carried no DP noise)."""
-        return None if getattr(self.options, "privacy", None) is None else cumulative_epsilon(self.releases())
+        return None if self.configured.privacy is None else cumulative_epsilon(self.releases())
 
     def privacy_report(self) -> list[dict[str, Any]]:
         """One row per release (:meth:`releases`): round, message, mechanism and parameters,
@@ -419,7 +420,7 @@ class Optimizer:
         if self.protocol_cls.federated:
             held = self.state.clock.held
             guidance, source, clock = self.agent.guidance(timeout)
-            got = clock.get("guidance_round", getattr(guidance, "round", None))
+            got = clock.get("guidance_round", None if guidance is None else guidance.round)
             seen = self.state.guidance[-1].round if self.state.guidance else None
             if guidance is not None and guidance is not held and got is not None and seen != got:
                 # new guidance (not the held round asked again after a restart): the site's report shows it

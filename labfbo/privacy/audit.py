@@ -461,7 +461,7 @@ def audit(opt: Any, iterations: Sequence[int] | None = None, *, tol: float = 0.0
     :func:`reconstruct`. Rows hold the iteration, round, the :func:`leakage_metrics` (the
     site's final best query is its optimum), the matching loss and the reconstruction.
     """
-    if not hasattr(getattr(opt, "options", None), "pacoh"):
+    if opt.protocol not in ("gradient", "centralized"):  # the sites that send SVGD score gradients
         raise ConfigurationError("the gradient-leakage audit needs a site of the `gradient` protocol")
     ics = intercepts(opt.sent_messages(), opt.received_messages())
     rounds = sorted(ics)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,6 +40,10 @@ from labfbo.messages import Abstain, Message, PrivacyDeclaration
 from labfbo.privacy.dp import PLD_DISCRETIZATION, DP, composed_epsilon
 from labfbo.privacy.release import Release
 from labfbo.records import Withheld
+from labfbo.space import SearchSpace
+
+if TYPE_CHECKING:
+    from labfbo.protocols.base import Protocol, SiteContext
 
 BUDGET_SPENT = "privacy budget spent"
 """The reason of the ``Abstain`` a site sends instead of a release beyond its budget."""
@@ -189,15 +193,15 @@ class Budget:
                                        spent=min(spent, 1e300), budget=self.epsilon)
 
 
-def plan(logic_cls: type, space: object, options: object, context: object,
-         horizon: int | None) -> tuple[object, Budget | None]:
+def plan(protocol: "Protocol", space: SearchSpace, context: "SiteContext",
+         horizon: int | None) -> tuple[BaseModel, Budget | None]:
     """The site's protocol options with the noise multiplier calibrated to its budget, and the
     :class:`Budget` that enforces it (None without ``DP(epsilon=...)``).
 
-    ``logic_cls(space, options, context)`` is the protocol's site logic; its
+    ``protocol`` is the configured protocol; its site logic's
     :meth:`~labfbo.protocols.SiteLogic.planned_releases` and ``declare_release`` give the plan.
     """
-    dp = getattr(options, "privacy", None)
+    logic_cls, options, dp = type(protocol).site_logic, protocol.options, protocol.privacy
     if not isinstance(dp, DP) or (dp.epsilon is None and dp.calibrated):
         return options, None
     if horizon is None or horizon < 1:
@@ -206,8 +210,8 @@ def plan(logic_cls: type, space: object, options: object, context: object,
                                      "give Optimizer(..., horizon=T) or run the coordinator with horizon=T")
         return options, Budget(dp)
 
-    def with_sigma(sigma: float) -> object:
-        return options.model_copy(update={"privacy": dp.model_copy(update={"noise_multiplier": sigma})})  # type: ignore[attr-defined]
+    def with_sigma(sigma: float) -> BaseModel:
+        return options.model_copy(update={"privacy": dp.model_copy(update={"noise_multiplier": sigma})})
 
     def events_of(logic: object, kinds: list[str]) -> dict[str, Any]:
         out = {}
@@ -260,11 +264,11 @@ def plan(logic_cls: type, space: object, options: object, context: object,
                           "(fewer releases or a larger budget help; docs/privacy.md)", stacklevel=4)
         return options, Budget(resolved, planned)
     weakest = min(gaussian)  # the least noisy release of the plan, as a multiple of its sensitivity
-    n = int(getattr(context, "n_sites", 1))
+    n = context.n_sites
     # the sum of n releases: signal up to n*Delta/2 against noise sqrt(n)*m*Delta (local noise), or
     # sqrt(n/h)*m*Delta with distributed shares among h honest members: mostly noise once m exceeds this
-    h = max(n - int(getattr(options, "dp_colluders", 0)), 1)
-    distributed = getattr(options, "dp_noise", "local") == "distributed"
+    h = max(n - protocol.dp_colluders, 1)
+    distributed = protocol.distributed_noise
     bound = math.sqrt(n * h) / 2 if distributed else math.sqrt(n) / 2
     if n > 1 and weakest > bound:
         warnings.warn(f"DP(epsilon={resolved.epsilon:g}) over {sum(planned.values())} planned releases: each carries "

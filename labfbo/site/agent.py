@@ -29,7 +29,7 @@ from labfbo.objectives import OutcomeSpec
 from labfbo.privacy.budget import Budget, declaration
 from labfbo.privacy.budget import plan as plan_budget
 from labfbo.privacy.release import Release
-from labfbo.protocols import SiteContext, SiteData, shared_of
+from labfbo.protocols import Protocol, SiteContext, SiteData
 from labfbo.records import Join, Released
 from labfbo.design import study_design
 from labfbo.seeding import stable_hash
@@ -62,9 +62,7 @@ class SiteSetup:
     space: SearchSpace
     objective: str
     outcomes: OutcomeSpec | None
-    protocol: str
-    protocol_cls: Any  # type[labfbo.protocols.Protocol]
-    options: Any  # the protocol's options model
+    protocol: Protocol  # the configured protocol
     seed: int
     n_init: int
     secret: int
@@ -89,14 +87,13 @@ class SiteAgent:
     # -- joining -------------------------------------------------------------------------
     def join(self) -> SiteContext:
         """Join the coordinator (if any), then build the site logic; the site's context."""
-        s, st = self.setup, self.store.state
+        s, st, protocol = self.setup, self.store.state, self.setup.protocol
+        kind = type(protocol)
         if self.link is not None:
-            privacy = getattr(s.options, "privacy", None)
-            req = JoinRequest(site=s.site, protocol=s.protocol, study="", space_hash=s.space.fingerprint(),
+            req = JoinRequest(site=s.site, protocol=protocol.name, study="", space_hash=s.space.fingerprint(),
                               space=s.space.model_dump(mode="json"), n_init=s.n_init,
                               local_constraints=[g.name for g in s.space.local_constraints],
-                              privacy=declaration(privacy, self.horizon),
-                              shared_options=shared_of(s.protocol_cls, s.options))
+                              privacy=declaration(protocol.privacy, self.horizon), shared_options=protocol.shared)
             self.ledger.record_sent(req)
             reply = self.link.join(req, self.handle)
             self.ledger.record_received(reply)
@@ -105,7 +102,7 @@ class SiteAgent:
             elif reply.site_index != st.join_reply.site_index:
                 raise JournalError(f"the coordinator now gives {s.site!r} index {reply.site_index}, "
                                    f"the journal has {st.join_reply.site_index}")
-            if s.protocol_cls.federated and st.clock.rebase(reply.clock):
+            if kind.federated and st.clock.rebase(reply.clock):
                 warnings.warn(f"site {s.site!r}: the coordinator has completed {reply.clock + 1} round(s), this "
                               f"site's journal is at round {st.round}: the coordinator lost its rounds (re-created "
                               "without its state?); continuing on the coordinator's clock", stacklevel=4)
@@ -115,15 +112,14 @@ class SiteAgent:
         if st.join_reply is not None:
             index, n_sites = st.join_reply.site_index, st.join_reply.n_sites
             self.horizon = self.horizon if self.horizon is not None else st.join_reply.horizon
-        uses_design = getattr(s.protocol_cls.site_logic, "uses_study_design", False)
+        uses_design = kind.site_logic.uses_study_design
         self.context = SiteContext(site=s.site, site_index=index, n_sites=n_sites, seed=s.seed,
                                    horizon=self.horizon, objective=s.objective, secret=s.secret,
                                    key_seed=s.key_seed, outcomes=s.outcomes,
                                    study_design=study_design(s.space, s.n_init, st.join_reply) if uses_design else None)
         # DP(epsilon=...): the noise calibrated to the campaign's planned releases, and its enforcer
-        logic_options, self.budget = plan_budget(s.protocol_cls.site_logic, s.space, s.options, self.context,
-                                                 self.horizon)
-        logic = s.protocol_cls.site_logic(s.space, logic_options, self.context)
+        logic_options, self.budget = plan_budget(protocol, s.space, self.context, self.horizon)
+        logic = kind.site_logic(s.space, logic_options, self.context)
         logic.resume(journaled_releases(self.store, logic))  # what it sent before a restart
         self.logic = logic
         self._ready.set()  # the transport may now hand it requests (handle)
