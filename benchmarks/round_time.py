@@ -24,6 +24,7 @@ import torch
 import labfbo
 from labfbo.models.pacoh import site_score
 from labfbo.protocols.gradient import meta_step
+from labfbo.transport.local import LocalTransport
 
 
 @dataclass
@@ -49,7 +50,7 @@ def measure(n_sites: int, particles: int, n_obs: int, steps: int, repeats: int, 
         y = np.sin(6 * X.sum(1) + 0.3 * i) + 0.1 * X[:, 0]
         o.add_observations(space.decode(X), y.tolist())
     rows = []
-    transport = coord._transport
+    transport = LocalTransport.of(coord)
     warm = time.perf_counter()
     coord.run_round(0, transport.gather)  # the first round meta-trains fresh particles (warmup_steps)
     warm = time.perf_counter() - warm

@@ -32,7 +32,7 @@ from labfbo.problems import FederatedProblem
 from labfbo.coordinator import Coordinator
 from labfbo.exceptions import ConfigurationError
 from labfbo.optimizer import Optimizer
-from labfbo.protocols import ConfiguredProtocol
+from labfbo.protocols import Protocol
 from labfbo.protocols import as_keywords
 from labfbo.seeding import int_seed, rng
 from labfbo.space import Categorical
@@ -186,7 +186,7 @@ def _coordinator(prob: FederatedProblem, protocol: str, seed: int, budget: int, 
                        **{k: v for k, v in options.items() if k not in SITE_OPTIONS})
 
 
-def simulate(problem: FederatedProblem | str, protocol: "str | ConfiguredProtocol" = "independent",
+def simulate(problem: FederatedProblem | str, protocol: "str | Protocol" = "independent",
              n_sites: int | None = None,
              n_init: int | None = None, budget: int = 20, seed: int = 0, transport: str = "local",
              heterogeneity: Any = None, progress: bool = False,

@@ -30,9 +30,6 @@ _BUILTIN: dict[str, str] = {
 }
 _REGISTRY: dict[str, type[Protocol]] = {}
 
-ConfiguredProtocol = Protocol
-"""The former name of a configured protocol's type (every :class:`Protocol` instance is one)."""
-
 
 def register_protocol(cls: type[Protocol]) -> type[Protocol]:
     """Register a protocol class under ``cls.name`` (usable as a decorator)."""
@@ -104,7 +101,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | {t.rsplit(":", 1)[1] for t in _BUILTIN.values()})
 
 
-__all__ = ["Aggregator", "Centralized", "ConfiguredProtocol", "Consensus", "Distribution", "Exchange", "Finish",
+__all__ = ["Aggregator", "Centralized", "Consensus", "Distribution", "Exchange", "Finish",
            "Gradient", "Independent", "Pooled", "Protocol", "SiteContext", "SiteData", "SiteLogic", "Step",
            "Surface", "Vote", "as_keywords", "available_protocols", "configure", "get_protocol", "parse_options",
            "register_protocol", "resolve", "shared_of"]
