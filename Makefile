@@ -28,12 +28,15 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver; }
 
+# two processes (pytest-xdist), each test module whole in one of them (its module fixtures run once)
+XDIST := -n 2 --dist loadfile
+
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -v -p no:cacheprovider --durations=25
+	$(BIN)/python -m pytest -v -p no:cacheprovider --durations=25 $(XDIST)
 
 # the unit tier: no subprocess, server, MPI or schemathesis test (those are marked `integration`)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not integration"
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not integration" $(XDIST)
 
 bench: $(STAMP)
 	$(BIN)/labfbo bench latency

@@ -7,7 +7,8 @@ whole suite several times over. The session marks its environment (``LABFBO_TEST
 which every process it starts inherits; after each test module, every live process that
 carries the mark, other than pytest itself, is killed, and the terminal summary names it with
 the module that left it (Linux ``/proc``; elsewhere a no-op). Processes the tests did not
-start (another run beside the suite) do not carry the mark and are left alone.
+start (another run beside the suite) do not carry the mark and are left alone. Under
+pytest-xdist each worker marks and kills its own, and the controller's summary names them all.
 """
 
 from __future__ import annotations
@@ -76,6 +77,15 @@ class LeftoverGuard:
                 except OSError:
                     continue
                 self.left.append((item.module.__name__, pid, cmd[:160]))
+
+    def pytest_sessionfinish(self, session) -> None:
+        workeroutput = getattr(session.config, "workeroutput", None)  # a pytest-xdist worker: tell the controller
+        if workeroutput is not None:
+            workeroutput["labfbo_leftovers"] = [list(entry) for entry in self.left]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:  # the controller hears what each worker killed
+        self.left += [tuple(entry) for entry in getattr(node, "workeroutput", {}).get("labfbo_leftovers", [])]
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.left:

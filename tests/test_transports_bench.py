@@ -14,7 +14,7 @@ from labfbo.cli import main
 pytestmark = pytest.mark.integration  # an HTTP server and an mpiexec subprocess
 
 
-def test_bench_transports_runs_one_campaign_on_every_transport(tmp_path, capsys) -> None:
+def test_bench_transports_runs_one_campaign_on_every_transport(tmp_path) -> None:
     has_mpi = bool(shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec"))
     transports = ["local", "http"] + (["mpi"] if has_mpi else [])
     assert main(["bench", "transports", "--sites", "2", "--budget", "2", "--option", "warmup_steps=4",
