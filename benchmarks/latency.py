@@ -19,8 +19,6 @@ time ratios (labfbo / loop), so machine noise hits every side alike.
 from __future__ import annotations
 
 import argparse
-import sys
-
 import time
 from dataclasses import dataclass
 from statistics import median
