@@ -19,7 +19,7 @@ from labfbo.protocols.gradient import ParticlesRequest
 flwr = pytest.importorskip("flwr")
 
 from labfbo.flower_app import labfbo_flower_relay as relay  # noqa: E402
-from labfbo.transport.flower_deploy import LocalFlowerDeployment  # noqa: E402
+from flower_fixtures import deployment, logs  # noqa: E402,F401 - the module's deployment fixture
 
 FAST = {"num_restarts": 2, "raw_samples": 32}
 EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_steps": 5, "svgd_steps": 2},
@@ -43,16 +43,6 @@ def test_a_frame_crosses_flower_records_bit_for_bit() -> None:
     assert err == b'{"error": "X", "message": "y"}'
 
 
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
-    with LocalFlowerDeployment(3, tmp_path_factory.mktemp("flower"), tls=True, auth=True) as fl:
-        yield fl
-
-
-def _logs(fl: LocalFlowerDeployment, name: str) -> str:
-    return (fl.workdir / name).read_text(errors="replace")
-
-
 pytestmark = pytest.mark.integration
 
 
@@ -63,8 +53,8 @@ def test_flower_gives_the_same_proposals_as_local(deployment, protocol: str) -> 
     local = labfbo.simulate(**kw)
     np.testing.assert_array_equal(flower.proposals, local.proposals)
     np.testing.assert_array_equal(flower.bytes_up, local.bytes_up)
-    link = _logs(deployment, "superlink.log")
+    link = logs(deployment, "superlink.log")
     assert "HTTPS" in link or "insecure" not in link.lower()  # TLS on
     assert "authentication is disabled" not in link  # SuperNode authentication on
     for site in deployment.sites:
-        assert "Starting Flower SuperNode" in _logs(deployment, f"supernode-{site.name}.log")
+        assert "Starting Flower SuperNode" in logs(deployment, f"supernode-{site.name}.log")

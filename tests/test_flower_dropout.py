@@ -18,6 +18,7 @@ flwr = pytest.importorskip("flwr")
 
 from labfbo.server.config import ServerConfig, hash_token  # noqa: E402
 from labfbo.transport.flower import FlowerCoordinator  # noqa: E402
+from flower_fixtures import deployment, logs  # noqa: E402,F401 - the module's deployment fixture
 from labfbo.transport.flower_deploy import LocalFlowerDeployment  # noqa: E402
 
 FAST = {"num_restarts": 2, "raw_samples": 32}
@@ -25,16 +26,6 @@ EXTRA = {"distribution": {"M": 64, "candidates": 128}}
 SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1)])
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
-    with LocalFlowerDeployment(3, tmp_path_factory.mktemp("flower"), tls=True, auth=True) as fl:
-        yield fl
-
-
-def _logs(fl: LocalFlowerDeployment, name: str) -> str:
-    return (fl.workdir / name).read_text(errors="replace")
 
 
 def test_a_killed_supernode_is_left_out_by_quorum_and_its_site_resumes_from_its_journal(deployment, tmp_path) -> None:
@@ -111,8 +102,8 @@ def test_a_killed_supernode_is_left_out_by_quorum_and_its_site_resumes_from_its_
 
 def _contributions(fl: LocalFlowerDeployment, run, t: int) -> list[list[str]]:
     """Who contributed to each exchange of round ``t`` (the ServerApp's log)."""
-    found = re.search(rf"round {t} done in [0-9.]+ s; contributions (\[.*\])", _logs(fl, run.log.name))
-    assert found, _logs(fl, run.log.name)[-3000:]
+    found = re.search(rf"round {t} done in [0-9.]+ s; contributions (\[.*\])", logs(fl, run.log.name))
+    assert found, logs(fl, run.log.name)[-3000:]
     return json.loads(found.group(1))
 
 
