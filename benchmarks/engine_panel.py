@@ -9,7 +9,7 @@ categorical parameters; their optimum is found by enumerating the discrete part 
 minimizing the continuous part numerically (:func:`minimize_in_box`).
 
 The range (normalizer of the normalized regret) is ``max - min`` over 1024 scrambled
-Sobol points (fixed seed) and the optimum. Definitions: ``docs/benchmarks.md`` §12.
+Sobol points (fixed seed) and the optimum. Definitions: ``docs/benchmarks/engine.md``.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 #: variants run only when named (``--methods``), never by default: method -> (protocol, options)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    # the engine's default transform, which `distribution` does not take (docs/benchmarks.md §12)
+    # the engine's default transform, which `distribution` does not take (docs/benchmarks/engine.md)
     "GUIDE-NEI-winsorize": ("distribution", {"acquisition": "nei", "output_transform": "winsorize"}),
 }
 #: every method a job may name, in table order (the paper's first)

@@ -8,7 +8,7 @@ with ``PYTHONPATH`` pointing at an older checkout for the "before" row.
 
 Prints, per transport: MB per site each way in the warm-up round (round 0) and in the
 later rounds (mean), and the round latency (slowest site's ``ask()``; later rounds:
-median) — one JSON line per transport, for ``docs/benchmarks.md`` §8.
+median) — one JSON line per transport, for ``docs/benchmarks/transports.md``.
 """
 
 from __future__ import annotations

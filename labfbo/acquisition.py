@@ -3,8 +3,7 @@ r"""Building and optimizing acquisition functions (BoTorch), shared by every pro
 All acquisitions *maximize* a model of the objective in the maximization orientation.
 
 * ``nei`` (the default of every protocol): ``qLogNoisyExpectedImprovement`` with the
-  observed points as baseline; chosen on ``labfbo bench engine`` (``docs/benchmarks.md``
-  §12). The papers' acquisitions stay available by name.
+  observed points as baseline; chosen on ``labfbo bench engine`` (``docs/benchmarks/engine.md``). The papers' acquisitions stay available by name.
 * ``ucb``: :math:`\mu(x) + \sqrt{\beta}\,\sigma(x)` (analytic for one point without
   pending trials, ``qUpperConfidenceBound`` otherwise), :math:`\beta = 4`
   (:math:`\kappa = 2`) unless set: PACD-BO's, PMCBO's and GUIDE-FBO's setting.

@@ -14,7 +14,7 @@ noise :math:`\sigma_j^2 = \mathrm{sem}_j^2`; otherwise the noise level is learne
 (BoTorch's :math:`\mathcal{LN}(-4, 1)` prior, floor :math:`10^{-4}` on the standardized
 scale). By default the objective's bad tail is clipped first (``output_transform="winsorize"``,
 :func:`winsorized`; ``"standardize"`` leaves it). The defaults were chosen on
-``labfbo bench engine`` (``docs/benchmarks.md`` §12).
+``labfbo bench engine`` (``docs/benchmarks/engine.md``).
 """
 
 from __future__ import annotations

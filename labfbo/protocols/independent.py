@@ -35,7 +35,7 @@ class IndependentOptions(ModelOptions):
 
     The default acquisition, shared by every protocol, is ``qLogNoisyExpectedImprovement``
     (``"nei"``), chosen on ``labfbo bench engine`` against UCB and LogEI, Optuna's
-    ``GPSampler`` and a BoTorch tutorial loop (``docs/benchmarks.md`` §12).
+    ``GPSampler`` and a BoTorch tutorial loop (``docs/benchmarks/engine.md``).
     """
 
 

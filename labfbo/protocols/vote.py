@@ -3,7 +3,7 @@ r"""Protocol ``vote``: each site says, in a few bits, where it believes the opti
 Not from one of the seed papers: it is the mechanism for a small privacy budget. Under
 task-level DP a site's whole dataset is the unit protected, so at :math:`\varepsilon \approx 2`
 for a campaign every continuous release (scores, beliefs, statistics) is mostly noise
-(``docs/benchmarks.md`` §16). A *choice among a few public options* is different: k-ary
+(``docs/benchmarks/privacy.md``). A *choice among a few public options* is different: k-ary
 randomized response (:mod:`labfbo.privacy.randomized_response`) reports it truthfully with
 probability :math:`e^{\varepsilon}/(e^{\varepsilon} + k - 1)` — 65 % for 5 options at
 :math:`\varepsilon = 2` — and costs exactly :math:`\varepsilon`, with no :math:`\delta`.
