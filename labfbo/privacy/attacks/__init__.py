@@ -3,5 +3,9 @@
 * :mod:`labfbo.privacy.attacks.gradient` — the coordinator's gradient-inversion attack on a
   ``gradient`` site (PACD-BO §V), with and without DP, cached and resumable;
 * :mod:`labfbo.privacy.attacks.votes` — what the coordinator and a peer learn of a ``vote``
-  site's optimum from its votes.
+  site's optimum from its votes;
+* :mod:`labfbo.privacy.attacks.surface` — the combinations a ``surface`` lab ran and its
+  standardized results, reconstructed by the coordinator, a peer, or a coordinator that sees
+  only the cohort's secure sum; :mod:`labfbo.privacy.attacks.surface_audit` runs it on
+  Buchwald–Hartwig labs (``labfbo privacy audit --protocol surface``).
 """

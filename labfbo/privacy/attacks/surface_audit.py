@@ -1,0 +1,284 @@
+"""``labfbo privacy audit --protocol surface``: campaigns on Buchwald–Hartwig labs, the three attacks, table, plot.
+
+One job is one campaign (labs, seed, experiments, privacy) of ``surface`` on the labs of
+:mod:`labfbo.datasets` (by default the demo's three most related labs, :func:`labfbo.demo.related_labs`),
+every lab from its initial combinations (enqueued, as in ``labfbo demo``) then ``budget``
+proposals, one per round; a combination missing from a lab's data fails there. Each lab is
+then attacked from the ``coordinator``'s view of its statistics, from a ``peer``'s (the next
+lab's leave-one-out totals) and from the cohort's ``sum`` (secure aggregation), and scored
+(:func:`labfbo.privacy.attacks.surface.score`). Each job's JSON is cached: an interrupted
+audit resumes, and a cache made with other settings is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from labfbo.exceptions import ConfigurationError
+from labfbo.privacy.attacks.surface import (VIEWS, attack, candidates, coordinator_view, peer_view,
+                                           reconstruct_values, score, secure_sum_view, sum_view)
+
+METRICS = ("recall", "precision", "pearson", "spearman", "rmse")
+KNOWN = ("spearman", "spearman_chance", "rmse", "rmse_chance")
+
+
+@dataclass(frozen=True)
+class SurfaceJob:
+    """One campaign and its attacks; ``epsilon`` None: no DP."""
+
+    path: str
+    labs: tuple[str, ...]
+    seed: int
+    budget: int
+    n_init: int = 3
+    epsilon: float | None = None
+    delta: float = 1e-5
+
+
+def jobs(out: str, labs: Sequence[str], epsilons: Sequence[float | None], seeds: Sequence[int], budget: int,
+         n_init: int = 3) -> list[SurfaceJob]:
+    """One job per (budget epsilon, seed); None is the campaign without DP."""
+    return [SurfaceJob(str(Path(out) / "surface" / ("nodp" if e is None else f"eps{e:g}") / f"seed{k}.json"),
+                       tuple(labs), int(k), int(budget), int(n_init), None if e is None else float(e))
+            for e in epsilons for k in seeds]
+
+
+def default_labs(n: int = 3) -> tuple[str, ...]:
+    """The demo's ``n`` most related labs."""
+    from labfbo.datasets import load_reactions
+    from labfbo.demo import related_labs
+
+    return related_labs(load_reactions(), n)
+
+
+def campaign(labs: Sequence[str], seed: int, budget: int, n_init: int = 3, **options: Any) -> tuple[Any, list[Any]]:
+    """A ``surface`` campaign of the labs in one process, its statistics in the clear unless ``options``
+    say otherwise (the coordinator's view; the secure sum is computed from it, :func:`_secure_sum`);
+    returns the data and the labs' optimizers."""
+    import labfbo
+    from labfbo.datasets import initial_design, load_reactions
+    from labfbo.seeding import int_seed
+
+    from labfbo.protocols.surface import SurfaceOptions
+
+    if "secure_aggregation" in SurfaceOptions.model_fields:  # the clear statistics: the coordinator's view
+        options = {"secure_aggregation": "off", **options}
+    data = load_reactions().subset(list(labs))
+    names = list(data.labs)
+    coord = labfbo.Coordinator("surface", sites=names, space=data.space, seed=seed, horizon=budget, **options)
+    sites = [labfbo.Optimizer(data.space, objective="maximize", protocol="surface", coordinator=coord, site=name,
+                              seed=seed, n_init=n_init, horizon=budget, secret=int_seed(seed, i, 0, "site-secret"),
+                              **options) for i, name in enumerate(names)]
+
+    def run(i: int, trial: Any) -> None:
+        y = data.tables[i].get(tuple(trial.params[n] for n in data.space.names))
+        if y is None:
+            sites[i].tell_failed(trial, "combination not in this lab's data")
+        else:
+            sites[i].tell(trial, y)
+
+    for i, o in enumerate(sites):
+        for combo in initial_design(data, i, seed, n_init):
+            run(i, o.enqueue(dict(zip(data.space.names, combo))))
+    for _ in range(budget):
+        trials = [o.ask() for o in sites]
+        for i, tr in enumerate(trials):
+            run(i, tr)
+    return data, sites
+
+
+def _truth(opt: Any, cand: Any, n: int) -> tuple[list[int], np.ndarray]:
+    """The lab's first ``n`` experiments (combination indices) and their results standardized as the lab did."""
+    from labfbo.models.surface import standardized
+
+    obs = list(opt.observations)[:n]
+    X = np.asarray(opt.space.encode([o.params for o in obs]), dtype=np.float64)
+    sign = -1.0 if opt.objective == "minimize" else 1.0
+    return cand.index(X), standardized(sign * np.asarray([o.value for o in obs], float))
+
+
+def audit_sites(sites: Sequence[Any], seed: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """Every lab attacked from each view (:data:`~labfbo.privacy.attacks.surface.VIEWS`): per view, one row per lab."""
+    opt0 = sites[0]
+    cand = candidates(opt0.space, opt0.options.fourier_features, opt0.options.fourier_lengthscale)
+    own = [coordinator_view(o.sent_messages()) for o in sites]
+    counts = [{s.round: s.count for s in v} for v in own]
+    summed = _secure_sum(sites, cand, counts, seed)
+    out: dict[str, list[dict[str, Any]]] = {v: [] for v in VIEWS}
+    L = len(sites)
+    for i in range(L):
+        peer = (i + 1) % L
+        views = {"coordinator": (own[i], [i]), "peer": (peer_view(sites[peer].received_messages()),
+                                                        [k for k in range(L) if k != peer]),
+                 "sum": (summed, list(range(L)))}
+        for view, (snaps, summed_labs) in views.items():
+            last = [s for s in snaps if s.round in counts[i]]
+            if not last:
+                continue
+            single = summed_labs == [i]
+            rows, values = attack(last, cand, single)
+            r = max(s.round for s in last)
+            true, z = _truth(sites[i], cand, counts[i][r])
+            # the results an attacker that knew every summed lab's combinations would recover (their bound)
+            known = [c for k in summed_labs for c in _truth(sites[k], cand, counts[k].get(r, 0))[0]]
+            known_values = reconstruct_values(last, true if single else known, cand, single)
+            res_known = score(true if single else known, known_values, true, z, len(cand.X), seed=seed + i)
+            out[view].append({"lab": str(sites[i].site), "attacker": view, "peer": peer if view == "peer" else None,
+                              "rounds": len(last), "noise_sd": max(s.noise_sd for s in last),
+                              "sites_summed": last[-1].sites,
+                              **score(rows, values, true, z, len(cand.X), seed=seed + i),
+                              **{f"{m}_known": res_known[m] for m in KNOWN},
+                              "z_true": z.tolist(), "z_hat_matched": _matched_values(rows, values, true)})
+    return out
+
+
+def _secure_sum(sites: Sequence[Any], cand: Any, counts: list[dict[int, int]], seed: int) -> list[Any]:
+    """What the coordinator learns under secure aggregation, per round all labs released in. Without
+    DP the unmasked sum is the sum of the clear statistics (:func:`sum_view`); under DP each lab adds
+    only its share of the noise (distributed DP), so the sum of the averages carries one mechanism's
+    noise: simulated here from the labs' data and the noise the messages state."""
+    first = next(m for m in sites[0].sent_messages() if getattr(m, "kind", None) == "surface_stats")
+    if first.dp_noise_multiplier is None:
+        return sum_view([o.sent_messages() for o in sites])
+    from labfbo.models.surface import site_statistics
+
+    sd = float(first.dp_noise_multiplier * first.dp_sensitivity)
+    gen = np.random.default_rng([seed, 7919])
+    sums = []
+    for r in sorted(set.intersection(*(set(c) for c in counts))):
+        V = 0.0
+        for k, o in enumerate(sites):
+            obs = list(o.observations)[: counts[k][r]]
+            X = np.asarray(o.space.encode([ob.params for ob in obs]), dtype=np.float64)
+            sign = -1.0 if o.objective == "minimize" else 1.0
+            G, h = site_statistics(cand.Phi[cand.index(X)], sign * np.asarray([ob.value for ob in obs]),
+                                   first.dp_clip)
+            V = V + np.concatenate([G, h, [len(obs), 1.0]])
+        V[:-2] += gen.normal(0.0, sd, len(V) - 2)
+        sums.append((r, V))
+    return secure_sum_view(sums, cand.Phi.shape[1], sd)
+
+
+def _matched_values(rows: Sequence[int], values: np.ndarray, true: Sequence[int]) -> list[float | None]:
+    """The recovered result of each true row (None: its combination is not in the guess)."""
+    from labfbo.privacy.attacks.surface import _matched
+
+    ti, gi = _matched(rows, values, true)
+    out: list[float | None] = [None] * len(true)
+    for a, b in zip(ti, gi):
+        out[a] = float(values[b])
+    return out
+
+
+def run_job(job: SurfaceJob) -> dict[str, Any]:
+    """Campaign, attacks, JSON (written atomically); returns the JSON."""
+    import labfbo
+
+    options: dict[str, Any] = {}
+    if job.epsilon is not None:
+        options["privacy"] = labfbo.DP(epsilon=job.epsilon, delta=job.delta)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, sites = campaign(job.labs, job.seed, job.budget, job.n_init, **options)
+    res = {"job": asdict(job), "epsilon": sites[0].epsilon(), "results": audit_sites(sites, seed=job.seed)}
+    path = Path(job.path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(res))
+    os.replace(tmp, path)
+    return res
+
+
+def run_jobs(todo: Sequence[SurfaceJob], progress: Any = None) -> list[dict[str, Any]]:
+    """Run the jobs not cached yet (a cache of other settings is refused); every job's JSON, in order."""
+    for j in todo:
+        if Path(j.path).exists() and json.loads(Path(j.path).read_text())["job"] != json.loads(json.dumps(asdict(j))):
+            raise ConfigurationError(f"{j.path} was cached with other settings; use another --out")
+    out = []
+    for k, j in enumerate(todo):
+        out.append(json.loads(Path(j.path).read_text()) if Path(j.path).exists() else run_job(j))
+        if progress is not None:
+            progress(k + 1, len(todo))
+    return out
+
+
+def _setting(res: dict[str, Any]) -> str:
+    e = res["job"]["epsilon"]
+    return "no DP" if e is None else f"ε = {e:g}"
+
+
+def cells(results: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, np.ndarray]]:
+    """(setting, view) -> metric -> the values over labs and seeds."""
+    out: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for res in results:
+        for view in VIEWS:
+            for row in res["results"].get(view, []):
+                c = out.setdefault((_setting(res), view), {})
+                for m in (*METRICS, *(f"{m}_chance" for m in METRICS), *(f"{m}_known" for m in KNOWN), "n",
+                          "sites_summed"):
+                    c.setdefault(m, []).append(float(row[m]) if row[m] is not None else float("nan"))
+    return {k: {m: np.asarray(v) for m, v in c.items()} for k, c in out.items()}
+
+
+def _mean(a: np.ndarray | None) -> float:
+    """The mean of the finite values (nan: none)."""
+    a = np.asarray([] if a is None else a, float)
+    return float(a[np.isfinite(a)].mean()) if np.isfinite(a).any() else float("nan")
+
+
+def _f(a: np.ndarray, digits: int = 2) -> str:
+    return "—" if not np.isfinite(a).any() else f"{np.nanmean(a):.{digits}f}"
+
+
+def table(results: Sequence[dict[str, Any]]) -> str:
+    """Markdown: per setting and attacker, mean over labs and seeds (chance in parentheses)."""
+    lines = ["| setting | attacker | labs summed | experiments | combinations recovered (chance) | precision (chance) "
+             "| Spearman of results (chance) | Pearson (chance) | RMSE (chance) | Spearman knowing the combinations (chance) |",
+             "|---|---|---:|---:|---|---|---|---|---|---|"]
+    for (setting, view), c in cells(results).items():
+        lines.append(f"| {setting} | {view} | {_f(c['sites_summed'], 0)} | {_f(c['n'], 1)} | "
+                     + " | ".join(f"{_f(c[m])} ({_f(c[m + '_chance'])})" for m in METRICS[:2]) + " | "
+                     + " | ".join(f"{_f(c[m])} ({_f(c[m + '_chance'])})" for m in METRICS[2:])
+                     + f" | {_f(c['spearman_known'])} ({_f(c['spearman_chance_known'])}) |")
+    return "\n".join(lines)
+
+
+def plot(results: Sequence[dict[str, Any]], out: Path) -> Path:
+    """Bars per setting and attacker: combinations recovered and the results' Spearman, chance as ticks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    c = cells(results)
+    settings = list(dict.fromkeys(s for s, _ in c))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.8 / len(VIEWS)
+    for ax, metric, title in zip(axes, ("recall", "spearman"), ("lab's experiments recovered", "Spearman of "
+                                                                 "recovered vs true standardized results")):
+        for k, view in enumerate(VIEWS):
+            xs = np.arange(len(settings)) + (k - 1) * width
+            vals = [_mean(c.get((s, view), {}).get(metric)) for s in settings]
+            chance = [_mean(c.get((s, view), {}).get(metric + "_chance")) for s in settings]
+            ax.bar(xs, np.nan_to_num(vals), width, label=view)
+            ax.scatter(xs, chance, marker="_", s=200, color="black", zorder=3,
+                       label="chance" if k == 0 else None)
+        ax.set_xticks(np.arange(len(settings)), settings)
+        ax.set_title(title)
+        ax.set_ylim(-0.2 if metric == "spearman" else 0, 1.05)
+        ax.axhline(0, color="grey", lw=0.5)
+    axes[0].legend()
+    fig.suptitle("What surface's messages give away (labfbo privacy audit --protocol surface)")
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "surface_leakage.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
