@@ -99,9 +99,10 @@ def test_the_agreement_scale_follows_the_sites_data() -> None:
 
 @pytest.mark.integration  # a multi-site campaign
 def test_a_campaign_sends_only_statistics_and_repeats_under_its_seed() -> None:
-    def campaign() -> tuple[list, list]:
-        coord = labfbo.Coordinator("surface", sites=SITES, space=SPACE, seed=2, horizon=3, **FAST)
-        sites = [labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site=s, seed=2, n_init=3, **FAST)
+    def campaign() -> tuple[list, list]:  # the statistics in the clear (tests/test_surface_secagg.py: masked)
+        opts = {**FAST, "secure_aggregation": "off"}
+        coord = labfbo.Coordinator("surface", sites=SITES, space=SPACE, seed=2, horizon=3, **opts)
+        sites = [labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site=s, seed=2, n_init=3, **opts)
                  for s in SITES]
         return run_campaign(sites, _f, 3, 3), sites
 
@@ -122,9 +123,10 @@ def test_a_campaign_sends_only_statistics_and_repeats_under_its_seed() -> None:
 
 def test_dp_noises_the_statistics_and_is_accounted() -> None:
     dp = labfbo.DP(clip=2.0, noise_multiplier=1.0)
-    coord = labfbo.Coordinator("surface", sites=SITES, space=SPACE, seed=4, horizon=1, **FAST)
+    opts = {**FAST, "secure_aggregation": "off"}  # local noise on statistics in the clear
+    coord = labfbo.Coordinator("surface", sites=SITES, space=SPACE, seed=4, horizon=1, **opts)
     sites = [labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site=s, seed=4, n_init=3,
-                              privacy=dp, **FAST) for s in SITES]
+                              privacy=dp, **opts) for s in SITES]
     run_campaign(sites, _f, 3, 1)
     stats = [m for m in sites[0].sent_messages() if isinstance(m, SurfaceStats)]
     feats = SurfaceFeatures(SPACE, fourier=100)
@@ -223,10 +225,12 @@ def test_several_objectives_federate_each_objective_and_keep_the_hypervolume_acq
     for _ in range(2):
         for i, (o, t) in enumerate(zip(sites, [o.ask() for o in sites])):
             o.tell(t, _two(i, t.params))
-    stats = [m for m in sites[0].sent_messages() if isinstance(m, SurfaceStats)]
-    assert stats and all(m.moment.shape == (2, stats[0].p) for m in stats)
+    # three sites: the statistics leave masked, one moment per objective inside the cohort's sum
     logic = sites[0].agent.logic
-    assert logic._weights is not None and logic._weights.shape == (2, stats[0].p)
+    p = logic.features.p
+    ups = [m for m in sites[0].sent_messages() if m.kind == "masked_score"]
+    assert ups and all(m.masked.n_scalars == p * (p + 1) // 2 + 2 * p + 2 for m in ups)
+    assert logic._weights is not None and logic._weights.shape == (2, p)
     data = sites[0].site_data()
     for j in range(2):  # the proposal's models: each objective's GP on its own surface
         assert isinstance(logic.outcome_model(data, j).mean_module, SurfaceMean)
@@ -243,7 +247,7 @@ def test_sites_must_agree_on_how_several_objectives_federate() -> None:
     # statistics of another shape than the majority's are left out, with a warning
     from labfbo.protocols.surface import SurfaceAggregator, SurfaceOptions
 
-    agg = SurfaceAggregator(SurfaceOptions(fourier_features=0), SITES, 0, None, SPACE)
+    agg = SurfaceAggregator(SurfaceOptions(fourier_features=0, secure_aggregation="off"), SITES, 0, None, SPACE)
     p = SurfaceFeatures(SPACE).p
     two = {s: SurfaceStats(count=4, gram=Array.of(np.ones(p * (p + 1) // 2)), moment=Array.of(np.ones((2, p))))
            for s in SITES[:2]}

@@ -1,9 +1,11 @@
 """Secure aggregation inside a protocol: its messages, the site's answers and the coordinator's bookkeeping.
 
-One secure sum takes two exchanges with the *cohort* (the members with known keys):
+Used by ``gradient`` (per-particle scores) and ``surface`` (ridge statistics). One secure sum
+takes two exchanges with the *cohort* (the members with known keys):
 
-1. ``ParticlesRequest(cohort=...)`` -> each member uploads ``MaskedScores`` (its vector plus
-   its self mask and pairwise masks, :mod:`labfbo.privacy.secagg`);
+1. the protocol's request with ``cohort=...`` (``ParticlesRequest``, ``SurfaceRequest``) -> each
+   member uploads ``MaskedScores`` (its vector plus its self mask and pairwise masks,
+   :mod:`labfbo.privacy.secagg`);
 2. once every member's upload arrived, ``UnmaskRequest`` -> each member reveals the seed of
    its self mask (``SelfMaskSeed``), and the coordinator removes the self masks from the sum.
 
@@ -21,7 +23,9 @@ import warnings
 from typing import Callable, Literal, Mapping
 
 import numpy as np
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, model_serializer
 
 from labfbo.exceptions import ProtocolError
 from labfbo.messages import Abstain, Array, Message, register
@@ -47,19 +51,40 @@ class PublicKeyShare(Message):
 
 @register
 class MaskedScores(Message):
-    """Site -> coordinator (secure aggregation): ``enc([A_i.ravel(), 1/n_i, 1])`` plus the site's
-    self mask and pairwise masks, in Z_{2^64}. Alone it is uniform noise."""
+    """Site -> coordinator (secure aggregation): the site's encoded vector plus its self mask and
+    pairwise masks, in Z_{2^64}; alone it is uniform noise. ``gradient``: ``enc([A_i.ravel(), 1/n_i, 1])``;
+    ``surface``: ``enc([n_i upper(G_i), n_i h_i, n_i, 1])`` (under DP the averages, weight 1).
+
+    In the clear, configuration only: the DP clip and noise multiplier (and the l2 sensitivity
+    the release states), and ``surface``'s schedule ``release_every`` (the coordinator may reuse
+    the sum for ``k - 1`` rounds). Fields left unset are left off the wire (``gradient``'s
+    uploads are byte for byte as before)."""
 
     kind: Literal["masked_score"] = "masked_score"
     step: int
     masked: Array
     dp_clip: float | None = None
     dp_noise_multiplier: float | None = None
+    dp_sensitivity: float | None = Field(None, gt=0, allow_inf_nan=False)
+    release_every: int | None = Field(None, ge=1)
+
+    @model_serializer(mode="wrap")
+    def _unset_left_off(self, handler: Any) -> Any:
+        out = handler(self)
+        if isinstance(out, dict):
+            for name in ("dp_sensitivity", "release_every"):
+                if getattr(self, name) is None:
+                    out.pop(name, None)
+        return out
 
 
 @register
 class UnmaskRequest(Message):
-    """Coordinator -> site: every upload of this release arrived; reveal your self mask's seed."""
+    """Coordinator -> site: every upload of this release arrived; reveal your self mask's seed.
+
+    ``particles_sha256`` is the digest of what the vectors were computed on, part of every
+    mask's context: ``gradient``'s particles (:func:`digest`), ``surface``'s round context
+    (:func:`context_digest`). The name is ``gradient``'s wire format."""
 
     kind: Literal["secagg_unmask_request"] = "secagg_unmask_request"
     step: int
@@ -81,6 +106,12 @@ def digest(particles: Array) -> str:
     return hashlib.sha256(particles.data.encode("ascii")).hexdigest()
 
 
+def context_digest(*parts: object) -> str:
+    """The SHA-256 of a protocol's own context (what its members' vectors are computed on), for
+    the mask context where ``gradient`` puts its particles' digest."""
+    return hashlib.sha256("/".join(str(p) for p in parts).encode()).hexdigest()
+
+
 # -- site side -------------------------------------------------------------------------------------
 def check_cohort(cohort: Mapping[str, str] | None, me: str, key_seed: bytes) -> Message | None:
     """Why this site must not upload into ``cohort`` (an answer to send instead), or None."""
@@ -95,9 +126,9 @@ def check_cohort(cohort: Mapping[str, str] | None, me: str, key_seed: bytes) -> 
 
 
 def upload(values: np.ndarray, me: str, key_seed: bytes, cohort: Mapping[str, str], study: str, round: int,
-           step: int, particles_sha256: str) -> Array:
-    """``values`` encoded and masked for this release."""
-    info = secagg.context(study, round, step, list(cohort), particles_sha256.encode())
+           step: int, context_sha256: str) -> Array:
+    """``values`` encoded and masked for this release (``context_sha256``: :func:`digest` or :func:`context_digest`)."""
+    info = secagg.context(study, round, step, list(cohort), context_sha256.encode())
     return Array.of(secagg.mask(secagg.encode(values, len(cohort)), me, key_seed, cohort, info), dtype="uint64")
 
 
@@ -158,22 +189,38 @@ class SecureSum:
     def cohort_keys(self) -> dict[str, str]:
         return {s: self.keys[s] for s in self.cohort}
 
-    def on_responses(self, step: int, particles_sha256: str, size: int,
+    def on_responses(self, step: int, particles_sha256: str, size: int | None,
                      responses: Mapping[str, Message]) -> dict[str, Message] | np.ndarray | str:
         """The next exchange, the decoded sum (``size`` floats), ``"redo"`` (ask the step again of
-        the smaller cohort) or ``"stop"`` (no secure sum possible this round)."""
+        the smaller cohort) or ``"stop"`` (no secure sum possible this round).
+
+        ``size=None``: the uploads' size is not known in advance (``surface``: one moment per
+        objective); the most frequent size among the cohort's uploads (the first in roster order
+        on a tie) is the sum's, and a member whose upload has another is treated as dropped out,
+        with a warning."""
         self.learn_keys(responses)
         if self.phase == "keys":
             self.phase, self.cohort = "upload", []
             return "redo"
         want = MaskedScores if self.phase == "upload" else SelfMaskSeed
+        if self.phase == "upload" and size is None:
+            sizes = [responses[s].masked.n_scalars for s in self.cohort  # type: ignore[union-attr]
+                     if isinstance(responses.get(s), MaskedScores)]
+            common = max(sizes, key=sizes.count) if sizes else 0
+            odd = [s for s in self.cohort if isinstance(responses.get(s), MaskedScores)
+                   and responses[s].masked.n_scalars != common]  # type: ignore[union-attr]
+            if odd:
+                warnings.warn(f"secure aggregation: leaving out the uploads of {odd} (not of the cohort's size "
+                              f"{common}: another basis or number of objectives)", stacklevel=3)
+                responses = {s: r for s, r in responses.items() if s not in odd}
+            size = common
         answered = [s for s in self.cohort if isinstance(responses.get(s), want)]
         if len(answered) < len(self.cohort):  # a dropout: its masks would not cancel
             self.cohort, self.redone, self.phase, self.uploads = answered, self.redone + 1, "upload", {}
             return "redo" if len(answered) >= MIN_COHORT else "stop"
         if self.phase == "upload":
             self.uploads = {s: responses[s].masked.numpy().reshape(-1) for s in answered}  # type: ignore[union-attr]
-            if any(u.size != size for u in self.uploads.values()):
+            if size is not None and any(u.size != size for u in self.uploads.values()):
                 raise ProtocolError(f"masked uploads must have {size} entries")
             self.phase = "unmask"
             req = UnmaskRequest(step=step, cohort=self.cohort_keys(), particles_sha256=particles_sha256)

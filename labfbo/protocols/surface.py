@@ -19,6 +19,14 @@ get the Gaussian mechanism (:func:`~labfbo.models.surface.privatize`, task level
 (:class:`SurfaceTotals`) — never its own data back, so its own observations are not
 counted twice.
 
+**Secure aggregation** (``secure_aggregation="auto"``, the default: on from 3 sites). The
+statistics leave a site only masked (``MaskedScores``): the coordinator learns the cohort's sum
+:math:`\sum_i [n_i\bar G_i, n_i\bar h_i, n_i, 1]` and sends it with the member list; each site
+subtracts its own upload itself (:mod:`labfbo.protocols.surface_secure`, which states the dropout
+rule, the reuse of a sum under ``release_every`` and the distributed DP noise). A study of two sites
+runs in the clear with a warning (a sum minus one's own would be the other's statistics); ``"on"``
+refuses it; ``"off"``: the statistics in the clear, as above.
+
 **Site proposal.** :math:`w = (\sum_{j\ne i} n_j\bar G_j + \lambda I)^{-1}\sum_{j\ne i} n_j\bar h_j`;
 the site's GP (the engine's kernel, :mod:`labfbo.models.gp`) gets the prior mean
 :math:`a + c\,\phi(x)^\top w` with :math:`c \sim \mathcal N(1, 0.3^2)` fitted with the
@@ -44,114 +52,31 @@ shared Chebyshev scalarization, as the other federated protocols.
 from __future__ import annotations
 
 import hashlib
+import math
 import warnings
 from typing import Any, Literal, Mapping
 
 import numpy as np
 from botorch.models.model import Model
-from pydantic import Field, model_serializer, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from labfbo.messages import Abstain, Array, Message, register
+from labfbo.exceptions import ConfigurationError
+from labfbo.messages import Abstain, Array, Message
 from labfbo.models.gp import fit_local_gp, predict
 from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, packed_size, privatize,
                                    ridge_weights, site_statistics, symmetric)
-from labfbo.privacy import DP
+from labfbo.privacy import DP, secagg
+from labfbo.privacy.distributed import honest_members, share_purpose
 from labfbo.privacy.release import Release
 from labfbo.protocols.held import HeldReleases, ReusesReleases
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
+from labfbo.protocols.secure_sum import (MIN_COHORT, KeyRequest, MaskedScores, PublicKeyShare, UnmaskRequest,
+                                         check_cohort, reveal, upload)
+from labfbo.protocols.surface_messages import SurfaceRequest, SurfaceStats, SurfaceTotals
+from labfbo.protocols.surface_secure import (MECHANISM, SURFACE_CONTEXT, UNMASKED_2_SITES, Mode, SecureRounds,
+                                             as_summed, contribution, leave_out, masked_study)
 from labfbo.space import SearchSpace
-
-
-# -- messages ----------------------------------------------------------------------------
-@register
-class SurfaceRequest(Message):
-    """Coordinator -> site: upload your response-surface statistics for this round."""
-
-    kind: Literal["surface_request"] = "surface_request"
-
-
-def _finite(*arrays: Array) -> None:
-    for a in arrays:
-        if not np.all(np.isfinite(a.numpy())):
-            raise ValueError("statistics must be finite")
-
-
-MAX_OBJECTIVES = 16  # moments per message: one per objective (several objectives, multi_objective="hypervolume")
-
-
-def _check_shapes(gram: Array, moment: Array, bound: float) -> None:
-    shape = moment.shape
-    if not (len(shape) == 1 or (len(shape) == 2 and 2 <= shape[0] <= MAX_OBJECTIVES)) \
-            or gram.shape != (packed_size(shape[-1]),):
-        raise ValueError(f"moment must be a (p,) vector (or (m, p), one per objective, 2 <= m <= {MAX_OBJECTIVES}) "
-                         f"and gram its (p(p+1)/2,) upper triangle, got {shape} and {gram.shape}")
-    _finite(gram, moment)
-    if max(float(np.abs(gram.numpy()).max(initial=0.0)), float(np.abs(moment.numpy()).max(initial=0.0))) > bound:
-        raise ValueError(f"statistics must be at most {bound:g} in absolute value")
-
-
-MAX_COUNT = 10**7  # observations per site
-MAX_AVERAGE = 1e9  # |entry| of an average: <= 1 without DP, DP noise far below this
-
-
-
-@register
-class SurfaceStats(Message):
-    r"""Site -> coordinator: :math:`\bar G` (upper triangle), :math:`\bar h` and :math:`n`
-    (``p(p+1)/2 + p + 1`` scalars); with several objectives one :math:`\bar h_j` per objective
-    (``moment`` of shape ``(m, p)``)."""
-
-    kind: Literal["surface_stats"] = "surface_stats"
-    count: int = Field(ge=2, le=MAX_COUNT)
-    gram: Array
-    moment: Array
-    dp_clip: float | None = None  # under DP: the bound of |z|, the noise multiplier and the l2 sensitivity
-    dp_noise_multiplier: float | None = None
-    dp_sensitivity: float | None = None
-    release_every: int | None = Field(None, ge=1, description="the site's schedule: the coordinator may reuse these "
-                                      "statistics for the next k - 1 rounds (None: 1; left off the wire)")
-
-    @model_serializer(mode="wrap")
-    def _no_default_schedule(self, handler: Any) -> Any:
-        out = handler(self)
-        if self.release_every is None and isinstance(out, dict):
-            out.pop("release_every", None)  # the messages of release_every=1 are byte for byte as before
-        return out
-
-    @model_validator(mode="after")
-    def _shapes(self) -> "SurfaceStats":
-        _check_shapes(self.gram, self.moment, MAX_AVERAGE)
-        return self
-
-    @property
-    def p(self) -> int:
-        return int(self.moment.shape[-1])
-
-
-@register
-class SurfaceTotals(Message):
-    """Coordinator -> site: the other contributors' count-weighted statistics, summed."""
-
-    kind: Literal["surface_totals"] = "surface_totals"
-    sites: int = Field(ge=0)
-    count: int = Field(ge=0)
-    gram: Array
-    moment: Array
-    noise_sd: float | None = Field(None, ge=0, allow_inf_nan=False, description="the DP noise std per entry of the "
-                                   "sums, from what the contributors stated: sqrt(sum_j (n_j sigma_j Delta_j)^2)")
-
-    @model_serializer(mode="wrap")
-    def _no_unset_noise(self, handler: Any) -> Any:
-        out = handler(self)
-        if self.noise_sd is None and isinstance(out, dict):
-            out.pop("noise_sd", None)  # totals without DP noise are byte for byte as before
-        return out
-
-    @model_validator(mode="after")
-    def _shapes(self) -> "SurfaceTotals":
-        _check_shapes(self.gram, self.moment, MAX_AVERAGE * MAX_COUNT * 10**4)
-        return self
 
 
 # -- options -------------------------------------------------------------------------------
@@ -168,6 +93,12 @@ class SurfaceOptions(ModelOptions):
     fourier_lengthscale: float = Field(0.2, gt=0, description="their RBF lengthscale in unit-cube units")
     release_every: int = Field(1, ge=1, description="k: upload the statistics only in rounds t with t % k == 0 "
                                "(ceil(T/k) releases; the coordinator reuses them in between)")
+    secure_aggregation: Mode = Field(
+        "auto", description="auto: the statistics leave a site only masked into the cohort's sum in a study of "
+        ">= 3 sites, in the clear (with a warning) in one of 2; on: always masked (a study of fewer than 3 is "
+        "refused); off: in the clear (labfbo.protocols.surface_secure)")
+    dp_colluders: int = Field(0, ge=0, description="secure aggregation under DP: how many other sites may collude "
+                              "with the coordinator; each member adds 1/max(n - dp_colluders, 1) of the noise variance")
     multi_objective: Literal["hypervolume", "parego"] = Field(
         "hypervolume", description="several objectives: 'hypervolume' shares one surface per objective and each "
         "site maximizes qLogNEHVI over its GPs on them; 'parego' shares the surface of the round's random "
@@ -178,7 +109,15 @@ class SurfaceOptions(ModelOptions):
         if self.input_warping:
             raise ValueError("the surface protocol's prior mean is a function of the unwarped inputs; "
                              "input_warping cannot be set")
+        if self.dp_colluders and (self.privacy is None or self.secure_aggregation == "off"):
+            raise ValueError("dp_colluders applies to DP noise shared over secure sums: it needs privacy=DP(...) "
+                             "and secure_aggregation 'auto' or 'on'")
         return self
+
+    def distributed(self) -> bool:
+        """Under secure sums each member adds a share of the DP noise (``unit="site"``; another unit's
+        sensitivity depends on the count, so each member adds its full noise)."""
+        return self.privacy is not None and getattr(self.privacy, "unit", "site") == "site"
 
 
 # -- the two sides ---------------------------------------------------------------------------
@@ -202,6 +141,8 @@ class SurfaceSite(LocalGPSite):
         super().__init__(space, options, context)
         self.features = features(space, options)
         self._objective_models: dict[int, tuple[bytes, Model]] = {}  # objective -> (data + surface key, its GP)
+        self._mine: dict[int, tuple[tuple[str, ...], np.ndarray]] = {}  # round -> (cohort, this site's upload)
+        self._warned = self._warned_restart = False
 
     def objectives(self, data: SiteData) -> int:
         """How many surfaces the site shares: one per objective under several objectives with
@@ -211,7 +152,17 @@ class SurfaceSite(LocalGPSite):
             return 1
         return len(spec.objectives)
 
+    @property
+    def masked(self) -> bool:
+        """Its statistics leave only masked into a cohort's sum (``secure_aggregation`` and the study's size)."""
+        return masked_study(self.options.secure_aggregation, self.context.n_sites)
+
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
+        ctx = self.context
+        if isinstance(request, KeyRequest):
+            return PublicKeyShare(public_key=secagg.public_key(ctx.key_seed))
+        if isinstance(request, UnmaskRequest):
+            return reveal(request, ctx.site, ctx.key_seed, request.study, round)
         if not isinstance(request, SurfaceRequest):
             return super().answer(request, data, round)
         k = self.options.release_every
@@ -219,34 +170,124 @@ class SurfaceSite(LocalGPSite):
             return Abstain(reason=f"not a release round (release_every={k})")
         if data.n < 2:
             return Abstain(reason="fewer than two observations")
+        if request.cohort is None:
+            if self.masked:  # never in the clear in a study that runs secure sums
+                return Abstain(reason="secure aggregation is on in this study: the statistics leave only masked")
+            self._warn_unmasked()
+            return self.statistics(data, round)
+        if refusal := check_cohort(request.cohort, ctx.site, ctx.key_seed):
+            return refusal
+        vector, dp = self.contribution(data, round, len(request.cohort))
+        self._mine = {r: v for r, v in self._mine.items() if r > round - 2 * k} | {round: (tuple(sorted(request.cohort)),
+                                                                                            vector)}
+        masked = upload(vector, ctx.site, ctx.key_seed, request.cohort, request.study, round, 0, SURFACE_CONTEXT)
+        return MaskedScores(step=0, masked=masked, **dp, release_every=None if k == 1 else k)
+
+    def _warn_unmasked(self) -> None:
+        n = self.context.n_sites
+        if self.options.secure_aggregation == "auto" and 1 < n < MIN_COHORT and not self._warned:
+            self._warned = True
+            warnings.warn(UNMASKED_2_SITES.format(n=n), stacklevel=4)
+
+    def _statistics(self, data: SiteData, round: int, cohort: int | None) -> tuple[np.ndarray, np.ndarray, int]:
+        """``(upper(G/n), h/n, m)``, with the DP noise: the full noise, or this member's share of it
+        (``cohort``: a secure sum's size, under DP with ``unit="site"``). The site-private stream, never
+        the study seed, keyed by every value it protects (and a share by ``h``, so a cohort of another
+        size draws independent noise): recomputing a round's answer repeats its bytes."""
         dp: DP | None = self.options.privacy
         m = self.objectives(data)
         values = data.y if m == 1 else data.Y[:, :m]  # type: ignore[index]
         gram, moment = site_statistics(self.features.of_unit(data.X), values, None if dp is None else dp.clip)
-        if dp is not None:  # the site-private stream, never the study seed; keyed by every value it protects
-            digest = data.digest() if m == 1 else hashlib.sha256(data.key() + values.tobytes()).hexdigest()[:16]
-            gram, moment = privatize(gram, moment, dp, self.features.norm_bound,
-                                     self.context.private_rng(round, f"dp-surface/{digest}"))
+        if dp is None:
+            return gram, moment, m
+        digest = data.digest() if m == 1 else hashlib.sha256(data.key() + values.tobytes()).hexdigest()[:16]
+        purpose = f"dp-surface/{digest}"
+        if cohort is None or not self.options.distributed():
+            return (*privatize(gram, moment, dp, self.features.norm_bound, self.context.private_rng(round, purpose)), m)
+        t = self.options.dp_colluders
+        scale = dp.sigma * dp_sensitivity(self.features.norm_bound, dp.clip, m) / math.sqrt(honest_members(cohort, t))
+        if scale > 0:  # privatize's draws (gram, then moment) at the share's std
+            gen = self.context.private_rng(round, share_purpose(purpose, cohort, t))
+            gram, moment = gram + gen.normal(0.0, scale, gram.shape), moment + gen.normal(0.0, scale, moment.shape)
+        return gram, moment, m
+
+    def statistics(self, data: SiteData, round: int) -> SurfaceStats:
+        """The statistics in the clear (``secure_aggregation="off"``, or a study of two sites)."""
+        dp: DP | None = self.options.privacy
+        k = self.options.release_every
+        gram, moment, m = self._statistics(data, round, None)
         return SurfaceStats(count=data.n, gram=Array.of(gram), moment=Array.of(moment),
                             dp_clip=None if dp is None else dp.clip,
                             dp_noise_multiplier=None if dp is None else dp.sigma,
                             dp_sensitivity=None if dp is None else dp_sensitivity(self.features.norm_bound, dp.clip, m),
                             release_every=None if k == 1 else k)
 
+    def contribution(self, data: SiteData, round: int, cohort: int) -> tuple[np.ndarray, dict[str, Any]]:
+        """This member's vector for a secure sum of ``cohort`` members (:func:`~labfbo.protocols.surface_secure.contribution`)
+        and the DP fields its upload states in the clear."""
+        dp: DP | None = self.options.privacy
+        gram, moment, m = self._statistics(data, round, cohort)
+        fields = {} if dp is None else {"dp_clip": dp.clip, "dp_noise_multiplier": dp.sigma,
+                                        "dp_sensitivity": dp_sensitivity(self.features.norm_bound, dp.clip, m)}
+        return contribution(gram, moment, data.n, averaged=dp is not None), fields
+
     def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
                         sensitivity: float | None) -> Release | None:
         """The averaged statistics are one Gaussian mechanism of the sensitivity the message states
-        (:func:`labfbo.models.surface.dp_sensitivity`); the count travels exactly."""
-        dp = self.options.privacy
-        if kind != "surface_stats" or not noised or dp is None:
+        (:func:`labfbo.models.surface.dp_sensitivity`); the count travels exactly. Masked into a secure
+        sum (``masked_score``) the same, declared as secure-aggregated: with the noise shared among the
+        cohort, the honest members' shares total ``sigma Delta`` whatever its size, so the declaration
+        (and the accounting) is local mode's. Keys and self-mask seeds carry nothing of the data."""
+        if kind in ("secagg_public_key", "secagg_self_mask"):
+            return None
+        dp, masked = self.options.privacy, kind == "masked_score"
+        if kind not in ("surface_stats", "masked_score") or not noised or dp is None:
+            if masked:
+                return Release.unprotected(kind, round, step, secure_aggregation=True)
             return super().declare_release(kind, round, step, noised, sensitivity)
         delta_l2 = dp_sensitivity(self.features.norm_bound, dp.clip) if sensitivity is None else sensitivity
-        return Release.gaussian(kind, round, dp, STATS_MECHANISM, sensitivity=delta_l2,
-                                noise_std=dp.sigma * delta_l2, step=step)
+        how = MECHANISM.format(t=self.options.dp_colluders) if masked and self.options.distributed() else STATS_MECHANISM
+        return Release.gaussian(kind, round, dp, how, sensitivity=delta_l2, noise_std=dp.sigma * delta_l2, step=step,
+                                secure_aggregation=masked)
 
     def planned_releases(self, horizon: int) -> dict[str, int]:
         """One upload in each round ``t < horizon`` with ``t % release_every == 0``: ``ceil(horizon / k)``."""
-        return {"surface_stats": -(-horizon // self.options.release_every)}
+        return {"masked_score" if self.masked else "surface_stats": -(-horizon // self.options.release_every)}
+
+    def others(self, total: SurfaceTotals, data: SiteData, round: int) -> SurfaceTotals | None:
+        """The others' totals from a secure sum: the sum less this site's own upload (kept from its
+        answer, or recomputed from the round's data after a restart); None when it cannot be had."""
+        members, r, me = total.members or [], total.summed_round, self.context.site
+        gram, moment, count, sites = total.gram.numpy(), total.moment.numpy(), total.count, total.sites
+        if me in members:
+            held = self._mine.get(r)  # type: ignore[arg-type]
+            if held is not None and held[0] == tuple(sorted(members)):
+                mine = held[1]
+            elif r == round:  # restarted: the data of this round is the data it answered from
+                mine = self.contribution(data, round, len(members))[0]
+            else:
+                if not self._warned_restart:
+                    self._warned_restart = True
+                    warnings.warn(f"surface: site {me!r} holds no record of its upload to round {r}'s sum (restarted "
+                                  "since?): proposing from its own GP until the next release round", stacklevel=4)
+                return None
+            others = leave_out(total, as_summed(mine, len(members)))
+            if others is None:
+                return None
+            gram, moment, count, sites = others
+        if sites < 1:
+            return None
+        noise = None
+        if total.averages:  # the others' summed averages, scaled by their mean count
+            scale = count / sites
+            gram, moment = scale * gram, scale * moment
+            dp = self.options.privacy
+            if dp is not None:
+                per = dp.sigma * dp_sensitivity(self.features.norm_bound, dp.clip, 1 if moment.ndim == 1 else len(moment))
+                shares = honest_members(len(members), self.options.dp_colluders) if self.options.distributed() else 1
+                noise = float(scale * per * math.sqrt(sites / shares))
+        return SurfaceTotals(sites=sites, count=max(count, 0), gram=Array.of(gram), moment=Array.of(moment),
+                             noise_sd=noise)
 
     def weights(self, totals: SurfaceTotals, objectives: int = 1) -> np.ndarray | None:
         """The surface's coefficients from the others' totals, ``(p,)`` (or ``(m, p)``, one surface per
@@ -275,6 +316,8 @@ class SurfaceSite(LocalGPSite):
 
     def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
         m = self.objectives(data)
+        if isinstance(guidance, SurfaceTotals) and guidance.members is not None:
+            guidance = self.others(guidance, data, round)
         w = self._weights = self.weights(guidance, m) if isinstance(guidance, SurfaceTotals) else None
         if w is None or data.n < 2:
             self._weights = None
@@ -332,23 +375,39 @@ def leave_one_out(stats: Mapping[str, SurfaceStats], sites: list[str]) -> dict[s
     return out
 
 
-class SurfaceAggregator(ReusesReleases, Aggregator):
+class SurfaceAggregator(SecureRounds, ReusesReleases, Aggregator):
     """Also keeps each site's last statistics sent with ``release_every = k > 1`` (:attr:`held`:
-    site -> (round, statistics)) and reuses them in the rounds :math:`r < t < r + k` the site sends none."""
+    site -> (round, statistics)) and reuses them in the rounds :math:`r < t < r + k` the site sends none.
+
+    In a study that runs secure sums (:attr:`masked`) a round is a
+    :class:`~labfbo.protocols.secure_sum.SecureSum` over the cohort: the masked uploads, then the
+    self-mask seeds; every site gets the cohort's sum and its members (:attr:`held_sum`, reused
+    under ``release_every``). A dropout redoes the exchange with the others; fewer than 3 left:
+    no new sum this round."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.reuse: HeldReleases[SurfaceStats] = HeldReleases(self.sites, SurfaceStats, "stats")
+        self.start_secure(self.options.secure_aggregation)
+
+    def state(self) -> dict[str, Any]:
+        return {**self.reuse.state(), **self.secure_state()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.reuse.restore(state)
+        self.secure_restore(state)
 
     def open_round(self, t: int) -> Step:
-        return Exchange({s: SurfaceRequest() for s in self.sites})
-
+        if not self.masked:
+            return Exchange({s: SurfaceRequest() for s in self.sites})
+        self.secure.reset()
+        return self._ask(t)
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
+        if self.masked:
+            return self._on_secure(t, responses)
         stats = {s: m for s, m in responses.items() if isinstance(m, SurfaceStats)}
-        if self.space is not None and not hasattr(self, "_p"):
-            self._p = features(self.space, self.options).p  # the basis is drawn once, not every round
-        p = getattr(self, "_p", None)
+        p = self._features()
         shapes = [tuple(stats[s].moment.shape) for s in self.sites if s in stats]
         common = max(shapes, key=shapes.count) if shapes else None  # the most frequent (first in roster order)
         wrong = sorted(s for s, m in stats.items() if (p is not None and m.p != p) or tuple(m.moment.shape) != common)
@@ -359,6 +418,11 @@ class SurfaceAggregator(ReusesReleases, Aggregator):
         stats = self.reuse.merge(t, stats)
         return Finish(leave_one_out(stats, self.sites) if stats else {})
 
+    def _features(self) -> int | None:
+        if self.space is not None and not hasattr(self, "_p"):
+            self._p = features(self.space, self.options).p  # the basis is drawn once, not every round
+        return getattr(self, "_p", None)
+
 
 class Surface(Protocol):
     """A shared response surface from the sites' ridge statistics as each local GP's prior mean."""
@@ -368,5 +432,26 @@ class Surface(Protocol):
     Options = SurfaceOptions
     site_logic = SurfaceSite
     aggregator = SurfaceAggregator
-    shared_options = ("fourier_features", "fourier_lengthscale", "multi_objective")
-    later_shared_options = ("multi_objective",)
+    shared_options = ("fourier_features", "fourier_lengthscale", "multi_objective", "secure_aggregation",
+                      "dp_colluders")
+    later_shared_options = ("multi_objective", "secure_aggregation", "dp_colluders")
+
+    @property
+    def dp_colluders(self) -> int:
+        """``dp_colluders``: the sites whose distributed noise shares may be missing from a sum."""
+        return int(self.options.dp_colluders)  # type: ignore[attr-defined]
+
+    @property
+    def distributed_noise(self) -> bool:
+        """Under secure sums with ``DP(unit="site")`` each site adds a share of the sum's noise (a study
+        of two sites under ``"auto"`` runs in the clear with local noise: not known here)."""
+        o = self.options
+        return o.secure_aggregation != "off" and o.distributed()  # type: ignore[attr-defined]
+
+    @classmethod
+    def check_study(cls, options: BaseModel, n_sites: int) -> None:
+        assert isinstance(options, SurfaceOptions)
+        if options.secure_aggregation == "on" and n_sites < MIN_COHORT:
+            raise ConfigurationError(f"secure_aggregation='on' needs at least {MIN_COHORT} sites (got {n_sites}): with "
+                                     "two, each site could recover the other's statistics from the sum; use 'auto' "
+                                     "(the clear protocol, with a warning) or 'off'")

@@ -10,6 +10,11 @@ and nothing else:
 * the protocol's ``shares_raw_data`` — its data-derived messages sent without noise are the
   site's measurements themselves (``pooled``, ``centralized``).
 
+Which releases secure aggregation hid from the coordinator is each release's own declaration
+(``secure_aggregation``). A journal whose options left secure aggregation to ``"auto"`` (``surface``)
+but whose data-derived releases went unmasked ran in a study too small for it (fewer than 3
+sites): the page repeats the warning the site gave (:attr:`Disclosure.unmasked`).
+
 The cumulative epsilon is the PLD accountant's over the private releases
 (:func:`labfbo.privacy.report.cumulative_epsilon`), stated at their delta; it is given only
 when DP noise was used. With no noised release there is no epsilon to state: the report
@@ -71,6 +76,7 @@ class Disclosure:
     delta: float | None  # the delta it is stated at (the releases'; else the configured DP's)
     configured: dict[str, Any] | None  # the journal's DP(...) options, None without DP
     legacy: int  # version-1 release records (not accounted here)
+    unmasked: str | None = None  # secure aggregation was "auto" but releases left unmasked: the warning to repeat
 
     # -- what the page says ----------------------------------------------------------------
     def of(self, carries: Carries) -> list[KindFacts]:
@@ -90,6 +96,11 @@ class Disclosure:
     def unprotected(self) -> list[KindFacts]:
         """Kinds with data-derived releases sent without DP noise (measurements included)."""
         return [k for k in self.kinds if k.releases > k.private]
+
+    @property
+    def masked(self) -> list[KindFacts]:
+        """Kinds whose releases secure aggregation hid from the coordinator (it saw only the cohort's sum)."""
+        return [k for k in self.kinds if k.secure_aggregation]
 
     @property
     def sent(self) -> int:
@@ -166,7 +177,24 @@ def disclosure(campaign: Campaign) -> Disclosure:
     return Disclosure(protocol=campaign.header.protocol, federated=campaign.federated,
                       shares_raw_data=campaign.shares_raw_data, traffic_journaled=bool(st.traffic), kinds=kinds,
                       epsilon=cumulative_epsilon(releases) if noised else None, delta=delta, configured=configured,
-                      legacy=len(legacy))
+                      legacy=len(legacy), unmasked=_unmasked(campaign, kinds))
+
+
+def _unmasked(campaign: Campaign, kinds: list[KindFacts]) -> str | None:
+    """The warning a site gave when ``secure_aggregation="auto"`` ran its study in the clear (fewer
+    than 3 sites), from the journal: the option, the study's size and the unmasked releases."""
+    if (campaign.header.options or {}).get("secure_aggregation") != "auto":
+        return None
+    bare = [k.kind for k in kinds if k.releases and not k.secure_aggregation]
+    if not bare:
+        return None
+    reply = campaign.state.join_reply
+    size = f"this study had {reply.n_sites} site{'s' if reply.n_sites != 1 else ''}" if reply is not None \
+        else "this study was too small"
+    return (f"Secure aggregation was left to 'auto', and {size}: it needs at least 3 (with two, each could recover "
+            f"the other's contribution from the sum). So {', '.join(bare)} left this site unmasked: the coordinator "
+            "saw them as they were. With 3 or more sites they leave masked; secure_aggregation='on' refuses a "
+            "smaller study.")
 
 
 def _carries(releases: int, private: int, shares_raw: bool | None) -> Carries:

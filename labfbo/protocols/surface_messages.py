@@ -1,0 +1,129 @@
+"""The messages of protocol ``surface`` (:mod:`labfbo.protocols.surface`): the request, a site's
+ridge statistics in the clear, and the totals a site receives (the others' sums, or under secure
+aggregation the cohort's sum and its members, :mod:`labfbo.protocols.surface_secure`)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, model_serializer, model_validator
+
+from labfbo.messages import Array, Message, register
+from labfbo.models.surface import packed_size
+
+
+def _left_off(out: Any, model: Any, defaults: dict[str, Any]) -> Any:
+    """``out`` without the fields still at their default (so the clear protocol's messages read as before)."""
+    if isinstance(out, dict):
+        for name, default in defaults.items():
+            if getattr(model, name) == default:
+                out.pop(name, None)
+    return out
+
+
+# -- messages ----------------------------------------------------------------------------
+@register
+class SurfaceRequest(Message):
+    """Coordinator -> site: upload your response-surface statistics for this round."""
+
+    kind: Literal["surface_request"] = "surface_request"
+    cohort: dict[str, str] | None = Field(None, description="secure aggregation: member -> public key (upload "
+                                          "masked, into this cohort's sum); None: statistics in the clear")
+
+    @model_serializer(mode="wrap")
+    def _no_cohort(self, handler: Any) -> Any:
+        return _left_off(handler(self), self, {"cohort": None})  # the clear protocol's request as before
+
+
+def _finite(*arrays: Array) -> None:
+    for a in arrays:
+        if not np.all(np.isfinite(a.numpy())):
+            raise ValueError("statistics must be finite")
+
+
+MAX_OBJECTIVES = 16  # moments per message: one per objective (several objectives, multi_objective="hypervolume")
+
+
+def _check_shapes(gram: Array, moment: Array, bound: float) -> None:
+    shape = moment.shape
+    if not (len(shape) == 1 or (len(shape) == 2 and 2 <= shape[0] <= MAX_OBJECTIVES)) \
+            or gram.shape != (packed_size(shape[-1]),):
+        raise ValueError(f"moment must be a (p,) vector (or (m, p), one per objective, 2 <= m <= {MAX_OBJECTIVES}) "
+                         f"and gram its (p(p+1)/2,) upper triangle, got {shape} and {gram.shape}")
+    _finite(gram, moment)
+    if max(float(np.abs(gram.numpy()).max(initial=0.0)), float(np.abs(moment.numpy()).max(initial=0.0))) > bound:
+        raise ValueError(f"statistics must be at most {bound:g} in absolute value")
+
+
+MAX_COUNT = 10**7  # observations per site
+MAX_AVERAGE = 1e9  # |entry| of an average: <= 1 without DP, DP noise far below this
+
+
+
+@register
+class SurfaceStats(Message):
+    r"""Site -> coordinator: :math:`\bar G` (upper triangle), :math:`\bar h` and :math:`n`
+    (``p(p+1)/2 + p + 1`` scalars); with several objectives one :math:`\bar h_j` per objective
+    (``moment`` of shape ``(m, p)``)."""
+
+    kind: Literal["surface_stats"] = "surface_stats"
+    count: int = Field(ge=2, le=MAX_COUNT)
+    gram: Array
+    moment: Array
+    dp_clip: float | None = None  # under DP: the bound of |z|, the noise multiplier and the l2 sensitivity
+    dp_noise_multiplier: float | None = None
+    dp_sensitivity: float | None = None
+    release_every: int | None = Field(None, ge=1, description="the site's schedule: the coordinator may reuse these "
+                                      "statistics for the next k - 1 rounds (None: 1; left off the wire)")
+
+    @model_serializer(mode="wrap")
+    def _no_default_schedule(self, handler: Any) -> Any:
+        out = handler(self)
+        if self.release_every is None and isinstance(out, dict):
+            out.pop("release_every", None)  # the messages of release_every=1 are byte for byte as before
+        return out
+
+    @model_validator(mode="after")
+    def _shapes(self) -> "SurfaceStats":
+        _check_shapes(self.gram, self.moment, MAX_AVERAGE)
+        return self
+
+    @property
+    def p(self) -> int:
+        return int(self.moment.shape[-1])
+
+
+@register
+class SurfaceTotals(Message):
+    """Coordinator -> site: the other contributors' count-weighted statistics, summed.
+
+    Under secure aggregation (``members`` set) the coordinator knows no single site's statistics:
+    the message holds the sum over the cohort ``members`` of round ``summed_round`` (``sites`` of
+    them, ``count`` observations), every site's own upload included; each site subtracts its own
+    (:mod:`labfbo.protocols.surface_secure`). ``averages``: the members summed their noised
+    averages with weight 1 (under DP), not count-weighted statistics."""
+
+    kind: Literal["surface_totals"] = "surface_totals"
+    sites: int = Field(ge=0)
+    count: int = Field(ge=0)
+    gram: Array
+    moment: Array
+    noise_sd: float | None = Field(None, ge=0, allow_inf_nan=False, description="the DP noise std per entry of the "
+                                   "sums, from what the contributors stated: sqrt(sum_j (n_j sigma_j Delta_j)^2)")
+
+    members: list[str] | None = Field(None, description="secure aggregation: the cohort whose sum this is")
+    summed_round: int | None = Field(None, ge=0, description="secure aggregation: the round of the sum (earlier "
+                                     "than this one when the coordinator reuses it, release_every)")
+    averages: bool = Field(False, description="secure aggregation under DP: a sum of averages (weight 1)")
+
+    @model_serializer(mode="wrap")
+    def _no_unset_noise(self, handler: Any) -> Any:
+        # totals without DP noise (and without secure aggregation) are byte for byte as before
+        return _left_off(handler(self), self, {"noise_sd": None, "members": None, "summed_round": None,
+                                               "averages": False})
+
+    @model_validator(mode="after")
+    def _shapes(self) -> "SurfaceTotals":
+        _check_shapes(self.gram, self.moment, MAX_AVERAGE * MAX_COUNT * 10**4)
+        return self

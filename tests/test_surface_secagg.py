@@ -1,0 +1,217 @@
+"""Protocol `surface` over secure sums: the coordinator learns only the cohort's totals."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import labfbo
+from campaign import run_campaign
+from labfbo.messages import Array
+from labfbo.privacy import secagg
+from labfbo.protocols.secure_sum import MaskedScores
+from labfbo.protocols.surface import SurfaceStats, SurfaceTotals
+
+#: a small categorical space like the Buchwald-Hartwig one (base x ligand x additive)
+SPACE = labfbo.SearchSpace([labfbo.Categorical("base", ["P2Et", "BTMG", "MTBD"]),
+                            labfbo.Categorical("ligand", ["XPhos", "t-BuXPhos", "t-BuBrettPhos", "AdBrettPhos"]),
+                            labfbo.Categorical("additive", ["a0", "a1", "a2", "a3", "a4"])])
+EFFECT = {"P2Et": 0.0, "BTMG": 0.6, "MTBD": 0.3, "XPhos": 0.0, "t-BuXPhos": 0.5, "t-BuBrettPhos": 0.9,
+          "AdBrettPhos": 0.2, "a0": 0.0, "a1": -0.4, "a2": 0.3, "a3": -0.1, "a4": 0.2}
+FAST = {"num_restarts": 2, "raw_samples": 32}
+SITES = ["lab-a", "lab-b", "lab-c"]
+KEY_KINDS = {"join", "secagg_public_key", "masked_score", "secagg_self_mask"}
+
+
+def _f(i: int, p: dict) -> float:
+    return sum(EFFECT[v] for v in p.values()) + 0.15 * i * (p["base"] == "MTBD")
+
+
+def _run(sites=SITES, rounds=3, storage: Path | None = None, approve=None, **opts):
+    opts = {**FAST, **opts}
+    coord = labfbo.Coordinator("surface", sites=sites, space=SPACE, seed=5, horizon=rounds + 1, **opts)
+    opt = [labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site=s, seed=5, n_init=3, secret=21 + i,
+                            storage=None if storage is None else str(storage / f"{s}.jsonl"),
+                            approve=approve.get(s) if approve else None, **opts)
+           for i, s in enumerate(sites)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        props = run_campaign(opt, _f, 3, rounds)
+    return coord, opt, props
+
+
+def test_uploads_look_uniform_and_no_statistics_leave_in_the_clear() -> None:
+    coord, sites, _ = _run()
+    agg = coord.aggregator()
+    assert agg.masked and agg.held_sum is not None and agg.held_sum.members == tuple(SITES)
+    for o in sites:
+        sent = o.sent_messages()
+        assert {m.kind for m in sent} == KEY_KINDS and not any(isinstance(m, SurfaceStats) for m in sent)
+        ups = [m for m in sent if isinstance(m, MaskedScores)]
+        assert len(ups) == 3 and all(m.masked.dtype == "uint64" for m in ups)
+        words = np.concatenate([m.masked.numpy() for m in ups])
+        assert stats.chisquare(np.bincount(words.view(np.uint8), minlength=256)).pvalue > 1e-4
+        assert stats.chisquare(np.bincount((words >> np.uint64(60)).astype(np.int64), minlength=16)).pvalue > 1e-4
+        assert all(r.message == "masked_score" and r.secure_aggregation for r in o.releases())
+        got = [m for m in o.received_messages() if isinstance(m, SurfaceTotals)]
+        assert got and got[-1].members == SITES and got[-1].sites == 3  # the cohort's sum, not a leave-one-out
+    # the last upload says nothing of the vector it carries (round 2: 3 design points and 2 results)
+    mine = sites[0].agent.logic._mine[2][1]
+    up = [m for m in sites[0].sent_messages() if isinstance(m, MaskedScores)][-1].masked.numpy()
+    assert abs(np.corrcoef(secagg.decode(up), mine)[0, 1]) < 0.3 and mine[-2:].tolist() == [5.0, 1.0]
+
+
+@pytest.mark.integration  # two three-site campaigns
+def test_proposals_and_surfaces_equal_the_unmasked_run() -> None:
+    """Per round the others' sums agree to fixed-point precision (2^-32 per entry), so the surfaces agree
+    to ~1e-10 and the categorical proposals are the same."""
+    c_off, off, p_off = _run(secure_aggregation="off")
+    c_on, on, p_on = _run()
+    assert not c_off.aggregator().masked and c_on.aggregator().masked
+    assert p_on == p_off
+    for a, b in zip(on, off):
+        wa, wb = a.agent.logic._weights, b.agent.logic._weights
+        assert wa is not None and wb is not None
+        assert np.linalg.norm(wa - wb) <= 1e-6 * np.linalg.norm(wb)
+    kinds = {m.kind for m in off[0].sent_messages()}
+    assert kinds == {"join", "surface_stats"}  # "off": today's clear protocol
+
+
+def test_two_sites_run_unmasked_with_a_warning_the_report_repeats(tmp_path: Path) -> None:
+    coord = labfbo.Coordinator("surface", sites=SITES[:2], space=SPACE, seed=0, horizon=3, **FAST)
+    sites = [labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site=s, seed=0, n_init=3,
+                              storage=str(tmp_path / f"{s}.jsonl"), **FAST) for s in SITES[:2]]
+    with pytest.warns(UserWarning) as caught:
+        run_campaign(sites, _f, 3, 2)
+    said = [str(w.message) for w in caught if "secure aggregation is off in this study of 2 sites" in str(w.message)]
+    assert len(said) == 2  # once per site, not once per round
+    assert not coord.aggregator().masked
+    assert any(isinstance(m, SurfaceStats) for m in sites[0].sent_messages())
+    from labfbo.report import write_report
+
+    page = write_report(str(tmp_path / "lab-a.jsonl"), tmp_path / "report.html").html.read_text(encoding="utf-8")
+    assert 'id="unmasked"' in page and "this study had 2 sites" in page and "surface_stats left this site unmasked" in page
+    with pytest.raises(labfbo.exceptions.ConfigurationError, match="at least 3 sites"):
+        labfbo.Coordinator("surface", sites=SITES[:2], secure_aggregation="on")
+
+
+def test_a_report_names_the_releases_secure_aggregation_hid(tmp_path: Path) -> None:
+    _, sites, _ = _run(rounds=1, storage=tmp_path)
+    from labfbo.report import write_report
+
+    page = write_report(str(tmp_path / "lab-a.jsonl"), tmp_path / "report.html").html.read_text(encoding="utf-8")
+    assert 'id="secure-aggregation"' in page and "hid masked_score from the coordinator" in page
+    assert 'id="unmasked"' not in page
+
+
+def _decline(declined: list[int]):
+    def approve(msg) -> bool:
+        if isinstance(msg, (MaskedScores, SurfaceStats)):
+            declined.append(msg.round)
+            return False
+        return True
+    return approve
+
+
+@pytest.mark.integration  # two four-site campaigns
+def test_a_member_that_drops_out_is_left_out_and_the_round_completes() -> None:
+    """lab-d sends its key, then never its masked statistics: each round is asked again of the other
+    three (new masks), and they propose as in the clear protocol with lab-d abstaining."""
+    four = SITES + ["lab-d"]
+    declined: list[int] = []
+    c_on, on, p_on = _run(four, rounds=2, approve={"lab-d": _decline(declined)})
+    c_off, _, p_off = _run(four, rounds=2, approve={"lab-d": _decline([])}, secure_aggregation="off")
+    agg = c_on.aggregator()
+    assert agg.redone == 2 and declined == [0, 1]  # each round asked again of the other three
+    assert agg.held_sum.members == tuple(SITES)
+    assert [p[:3] for p in p_on] == [p[:3] for p in p_off]
+    got = [m for m in on[3].received_messages() if isinstance(m, SurfaceTotals)]
+    assert got[-1].members == SITES  # lab-d, not in the cohort, uses the others' sum as it is
+
+
+def test_a_cohort_below_three_ends_the_round_without_a_sum_and_nothing_in_the_clear() -> None:
+    declined: list[int] = []
+    coord, sites, _ = _run(rounds=1, approve={"lab-c": _decline(declined)})
+    agg = coord.aggregator()
+    assert agg.held_sum is None and declined and agg.redone >= 1
+    for o in sites:
+        assert not any(isinstance(m, (SurfaceStats, SurfaceTotals)) for m in o.sent_messages() + o.received_messages())
+        assert o.agent.logic._weights is None  # each proposed from its own GP
+
+
+@pytest.mark.integration  # three journaled campaigns
+def test_a_restarted_site_recomputes_its_upload_and_proposes_the_same(tmp_path: Path) -> None:
+    _, _, straight = _run(rounds=3)
+    coord, sites, first = _run(rounds=1, storage=tmp_path)
+    sites[0].close()
+    again = labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site="lab-a", seed=5, n_init=3, secret=21,
+                             storage=str(tmp_path / "lab-a.jsonl"), **FAST)
+    sites = [again, *sites[1:]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rest = []
+        for _ in range(2):
+            trials = [o.ask() for o in sites]
+            rest.append([t.params for t in trials])
+            for i, (o, t) in enumerate(zip(sites, trials)):
+                o.tell(t, _f(i, t.params))
+    assert first + rest == straight
+    # the upload a site keeps in memory is what it recomputes from the round's data and private stream
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for o in sites:
+            o.ask()  # round 3: the data now is the round's
+    logic, data = again.agent.logic, again.site_data()
+    total = [m for m in again.received_messages() if isinstance(m, SurfaceTotals)][-1]
+    kept = logic.others(total, data, total.summed_round)
+    logic._mine.clear()
+    recomputed = logic.others(total, data, total.summed_round)
+    assert kept.gram.numpy().tobytes() == recomputed.gram.numpy().tobytes()
+    assert kept.sites == 2 and kept.count == 2 * data.n
+    with pytest.warns(UserWarning, match="holds no record of its upload"):  # a sum of an earlier round: no data
+        assert logic.others(total, data, total.summed_round + 1) is None
+
+
+@pytest.mark.integration  # a three-site campaign under DP
+def test_dp_over_secure_sums_adds_shares_declared_as_distributed_and_accounted() -> None:
+    dp = labfbo.DP(clip=2.0, noise_multiplier=1.0)
+    coord, sites, _ = _run(rounds=2, privacy=dp)
+    logic, data = sites[0].agent.logic, sites[0].site_data()
+    for o in sites:
+        rel = o.releases()
+        assert rel and all(r.message == "masked_score" and r.secure_aggregation for r in rel)
+        assert all("distributed Gaussian" in r.mechanism and r.effective_noise_multiplier == pytest.approx(1.0)
+                   for r in rel)
+        eps = o.epsilon()
+        assert eps is not None and 0 < eps < float("inf")
+        assert not any(isinstance(m, SurfaceStats) for m in o.sent_messages())
+    # a member's share has std sigma Delta / sqrt(3): a third of the variance local mode adds
+    clean = logic.contribution(data, 99, 3)[0]
+    from labfbo.models.surface import dp_sensitivity, site_statistics
+
+    gram, moment = site_statistics(logic.features.of_unit(data.X), data.y, dp.clip)
+    noise = clean[:-2] - np.concatenate([gram, moment])
+    delta = dp_sensitivity(logic.features.norm_bound, dp.clip)
+    assert 0.4 < noise.std() / delta < 0.75
+    # a budget plans the masked releases as it planned the clear ones
+    budget = _run(rounds=2, privacy=labfbo.DP(epsilon=2.0))[1][0].privacy_budget()
+    assert (budget["planned_releases"], budget["releases"], budget["exhausted"]) == (3, 2, False)  # horizon 3, 2 rounds
+
+
+def test_a_cohort_stating_different_dp_noise_is_not_unmasked() -> None:
+    from labfbo.protocols.surface import SurfaceAggregator, SurfaceOptions
+
+    agg = SurfaceAggregator(SurfaceOptions(), SITES, 0, None, SPACE)
+    keys = {s: secagg.public_key(bytes([i + 1]) * 32) for i, s in enumerate(SITES)}
+    agg.secure.keys = dict(keys)
+    first = agg.open_round(0)
+    assert set(first.requests) == set(SITES) and first.requests["lab-a"].cohort == keys
+    ups = {s: MaskedScores(step=0, masked=Array.of(np.zeros(4), dtype="uint64"), dp_clip=1.0,
+                           dp_noise_multiplier=1.0 + (s == "lab-c")) for s in SITES}
+    with pytest.warns(UserWarning, match="different DP noise"):
+        done = agg.on_responses(0, ups)
+    assert done.replies == {} and agg.held_sum is None
