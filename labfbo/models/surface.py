@@ -29,6 +29,12 @@ learned from other sites' statistics are
 
 (the sum's matrix made positive semi-definite first, which only matters after DP noise).
 
+**Under DP** (:func:`private_statistics`) the values are clipped to :math:`[-C, C]` and both
+averages get the Gaussian mechanism, its sensitivity by the unit protected: the site's whole
+dataset (:func:`dp_sensitivity`), or one experiment (``DP(unit="experiment")``: the values are
+then centred ranks in :math:`[-C, C]`, :func:`rank_scores`, and :func:`experiment_sensitivity`
+is :math:`O(1/n)`).
+
 **The mean.** A site's GP has the prior mean :math:`m(x) = a + c\,\phi(x)^\top w` on its
 standardized scale, with :math:`a` and the *agreement* :math:`c \sim \mathcal N(c_0, s_c^2)`
 fitted by the marginal likelihood with the kernel.
@@ -42,7 +48,9 @@ dropped: with 3–8 observations it rejected helpful surfaces (``docs/benchmarks
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Callable
 
 import numpy as np
 import torch
@@ -52,7 +60,7 @@ from torch import Tensor
 
 from labfbo.models.encoding import FeatureMap
 from labfbo.params import choice_index
-from labfbo.privacy.dp import DP
+from labfbo.privacy.dp import DP, Unit
 from labfbo.seeding import rng
 from labfbo.space import Categorical, SearchSpace
 
@@ -133,33 +141,114 @@ def standardized(y: np.ndarray) -> np.ndarray:
     return (y - np.mean(y)) / (sd if sd > 0 else 1.0)
 
 
-def site_statistics(Phi: np.ndarray, y: np.ndarray, clip: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def rank_scores(y: np.ndarray, clip: float) -> np.ndarray:
+    r"""The values' centred ranks scaled to :math:`[-C, C]`: :math:`z_i = C\,(2 r_i - n - 1)/(n - 1)`,
+    :math:`r_i \in [1, n]` the mid-rank of :math:`y_i` (ties share their mean rank); all 0 for ``n < 2``.
+
+    The standardization of ``unit="experiment"``: replacing one value moves every other
+    :math:`r_i` by at most 1, so every other :math:`z_i` by at most :math:`2C/(n-1)`, whatever the
+    values (a mean and a standard deviation, by contrast, move without bound with one value, and
+    with them every standardized value: see :func:`experiment_sensitivity`)."""
+    y = np.asarray(y, dtype=np.float64)
+    n = len(y)
+    if n < 2:
+        return np.zeros(n)
+    ordered = np.sort(y)
+    below = np.searchsorted(ordered, y, side="left")   # values strictly below y_i
+    ties = np.searchsorted(ordered, y, side="right") - below
+    ranks = below + (ties + 1) / 2.0
+    return clip * (2.0 * ranks - n - 1.0) / (n - 1.0)
+
+
+def site_statistics(Phi: np.ndarray, y: np.ndarray, clip: float | None = None,
+                    unit: Unit = "site") -> tuple[np.ndarray, np.ndarray]:
     r"""``(upper(G/n), h/n)`` of a site's features ``Phi (n, p)`` and values ``y (n,)``; with
     ``clip`` the standardized values are clipped to :math:`[-C, C]` first. Several outcomes,
-    ``y (n, m)``: each column standardized on its own, ``h/n`` of shape ``(m, p)``."""
+    ``y (n, m)``: each column standardized on its own, ``h/n`` of shape ``(m, p)``.
+    ``unit="experiment"`` (needs ``clip``): the values are :func:`rank_scores` instead."""
     Y = np.asarray(y, dtype=np.float64)
-    Z = np.stack([standardized(col) for col in np.atleast_2d(Y.T)], axis=1) if Y.ndim == 2 else standardized(Y)
+    transform: Callable[[np.ndarray], np.ndarray] = standardized
+    if unit == "experiment":
+        if clip is None:
+            raise ValueError("unit='experiment' standardizes by ranks scaled to [-C, C]: give clip")
+        transform = functools.partial(rank_scores, clip=clip)
+    Z = np.stack([transform(col) for col in np.atleast_2d(Y.T)], axis=1) if Y.ndim == 2 else transform(Y)
     if clip is not None:
         Z = np.clip(Z, -clip, clip)
     n = Z.shape[0]
     return upper(Phi.T @ Phi) / n, (Phi.T @ Z).T / n
 
 
-def dp_sensitivity(norm_bound: float, clip: float, outcomes: int = 1) -> float:
+def dp_sensitivity(norm_bound: float, clip: float, outcomes: int = 1, unit: Unit = "site",
+                   count: int | None = None) -> float:
     r""":math:`\ell_2` sensitivity of ``(upper(\bar G), \bar h_1, \dots, \bar h_m)`` when the site's
     whole dataset may change (task level): :math:`\lVert\bar G\rVert_F \le P` and each
     :math:`\lVert\bar h_j\rVert \le C\sqrt P`, so :math:`\Delta = 2\sqrt{P^2 + m C^2 P}`
-    (:math:`m` = ``outcomes``, one moment per modelled outcome)."""
+    (:math:`m` = ``outcomes``, one moment per modelled outcome). ``unit="experiment"`` with the
+    site's ``count`` :math:`n`: :func:`experiment_sensitivity` (without a count, the task level's,
+    which bounds it)."""
+    if unit == "experiment" and count is not None:
+        return experiment_sensitivity(norm_bound, clip, count, outcomes)
     return 2.0 * math.sqrt(norm_bound ** 2 + outcomes * clip ** 2 * norm_bound)
+
+
+def experiment_sensitivity(norm_bound: float, clip: float, count: int, outcomes: int = 1) -> float:
+    r""":math:`\ell_2` sensitivity of ``(upper(\bar G), \bar h_1..\bar h_m)`` when one experiment —
+    its features' row :math:`\phi_k` and its results — is replaced (``unit="experiment"``), the
+    values being :func:`rank_scores` and the count :math:`n` public (it is sent in the clear):
+
+    .. math:: \Delta_e = \frac1n\sqrt{2P^2 + 16\,m\,C^2 P}.
+
+    *Gram.* :math:`n\,\Delta\bar G = \phi'\phi'^\top - \phi\phi^\top`, and
+    :math:`\lVert aa^\top - bb^\top\rVert_F^2 = \lVert a\rVert^4 + \lVert b\rVert^4 - 2(a^\top b)^2
+    \le 2P^2` (:math:`\lVert\phi\rVert^2 \le P`); the upper triangle has at most that norm.
+
+    *Moment.* :math:`n\,\Delta\bar h = \phi' z'_k - \phi z_k + \sum_{i\ne k}\phi_i\,\Delta z_i`.
+    The first two terms have norm :math:`\le 2C\sqrt P`. Each other rank moves by at most 1, so
+    :math:`|\Delta z_i| \le 2C/(n-1)` over the :math:`n-1` others: the sum has norm
+    :math:`\le \sqrt P\,(n-1)\,2C/(n-1) = 2C\sqrt P`. So :math:`\lVert\Delta\bar h_j\rVert \le 4C\sqrt P/n`
+    for each of the :math:`m` outcomes.
+
+    Against the task level's :math:`2\sqrt{P^2 + mC^2P}` this is about :math:`0.7/n` of it (``P``
+    much larger than :math:`C^2`). With values standardized by their own mean and standard
+    deviation no such bound exists: one result far out shrinks every other standardized value
+    towards 0, an :math:`O(1)` change of every :math:`z_i` (tested)."""
+    if isinstance(count, bool) or int(count) != count or count < 2:
+        raise ValueError(f"the experiment-level sensitivity needs the site's count n >= 2, got {count!r}")
+    return math.sqrt(2.0 * norm_bound ** 2 + 16.0 * outcomes * clip ** 2 * norm_bound) / count
 
 
 def privatize(gram: np.ndarray, moment: np.ndarray, dp: DP, norm_bound: float,
               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """The Gaussian mechanism on the averaged statistics (std ``noise_multiplier * sensitivity``)."""
+    """The Gaussian mechanism on the averaged statistics at the task level's sensitivity (std
+    ``noise_multiplier * sensitivity``): a valid guarantee for either unit; :func:`private_statistics`
+    is the one that lowers the noise under ``unit="experiment"``."""
     scale = dp.sigma * dp_sensitivity(norm_bound, dp.clip, 1 if moment.ndim == 1 else moment.shape[0])
+    return _noised(gram, moment, scale, rng)
+
+
+def _noised(gram: np.ndarray, moment: np.ndarray, scale: float,
+            rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     if scale == 0:
         return gram, moment
     return gram + rng.normal(0.0, scale, gram.shape), moment + rng.normal(0.0, scale, moment.shape)
+
+
+def private_statistics(Phi: np.ndarray, y: np.ndarray, dp: DP, norm_bound: float,
+                       rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, float]:
+    r"""A site's statistics under ``dp``, in its unit: ``(upper(G/n) + noise, h/n + noise, Delta)``,
+    the Gaussian mechanism of std ``dp.sigma * Delta`` on both, ``Delta`` the l2 sensitivity to state.
+
+    ``unit="site"``: values standardized by the site's mean and std, clipped to :math:`[-C, C]`,
+    :math:`\Delta` = :func:`dp_sensitivity` (exactly :func:`site_statistics` then :func:`privatize`).
+    ``unit="experiment"``: values by :func:`rank_scores` in :math:`[-C, C]`,
+    :math:`\Delta` = :func:`experiment_sensitivity` at the site's count (public)."""
+    Y = np.asarray(y, dtype=np.float64)
+    m = 1 if Y.ndim == 1 else Y.shape[1]
+    gram, moment = site_statistics(Phi, Y, dp.clip, dp.unit)
+    delta = dp_sensitivity(norm_bound, dp.clip, m, dp.unit, len(Y))
+    gram, moment = _noised(gram, moment, dp.sigma * delta, rng)
+    return gram, moment, delta
 
 
 def ridge_weights(G: np.ndarray, h: np.ndarray, ridge: float) -> np.ndarray:

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from labfbo.exceptions import ConfigurationError, FederationError
-from labfbo.messages import Abstain, Message, PrivacyDeclaration
-from labfbo.privacy.dp import PLD_DISCRETIZATION, DP, composed_epsilon
+from labfbo.messages import Abstain, Message, PrivacyDeclaration, SpentBudget
+from labfbo.privacy.dp import PLD_DISCRETIZATION, DP, Unit, composed_epsilon
 from labfbo.privacy.release import Release
 from labfbo.records import Withheld
 from labfbo.space import SearchSpace
@@ -132,6 +132,38 @@ def _gaussian_multiplier(epsilon: float, delta: float) -> float:
     return math.exp(brentq(excess, math.log(1e-4), math.log(1e8), xtol=1e-10))
 
 
+def _key(event: Any) -> Any:
+    """``event`` for matching two accounts of the same releases (ten significant digits)."""
+    if isinstance(event, tuple):
+        return (int(event[0]), float(f"{float(event[1]):.10g}"))
+    return float(f"{float(event):.10g}")
+
+
+def spent_events(spent: SpentBudget) -> Counter:
+    """The accounting events of a :class:`SpentBudget` (an exposed release as multiplier 0: infinite)."""
+    out: Counter = Counter({float(m): int(n) for m, n in spent.gaussian})
+    for k, eps, n in spent.responses:
+        out[(int(k), float(eps))] += int(n)
+    if spent.exposed:
+        out[0.0] += 1
+    return out
+
+
+def missing_events(theirs: Counter, ours: Counter) -> Counter:
+    """The releases of ``theirs`` (the coordinator's account) that ``ours`` (a journal's) lacks."""
+    have = Counter()
+    for e, n in ours.items():
+        have[_key(e)] += n
+    out: Counter = Counter()
+    for e, n in theirs.items():
+        k = _key(e)
+        matched = min(n, have[k])
+        have[k] -= matched
+        if n - matched:
+            out[e] += n - matched
+    return out
+
+
 class Budget:
     """Enforces ``dp.epsilon`` over a site's releases (``plan``: the planned releases' effective
     multipliers and counts at the calibrated sigma, within the budget by construction)."""
@@ -141,6 +173,7 @@ class Budget:
             raise ConfigurationError("a Budget needs DP(epsilon=...)")
         self.dp = dp
         self.plan: Counter = Counter(plan or {})  # accounting event (Release.event) -> planned releases
+        self.prior: Counter = Counter()  # releases the coordinator accounted that the journal lacks (adopt)
 
     @property
     def epsilon(self) -> float:
@@ -158,20 +191,35 @@ class Budget:
         return min(gaussian) if gaussian else None
 
     def spent(self, releases: list[Release]) -> float:
-        """Cumulative epsilon of ``releases`` (infinite once one was not private)."""
+        """Cumulative epsilon of ``releases`` and the :attr:`prior` (infinite once one was not private)."""
         if any(not r.private for r in releases):
             return math.inf
-        return composed_epsilon(Counter(r.event for r in releases), self.dp.delta)
+        return composed_epsilon(Counter(r.event for r in releases) + self.prior, self.dp.delta)
 
     def allows(self, releases: list[Release], release: Release) -> bool:
-        """Whether ``release`` may leave after ``releases`` without going beyond the budget."""
+        """Whether ``release`` may leave after ``releases`` (and the :attr:`prior`) without going beyond the budget."""
         if not release.private or any(not r.private for r in releases):
             return False
-        used = Counter(r.event for r in releases)
+        used = Counter(r.event for r in releases) + self.prior
         used[release.event] += 1
         if all(n <= self.plan.get(m, 0) for m, n in used.items()):
             return True  # a prefix of the plan (composition is monotone)
         return composed_epsilon(used, self.dp.delta) <= self.epsilon
+
+    def adopt(self, spent: SpentBudget, releases: list[Release]) -> Counter:
+        r"""Plan from the larger of the journal's ``releases`` and the coordinator's account ``spent``:
+        the releases it accounted that the journal lacks (a journal lost, truncated or rolled back)
+        join the :attr:`prior`, composed with the journal's by the same accountant
+        (:math:`\varepsilon(\text{journal} + \text{prior})`). Returns those missing releases."""
+        mine = Counter(r.event for r in releases if r.private)
+        if any(not r.private for r in releases):
+            mine[0.0] += 1
+        ours = {_key(e): e for e in [*self.plan, *mine]}  # the site's own figures for the same events
+        missing = Counter()
+        for e, n in missing_events(spent_events(spent), mine).items():
+            missing[ours.get(_key(e), e)] += n
+        self.prior = self.prior | missing
+        return missing
 
     def gate(self, answer: Message, release: Release, releases: list[Release], withheld: Sequence[Withheld],
              site: str) -> tuple[Message, Release | None, Withheld | None]:
@@ -270,7 +318,8 @@ def plan(protocol: "Protocol", space: SearchSpace, context: "SiteContext",
     h = max(n - protocol.dp_colluders, 1)
     distributed = protocol.distributed_noise
     bound = math.sqrt(n * h) / 2 if distributed else math.sqrt(n) / 2
-    if n > 1 and weakest > bound:
+    # (per experiment the release's range is about n_i sensitivities, not one: the test does not apply)
+    if n > 1 and weakest > bound and resolved.unit == "site":
         warnings.warn(f"DP(epsilon={resolved.epsilon:g}) over {sum(planned.values())} planned releases: each carries "
                       f"Gaussian noise {weakest:.3g}x its sensitivity, so even the sum of all {n} sites' releases "
                       "is mostly noise: expect little or no gain from the federation at this budget (fewer releases, "
@@ -285,20 +334,24 @@ def declaration(dp: DP | None, horizon: int | None = None) -> PrivacyDeclaration
         return None
     planned = horizon if dp.epsilon is not None and not dp.calibrated and horizon is not None else None
     return PrivacyDeclaration(epsilon=dp.epsilon, delta=dp.delta, noise_multiplier=dp.noise_multiplier, clip=dp.clip,
-                              horizon=planned)
+                              horizon=planned, unit=dp.unit)
 
 
 class PrivacyFloor(BaseModel):
     """The consortium's floor: every site joins with ``DP(epsilon=e, delta=d)``, ``e <= epsilon``
     and ``d <= delta`` (``Coordinator(..., privacy_floor=PrivacyFloor(epsilon=4))``; a server's
-    config: ``privacy_floor: {epsilon: 4}``). A site without a budget is refused."""
+    config: ``privacy_floor: {epsilon: 4}``). A site without a budget is refused. ``unit``: what the
+    guarantee must protect at least — ``"site"`` (the default) refuses a site that protects only
+    one experiment; ``"experiment"`` admits either (a site-level guarantee covers one experiment)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     epsilon: float = Field(gt=0, allow_inf_nan=False, description="the largest campaign budget a site may have")
     delta: float = Field(1e-5, gt=0, lt=1, description="the largest delta a site may have")
+    unit: Unit = Field("site", description="the least a site's guarantee protects: its whole dataset ('site') or "
+                       "one experiment ('experiment', which admits both)")
 
-    def __init__(self, epsilon: float, delta: float = 1e-5, **kw: Any) -> None:
-        super().__init__(epsilon=epsilon, delta=delta, **kw)
+    def __init__(self, epsilon: float, delta: float = 1e-5, unit: Unit = "site", **kw: Any) -> None:
+        super().__init__(epsilon=epsilon, delta=delta, unit=unit, **kw)
 
     def check(self, site: str, declared: PrivacyDeclaration | None) -> None:
         """Refuse (FederationError naming what falls short) a site whose declaration does not meet it."""
@@ -311,3 +364,7 @@ class PrivacyFloor(BaseModel):
         if declared.epsilon > self.epsilon or declared.delta > self.delta:
             raise FederationError(f"site {site!r} has a privacy budget of epsilon={declared.epsilon:g} at delta="
                                   f"{declared.delta:g}, weaker than the study's floor: {want}")
+        if self.unit == "site" and declared.unit != "site":
+            raise FederationError(f"site {site!r} protects one experiment at a time (DP(unit={declared.unit!r})), "
+                                  "not its whole dataset: the study's floor requires DP(unit='site') (every site "
+                                  f"hides its whole campaign); {want}")

@@ -28,6 +28,9 @@ with the same ``dp_noise``/``dp_colluders`` (shared options, checked at join) *a
 noise std :math:`\sigma\,2C` (same ``clip`` and noise multiplier: the same ``DP(...)`` and
 horizon). A member with a smaller :math:`\sigma\,2C` weakens the others' guarantee; this is
 not verified. A single member's upload is hidden only by the masks, not by enough noise.
+
+Site level only (``DP(unit="site")``): the shares are of :func:`~labfbo.privacy.dp.privatize`'s
+noise, which refuses ``unit="experiment"`` (a score is no sum over experiments).
 """
 
 from __future__ import annotations

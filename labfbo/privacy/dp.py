@@ -32,6 +32,23 @@ same model for a fixed K, kept for code that accounts steps directly).
 * ``noise_multiplier = 0`` is allowed (clipping only) but gives **no** privacy: ``epsilon``
   is ``math.inf`` as soon as one step is recorded. Nothing recorded: ``epsilon = 0``.
 
+The unit (``DP(unit=...)``). What neighbouring inputs differ in — what the guarantee hides:
+
+* ``"site"`` (the default, everything above): one site's *whole* dataset. It hides the whole
+  campaign: any result, any pattern over many experiments, even whether the data came from
+  this lab. It needs noise of the order of the statistic's full range.
+* ``"experiment"``: one experiment of the site — its setting and its result — replaced by
+  another (the count ``n`` stays the same and is public: it is sent in the clear). The usual
+  example-level guarantee of federated learning. An average over ``n`` experiments moves by
+  O(1/n) when one of them changes, so the same epsilon needs about ``n`` times less noise. It
+  does not hide that the lab took part, how many experiments it ran, nor a pattern repeated over
+  many experiments (or the settings the lab chose next because of a result).
+  Only a protocol whose release is such an average lowers its sensitivity (`surface`,
+  :func:`labfbo.models.surface.private_statistics`); a vote or a belief, which one experiment
+  can change entirely, keeps the site's noise (a site-level guarantee is an experiment-level one);
+  `gradient` refuses the unit (its score is no sum over experiments). This module's gradient
+  mechanism (:func:`privatize`) is site level only.
+
 Discretization. :data:`PLD_DISCRETIZATION` = 1e-2 (dp-accounting's default is 1e-4).
 Against 1e-4 it changes the regression values by < 1e-4 (sigma=1,T=1: 4.37723 vs 4.37718),
 while 2,000 compositions take ~0.02-0.1 s for multipliers 8 and 2.83 (1e-3: ~0.2-0.9 s;
@@ -56,6 +73,9 @@ PLD_DISCRETIZATION = 1e-2
 
 LEDGER_VERSION = 1
 
+Unit = Literal["site", "experiment"]
+"""What a guarantee protects: a site's whole dataset, or one of its experiments (module docstring)."""
+
 
 class DP(BaseModel):
     """Settings of a site's Gaussian mechanism: a campaign budget, or a noise multiplier.
@@ -70,6 +90,8 @@ class DP(BaseModel):
     ``noise_multiplier`` is ``sigma`` (noise std ``sigma`` times the release's sensitivity; 0
     means clipping only, i.e. ``epsilon = inf``); ``delta`` is the delta of the guarantee.
     Neither ``epsilon`` nor ``noise_multiplier`` given: ``sigma = 1`` and no budget.
+    ``unit`` is what is protected: ``"site"`` (the default: the lab's whole dataset) or
+    ``"experiment"`` (one experiment's setting and result; see the module docstring).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -78,18 +100,23 @@ class DP(BaseModel):
                                            "(None with epsilon: calibrated to the budget)")
     delta: float = Field(1e-5, description="delta of the (epsilon, delta) guarantee")
     epsilon: float | None = Field(None, description="the campaign's budget: cumulative epsilon never exceeds it")
+    unit: Unit = Field("site", description="what is protected: 'site' (the lab's whole dataset) or 'experiment' "
+                       "(one experiment's setting and result)")
 
     def __init__(self, clip: float = 1.0, noise_multiplier: float | None = None, delta: float = 1e-5,
-                 epsilon: float | None = None, **kw: Any) -> None:
+                 epsilon: float | None = None, unit: Unit = "site", **kw: Any) -> None:
         if noise_multiplier is None and epsilon is None:
             noise_multiplier = 1.0
-        super().__init__(clip=clip, noise_multiplier=noise_multiplier, delta=delta, epsilon=epsilon, **kw)
+        super().__init__(clip=clip, noise_multiplier=noise_multiplier, delta=delta, epsilon=epsilon, unit=unit,
+                         **kw)
 
     @model_serializer(mode="wrap")
     def _no_unset_budget(self, handler: Any) -> Any:
         out = handler(self)
         if self.epsilon is None and isinstance(out, dict):
             out.pop("epsilon", None)  # without a budget, the settings dump as before budgets existed (journals)
+        if self.unit == "site" and isinstance(out, dict):
+            out.pop("unit", None)  # the default unit dumps as before units existed (journals, goldens)
         return out
 
     @field_validator("clip")
@@ -146,6 +173,14 @@ class DP(BaseModel):
         return self.sigma * self.sensitivity
 
 
+GRADIENT_UNIT_REFUSAL = (
+    "DP(unit='experiment') cannot protect per-particle score gradients: a site's score is the gradient of its GP "
+    "marginal likelihood log N(y | m, K + s^2 I) on values standardized by its own mean and std, which couples "
+    "every experiment (no sum over experiments), so one experiment may change it as much as the whole dataset "
+    "does and its experiment-level sensitivity is the site level's 2C: use DP(unit='site'), which gives the same "
+    "noise and protects more")
+
+
 def _as_matrix(grads: Any) -> np.ndarray:
     g = np.asarray(grads, dtype=float)
     if g.ndim != 2:
@@ -172,10 +207,13 @@ def privatize(grads: np.ndarray, dp: DP, rng: np.random.Generator, noise_std: fl
     (``noise_std``: another std, e.g. a member's share of distributed noise).
 
     With ``noise_multiplier == 0`` the result is exactly :func:`clip_rows` and ``rng`` is
-    not used.
+    not used. Site level only: ``unit="experiment"`` raises a ConfigurationError
+    (:data:`GRADIENT_UNIT_REFUSAL`).
     """
     if not isinstance(dp, DP):
         raise ValidationError(f"dp must be a labfbo DP, got {type(dp).__name__}")
+    if dp.unit != "site":
+        raise ConfigurationError(GRADIENT_UNIT_REFUSAL)
     if not isinstance(rng, np.random.Generator):
         raise ValidationError(f"rng must be a numpy Generator, got {type(rng).__name__}")
     clipped = clip_rows(grads, dp.clip)

@@ -1,11 +1,12 @@
 """`Release`: what one outgoing message discloses about a site's data, declared by its protocol.
 
 A protocol's site side computes every message it sends, so it is the one that knows what
-the message releases: which mechanism protected it, its l2 sensitivity under the task-level
-neighbouring relation, the noise it carries and whether secure aggregation hid it from the
-coordinator (:meth:`labfbo.protocols.SiteLogic.release`). The optimizer journals the
-declaration before the message leaves the site; the privacy report and the accountant fold
-over those records and know nothing of any protocol.
+the message releases: which mechanism protected it, its l2 sensitivity under its neighbouring
+relation (``unit``: the site's whole dataset, the default, or one experiment; :class:`~labfbo.privacy.DP`),
+the noise it carries and whether secure aggregation hid it from the coordinator
+(:meth:`labfbo.protocols.SiteLogic.release`). The optimizer journals the declaration before the
+message leaves the site; the privacy report and the accountant fold over those records and know
+nothing of any protocol.
 
 A release is *private* when it carries Gaussian noise — then ``effective_noise_multiplier``
 ``= noise_std / sensitivity`` is the multiplier of one unit-sensitivity Gaussian mechanism
@@ -21,9 +22,23 @@ from typing import Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-from labfbo.privacy.dp import DP
+from labfbo.privacy.dp import DP, Unit
 
 NEIGHBOURING = "task level: two datasets of this site differ in every observation"
+EXPERIMENT_NEIGHBOURING = ("experiment level: two datasets of this site differ in one experiment, its setting and "
+                           "result (replaced; the count n is public)")
+WHOLE_RELEASE = ("; one experiment can change this release entirely, so its sensitivity is the task level's "
+                 "(the same noise as unit='site')")
+"""Appended to :data:`EXPERIMENT_NEIGHBOURING` by a protocol whose release is a choice or a location
+(a vote, a belief), which one experiment may move anywhere."""
+
+
+def neighbouring(unit: Unit, whole: bool = False) -> str:
+    """The neighbouring relation of ``unit`` as a release states it (``whole``: one experiment can change
+    the whole release, so the experiment-level sensitivity is the site level's)."""
+    if unit == "site":
+        return NEIGHBOURING
+    return EXPERIMENT_NEIGHBOURING + (WHOLE_RELEASE if whole else "")
 NOT_PRIVATE = "none: not differentially private"
 
 Event = Union[float, tuple[int, float]]
@@ -53,10 +68,13 @@ class Release(BaseModel):
                                  "kept in its own journal so that a restarted site can repeat it)")
     secure_aggregation: bool = False
     neighbouring: str = NEIGHBOURING
+    unit: Unit = Field("site", description="what is protected: the site's whole dataset or one experiment")
 
     @model_serializer(mode="wrap")
     def _no_unset_response(self, handler: Any) -> Any:
         out = handler(self)
+        if self.unit == "site" and isinstance(out, dict):  # site-level records read as before units existed
+            out.pop("unit", None)
         if self.buckets is None and isinstance(out, dict):  # Gaussian and unprotected records read as before
             out.pop("buckets", None)
             out.pop("pure_epsilon", None)
@@ -104,9 +122,12 @@ class Release(BaseModel):
 
     @classmethod
     def gaussian(cls, message: str, round: int, dp: DP, mechanism: str, sensitivity: float, noise_std: float,
-                 step: int | None = None, rows: int = 1, secure_aggregation: bool = False) -> "Release":
+                 step: int | None = None, rows: int = 1, secure_aggregation: bool = False,
+                 whole: bool = False) -> "Release":
         """A Gaussian-mechanism release under the site's :class:`~labfbo.privacy.DP` settings
-        (``noise_multiplier = 0``: clipped only, so an infinite epsilon)."""
+        (``noise_multiplier = 0``: clipped only, so an infinite epsilon), in ``dp.unit``; ``sensitivity``
+        is the one under that unit (``whole``: one experiment can change the whole release, so it is the
+        site level's, :func:`neighbouring`)."""
         if not sensitivity > 0:
             raise ValueError(f"a Gaussian release needs a positive l2 sensitivity, got {sensitivity!r} "
                              "(a message that cannot depend on the data is no release: declare None)")
@@ -114,14 +135,16 @@ class Release(BaseModel):
                    mechanism=mechanism, noise_multiplier=dp.sigma, clip=dp.clip,
                    sensitivity=sensitivity, noise_std=noise_std,
                    effective_noise_multiplier=noise_std / sensitivity,
-                   delta=dp.delta)
+                   delta=dp.delta, unit=dp.unit, neighbouring=neighbouring(dp.unit, whole))
 
     @classmethod
     def randomized_response(cls, message: str, round: int, dp: DP, mechanism: str, buckets: int, epsilon: float,
                             step: int | None = None) -> "Release":
         """One choice among ``buckets`` options reported by randomized response at ``epsilon``
-        (infinite: reported as it is, so no guarantee)."""
+        (infinite: reported as it is, so no guarantee). One experiment can change the choice, so under
+        ``unit="experiment"`` the same response gives the same epsilon (:func:`neighbouring`)."""
         if math.isinf(epsilon):
             return cls.unprotected(message, round, step)
         return cls(round=round, message=message, step=step, mechanism=mechanism, noise_multiplier=dp.sigma,
-                   buckets=buckets, pure_epsilon=epsilon, delta=dp.delta)
+                   buckets=buckets, pure_epsilon=epsilon, delta=dp.delta, unit=dp.unit,
+                   neighbouring=neighbouring(dp.unit, whole=True))

@@ -32,7 +32,8 @@ def cumulative_epsilon(releases: Sequence[Release]) -> float:
 
 def report(releases: Sequence[Release]) -> list[dict[str, Any]]:
     """One row per release: round, message, step, rows, mechanism and its parameters, its l2
-    sensitivity (of the whole release), the neighbouring relation, whether secure aggregation
+    sensitivity (of the whole release), the unit protected ("site" or "experiment") and the
+    neighbouring relation, whether secure aggregation
     protected it, and the cumulative (epsilon, delta).
 
     ``epsilon`` is the cumulative epsilon at the end of the release's round (so an upper bound
@@ -50,6 +51,7 @@ def report(releases: Sequence[Release]) -> list[dict[str, Any]]:
             used[rel.event] += 1
         at_round_end[rel.round] = Counter(used)
         row = rel.model_dump(exclude={"delta", "reported"})  # not what was said: a sealed vote stays sealed
+        row["unit"] = rel.unit  # what is protected, on every row (the record leaves the default unit out)
         row["_exposed"] = exposed
         rows.append(row)
     epsilons = {t: (0.0 if delta is None else composed_epsilon(c, delta)) for t, c in at_round_end.items()}

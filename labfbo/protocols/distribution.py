@@ -337,7 +337,11 @@ class DistributionSite(LocalGPSite):
     def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
                         sensitivity: float | None) -> Release | None:
         """The belief, normalized to the unit cube, is one Gaussian mechanism of sensitivity
-        ``sqrt(2d + 2)``; with ``dp_belief="centre"`` ``sqrt(d_o + 2 d_c)`` (:mod:`labfbo.privacy.belief_dp`)."""
+        ``sqrt(2d + 2)``; with ``dp_belief="centre"`` ``sqrt(d_o + 2 d_c)`` (:mod:`labfbo.privacy.belief_dp`).
+
+        The same under ``DP(unit="experiment")``: the belief is where the site's GP puts its optimum,
+        and one experiment (a new best result) can move it anywhere in the cube, so the sensitivity to
+        one experiment is the whole dataset's and the noise stays; the release states it."""
         dp = self.options.privacy
         if kind != "optimum_belief" or not noised or dp is None:
             return super().declare_release(kind, round, step, noised, sensitivity)
@@ -348,7 +352,7 @@ class DistributionSite(LocalGPSite):
             delta_l2, mechanism = belief_sensitivity(self.space.dim), BELIEF_MECHANISM
         delta_l2 = delta_l2 if sensitivity is None else sensitivity
         return Release.gaussian(kind, round, dp, mechanism, sensitivity=delta_l2, noise_std=dp.sigma * delta_l2,
-                                step=step)
+                                step=step, whole=True)  # one experiment may move the belief anywhere
 
     def planned_releases(self, horizon: int) -> dict[str, int]:
         """One belief in each round ``t < horizon`` with ``t % release_every == 0``: ``ceil(horizon / k)``."""

@@ -23,6 +23,9 @@ Optimizer) accounts every release. With ``secure_aggregation=True`` and
 :math:`\mathcal{N}(0, \sigma^2(2C)^2 / \max(n - t, 1))` with :math:`t` = ``dp_colluders``, so the
 honest members' shares sum to the same noise and every release is declared and accounted as in
 local mode (:mod:`labfbo.privacy.distributed`, which states the trust assumption).
+The guarantee is site level only: ``DP(unit="experiment")`` is refused, since a site's score
+(the gradient of its GP marginal likelihood) is no sum over experiments — one experiment may
+change it as much as the whole dataset (:data:`labfbo.privacy.dp.GRADIENT_UNIT_REFUSAL`).
 
 With ``wire="compact"`` the scores travel as stochastically rounded 8-bit codes and the
 particles as quantized changes on a reconstruction both ends share, about an eighth of the
@@ -45,6 +48,7 @@ from labfbo.models.pacoh import AdamState, PacohConfig, init_particles, meta_sco
 from labfbo.models.particle_mixture import ParticleMixtureGP
 from labfbo.exceptions import ConfigurationError
 from labfbo.privacy import DP, distributed, privatize, secagg
+from labfbo.privacy.dp import GRADIENT_UNIT_REFUSAL
 from labfbo.privacy.release import Release
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.gradient_wire import (MISSED, CoordinatorWire, ParticlesDelta, SiteWire, check_codes, dequantize,
@@ -138,6 +142,8 @@ class GradientOptions(ModelOptions, PacohConfig):
 
     @model_validator(mode="after")
     def _distributed_dp(self) -> "GradientOptions":
+        if self.privacy is not None and self.privacy.unit != "site":
+            raise ValueError(GRADIENT_UNIT_REFUSAL)
         if self.dp_noise == "distributed":
             if not self.secure_aggregation:
                 raise ValueError("dp_noise='distributed' needs secure_aggregation=True: each site adds only a share "

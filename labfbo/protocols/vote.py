@@ -290,7 +290,11 @@ class VoteSite(LocalGPSite):
 
     def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
                         sensitivity: float | None) -> Release | None:
-        """A vote under DP is one randomized response over ``codebook`` options at ``1 / sigma``."""
+        """A vote under DP is one randomized response over ``codebook`` options at ``1 / sigma``.
+
+        The same under ``DP(unit="experiment")``: one experiment (a new best result) can flip the
+        site's argmax, so experiment level is site level for a vote — the same response, the same
+        epsilon, stated by the release (:meth:`Release.randomized_response`)."""
         dp = self.options.privacy
         if kind == "secagg_public_key":  # key material: nothing computed from the data
             return None

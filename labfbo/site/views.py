@@ -57,11 +57,13 @@ def write_csv(path: str, rows: list[dict[str, Any]]) -> None:
 
 
 def budget_summary(budget: Budget | None, releases: list[Release], withheld: list[Withheld]) -> dict[str, Any] | None:
-    """The state of a ``DP(epsilon=...)`` budget (None without one); see :meth:`labfbo.Optimizer.privacy_budget`."""
+    """The state of a ``DP(epsilon=...)`` budget (None without one), with the ``unit`` it protects; see
+    :meth:`labfbo.Optimizer.privacy_budget`."""
     if budget is None:
         return None
     spent = budget.spent(releases)
-    return {"epsilon": budget.epsilon, "delta": budget.dp.delta, "noise_multiplier": budget.dp.sigma,
+    return {"epsilon": budget.epsilon, "delta": budget.dp.delta, "unit": budget.dp.unit,
+            "noise_multiplier": budget.dp.sigma,
             "effective_noise_multiplier": budget.weakest,
             "planned_releases": budget.planned, "releases": len(releases), "spent": spent,
             "remaining": max(budget.epsilon - spent, 0.0), "exhausted": bool(withheld),
