@@ -49,7 +49,7 @@ results: the fraction of its experiments the guess contains (``recall``; a multi
 and the fraction of the guess that are its (``precision``), beside ``chance``: as many
 combinations drawn at random (distinct, uniform over the space; 200 draws); the Pearson and
 Spearman correlation and RMSE between recovered and true results over the matched rows
-(same combination), beside a random permutation of the recovered values (200 draws).
+(same combination; none below 3), beside a random permutation of the recovered values (200 draws).
 """
 
 from __future__ import annotations
@@ -327,7 +327,7 @@ def score(guess: Sequence[int], values: np.ndarray, true: Sequence[int], z_true:
             "recall": overlap / max(len(true), 1), "recall_chance": float(np.mean(draws)) / max(len(true), 1),
             "precision": overlap / max(len(guess), 1), "precision_chance": float(np.mean(draws)) / max(k, 1),
             "pearson": _corr(zt, zg), "spearman": _spearman(zt, zg),
-            "rmse": float(np.sqrt(np.mean((zt - zg) ** 2))) if len(zt) else nan,
+            "rmse": float(np.sqrt(np.mean((zt - zg) ** 2))) if len(zt) >= 3 else nan,
             "pearson_chance": float(np.nanmean([_corr(zt, q) for q in perms])) if perms else nan,
             "spearman_chance": float(np.nanmean([_spearman(zt, q) for q in perms])) if perms else nan,
             "rmse_chance": float(np.mean([np.sqrt(np.mean((zt - q) ** 2)) for q in perms])) if perms else nan}

@@ -240,7 +240,7 @@ def _f(a: np.ndarray, digits: int = 2) -> str:
 def table(results: Sequence[dict[str, Any]]) -> str:
     """Markdown: per setting and attacker, mean over labs and seeds (chance in parentheses)."""
     lines = ["| setting | attacker | labs summed | experiments | combinations recovered (chance) | precision (chance) "
-             "| Spearman of results (chance) | Pearson (chance) | RMSE (chance) | Spearman knowing the combinations (chance) |",
+             "| Pearson of results (chance) | Spearman (chance) | RMSE (chance) | Spearman knowing the combinations (chance) |",
              "|---|---|---:|---:|---|---|---|---|---|---|"]
     for (setting, view), c in cells(results).items():
         lines.append(f"| {setting} | {view} | {_f(c['sites_summed'], 0)} | {_f(c['n'], 1)} | "
@@ -262,7 +262,7 @@ def plot(results: Sequence[dict[str, Any]], out: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     width = 0.8 / len(VIEWS)
     for ax, metric, title in zip(axes, ("recall", "spearman"), ("lab's experiments recovered", "Spearman of "
-                                                                 "recovered vs true standardized results")):
+                                                                 "recovered vs true results (none: < 3 recovered)")):
         for k, view in enumerate(VIEWS):
             xs = np.arange(len(settings)) + (k - 1) * width
             vals = [_mean(c.get((s, view), {}).get(metric)) for s in settings]
