@@ -41,7 +41,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from labfbo.exceptions import ConfigurationError, FederationError, RoundError
 from labfbo.keywords import resolve_checked
-from labfbo.messages import Abstain, Array, JoinReply, JoinRequest, Message, NoGuidance, PrivacyDeclaration
+from labfbo.messages import (Abstain, Array, BudgetExhausted, JoinReply, JoinRequest, Message, NoGuidance,
+                             PrivacyDeclaration)
+from labfbo.privacy.accounts import BUDGET_DISCARDED, PrivacyLedger, ReleaseReader
 from labfbo.privacy.budget import BUDGET_SPENT, PrivacyFloor
 from labfbo.protocols import Exchange, Finish, Protocol, get_protocol
 from labfbo.design import collaborative_design
@@ -128,6 +130,15 @@ class Coordinator:
         self.last_round = -1  # the round clock: the last completed round
         self.contributors: dict[int, list[list[str]]] = {}
         self._aggregator = None
+        # each site's releases as received, composed by the PLD accountant; its budget enforced (privacy/accounts.py)
+        from labfbo.privacy.dp import DP
+
+        study_dp = getattr(self.configured, "privacy", None)
+        delta = study_dp.delta if isinstance(study_dp, DP) else DP().delta
+        self.ledger = PrivacyLedger(ReleaseReader(self.protocol_cls, self.options, lambda: self.space, delta),
+                                    floor=privacy_floor, default_delta=delta)
+        self._admitted: dict[int, Message] = {}  # answers a transport admitted as they arrived (admit)
+        self.discards: dict[int, dict[str, str]] = {}  # round -> site -> why its release was discarded
 
     # -- membership -------------------------------------------------------------------
     def join(self, request: JoinRequest) -> JoinReply:
@@ -165,9 +176,39 @@ class Coordinator:
         index = self.members[request.site]
         self.local_constraints[request.site] = list(request.local_constraints)
         self.privacy[request.site] = request.privacy
+        self.ledger.declare(request.site, request.privacy)
         design = collaborative_design(self.space, self.n_sites, request.n_init, self.seed)[index]
         return JoinReply(site_index=index, n_sites=self.n_sites, design=Array.of(design),
-                         horizon=self.horizon, study=self.study, clock=self.last_round, study_seed=self.seed)
+                         horizon=self.horizon, study=self.study, clock=self.last_round, study_seed=self.seed,
+                         spent=self._spent_for(request))
+
+    def _spent_for(self, request: JoinRequest) -> Any:
+        """What a site with a budget has spent, if the coordinator accounted anything of it (None: a
+        first join, or no budget: the reply is as before)."""
+        if request.privacy is None or request.privacy.epsilon is None:
+            return None
+        acc = self.ledger.accounts.get(request.site)
+        if acc is None or not (acc.releases or acc.discarded or acc.events or acc.exposed):
+            return None
+        return self.ledger.spent(request.site)
+
+    def admit(self, site: str, msg: Message) -> Message:
+        """Account ``site``'s answer ``msg`` as it arrives (a transport that receives answers one by
+        one calls this; the round calls it for the others): ``msg`` itself, or — a release beyond the
+        site's budget — an ``Abstain`` with reason ``BUDGET_DISCARDED``, counted, never aggregated."""
+        out, why = self.ledger.admit(site, msg)
+        with self.ledger.lock:
+            if why is not None:
+                self.discards.setdefault(max(int(msg.round), 0), {})[site] = why
+            else:
+                self._admitted[id(out)] = out
+        return out
+
+    def _account(self, site: str, msg: Message) -> Message:
+        with self.ledger.lock:
+            if self._admitted.pop(id(msg), None) is msg or (isinstance(msg, Abstain) and msg.reason == BUDGET_DISCARDED):
+                return msg  # admitted when it arrived
+        return self.admit(site, msg)
 
     def _check_options(self, request: JoinRequest) -> None:
         ours = {k: v for k, v in self.options.model_dump(mode="json").items()
@@ -269,9 +310,14 @@ class Coordinator:
         return self.rounds[t]
 
     def snapshot(self, t: int) -> dict[str, Any]:
-        """Round ``t``'s replies, contributors and the aggregator's carried state (JSON-able)."""
-        return {"round": t, "replies": {s: m.model_dump(mode="json") for s, m in self.rounds[t].items()},
+        """Round ``t``'s replies, contributors, the aggregator's carried state and (when any) the
+        sites' privacy accounts (JSON-able)."""
+        snap = {"round": t, "replies": {s: m.model_dump(mode="json") for s, m in self.rounds[t].items()},
                 "contributors": self.contributors.get(t, []), "aggregator": self.aggregator().state()}
+        accounts = self.ledger.state()
+        if accounts:
+            snap["privacy"] = accounts
+        return snap
 
     def restore(self, snapshots: Sequence[dict[str, Any]]) -> None:
         """Continue after a restart from the snapshots of completed rounds (in round order)."""
@@ -283,8 +329,12 @@ class Coordinator:
             self.contributors[t] = snap["contributors"]
             self.aggregator().restore(snap["aggregator"])
             self.last_round = max(self.last_round, t)
+            if "privacy" in snap:
+                self.ledger.restore(snap["privacy"])
 
     def _run_one(self, t: int, gather: Gather, participants: set[str] | None) -> None:
+        with self.ledger.lock:
+            self._admitted.clear()  # (an answer admitted for an exchange that closed without it)
         agg = self.aggregator()
         step = agg.open_round(t)
         contributions: list[list[str]] = []
@@ -299,7 +349,8 @@ class Coordinator:
                     stamped[id(m)] = self._stamp(m, t)
             requests = {s: stamped[id(m)] for s, m in step.requests.items() if participants is None or s in participants}
             answers = gather(requests, min(self.quorum, len(requests)), self.deadline)
-            answered = {s: m for s, m in answers.items() if isinstance(m, Message)}
+            # accounted before it is used; a release beyond the site's budget becomes an Abstain
+            answered = {s: self._account(s, m) for s, m in answers.items() if isinstance(m, Message)}
             if len(answered) < min(self.quorum, len(requests)):
                 failed = {s: repr(e) for s, e in answers.items() if not isinstance(e, Message)}
                 raise RoundError(f"round {t}: {len(answered)} of {len(requests)} sites answered, "
@@ -308,13 +359,15 @@ class Coordinator:
             for s, m in answered.items():
                 if isinstance(m, Abstain):
                     agg.abstained(s, m.reason)
-                    if m.reason == BUDGET_SPENT:
+                    if m.reason in (BUDGET_SPENT, BUDGET_DISCARDED):
                         agg.retire(s)  # it releases nothing more: no secure sum waits for it again
             contributions.append(sorted(contrib))
             step = agg.on_responses(t, contrib)
         else:
             raise RoundError(f"round {t} exceeded {MAX_EXCHANGES_PER_ROUND} exchanges")
         replies = {s: self._stamp(step.replies.get(s, NoGuidance()), t) for s in self.roster}
+        for s, why in self.discards.get(t, {}).items():  # told why, in place of its guidance: it goes on alone
+            replies[s] = self._stamp(BudgetExhausted(site=s, reason=why[:2000], spent=self.ledger.spent(s)), t)
         self.rounds[t] = replies
         self.contributors[t] = contributions
         self.last_round = t

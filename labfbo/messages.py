@@ -205,11 +205,33 @@ class JoinRequest(Message):
         return out
 
 
+class SpentBudget(BaseModel):
+    """A site's releases as the coordinator accounted them (every answer it received that carried
+    data-derived information, declared by the protocol's own site side): what the site spent.
+
+    ``gaussian``: ``[effective noise multiplier, releases]`` pairs; ``responses``: ``[buckets,
+    epsilon, releases]`` of randomized responses; ``exposed``: one carried no DP noise (no finite
+    epsilon); ``epsilon``: their PLD composition at ``delta`` (None: infinite or not known)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    releases: int = Field(0, ge=0)
+    gaussian: list[tuple[float, int]] = Field(default_factory=list, max_length=100_000)
+    responses: list[tuple[int, float, int]] = Field(default_factory=list, max_length=100_000)
+    exposed: bool = False
+    epsilon: float | None = Field(None, ge=0, allow_inf_nan=False)
+    delta: float = Field(gt=0, lt=1)
+    budget: float | None = Field(None, gt=0, allow_inf_nan=False, description="the smallest DP(epsilon=...) the "
+                                 "site declared to this study (and the consortium's floor, if lower)")
+    discarded: int = Field(0, ge=0, description="releases the coordinator discarded: over the budget")
+
+
 @register
 class JoinReply(Message):
     """The coordinator's answer: the site's index, the federation size and its design cells.
 
-    ``design`` holds the site's rows of the collaborative Latin hypercube (unit cube).
+    ``design`` holds the site's rows of the collaborative Latin hypercube (unit cube). ``spent``:
+    to a site with a privacy budget that the coordinator has accounted releases of (a rejoin),
+    what it spent — the site plans from it when its own journal says less (lost, rolled back).
     """
 
     kind: Literal["join_reply"] = "join_reply"
@@ -219,6 +241,27 @@ class JoinReply(Message):
     horizon: int | None = None
     clock: int = -1  # the coordinator's last completed round when the site joined
     study_seed: int | None = None  # the study's seed: draws every site must share (ParEGO weights)
+    spent: SpentBudget | None = None
+
+    @model_serializer(mode="wrap")
+    def _no_unset_spent(self, handler: Any) -> Any:
+        out = handler(self)
+        if self.spent is None and isinstance(out, dict):
+            out.pop("spent", None)  # a first join is byte for byte as before (and older sites read it)
+        return out
+
+
+@register
+class BudgetExhausted(Message):
+    """The coordinator discarded ``site``'s release of this round: with it, the site's cumulative
+    epsilon as the coordinator accounts it would exceed its budget (``reason`` says which). Sent in
+    place of the round's guidance: the site proposes from its own model, releases nothing more,
+    and plans from ``spent``."""
+
+    kind: Literal["budget_exhausted"] = "budget_exhausted"
+    site: str
+    reason: str = Field(max_length=2000)
+    spent: SpentBudget
 
 
 @register

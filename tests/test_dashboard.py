@@ -137,10 +137,7 @@ def test_the_coordinators_epsilon_is_the_sites_own(protocol: str) -> None:
     coord = labfbo.Coordinator(protocol, sites=["a", "b"], seed=0, space=SPACE, **kw)
     view = PrivacyView(types.SimpleNamespace(coordinator=coord))
     opts = [labfbo.Optimizer(SPACE, protocol=protocol, coordinator=coord, site=s, seed=0, n_init=3, **kw) for s in "ab"]
-    run_campaign(opts, lambda i, p: p["x"] ** 2 + 0.1 * i, 3, 2)
-    for o in opts:
-        for msg in o.sent_messages()[1:]:  # what the coordinator accepted (the join is no release)
-            view.record(o.site, msg)
+    run_campaign(opts, lambda i, p: p["x"] ** 2 + 0.1 * i, 3, 2)  # the coordinator accounts what it accepts
     for o in opts:
         view.epsilon(o.site)
         while view.worker is not None:
@@ -165,18 +162,18 @@ def test_the_dashboard_shows_each_sites_budget_and_when_it_is_spent() -> None:
             for s in "ab"]
     with pytest.warns(UserWarning, match="privacy budget spent"):
         run_campaign(opts, lambda i, p: p["x"] ** 2 + 0.1 * i, 3, 3)
-    for o in opts:
-        for msg in o.sent_messages()[1:]:
-            view.record(o.site, msg)
-    texts = {}
+    shown = {}
     for o in opts:
         view.epsilon(o.site)
         while view.worker is not None:
             time.sleep(0.02)
-        texts[o.site] = view.epsilon(o.site)[1]
+        shown[o.site] = view.budget(o.site)
     assert opts[0].privacy_budget()["exhausted"]
-    assert texts["a"].endswith("; budget ε ≤ 1 at δ = 1e-06 — spent: it releases nothing more")
-    assert "budget" not in texts["b"]  # a noise multiplier, no budget declared
+    a = shown["a"]
+    assert a.budget == 1.0 and a.budget_text == "ε ≤ 1 at δ = 1e-06" and a.discarded == 0
+    assert a.remaining == pytest.approx(1.0 - opts[0].epsilon()) and a.epsilon == pytest.approx(opts[0].epsilon())
+    assert a.remaining_text.endswith("but the site's own plan is spent: it releases nothing more")
+    assert shown["b"].budget is None and shown["b"].budget_text == shown["b"].remaining_text == "—"  # no budget
 
 
 # ------------------------------------------------------------------ the page in Chromium, during a campaign
@@ -219,6 +216,7 @@ def test_the_dashboard_follows_a_live_campaign_in_chromium(toy, tmp_path) -> Non
     from selenium.webdriver.common.by import By
 
     dp = labfbo.DP(clip=1.0, noise_multiplier=2.0, delta=1e-6)
+    budgeted = dp.model_copy(update={"epsilon": 5.0})  # site a: the same noise, and a budget the coordinator enforces
     cfg, tokens, admin = _config(tmp_path, protocol="toy-noised-mean", options={"privacy": dp.model_dump()})
     release = threading.Event()
     with ServerThread(CoordinatorServer(cfg)) as srv, chromium(width=1280, height=1100) as browser, \
@@ -227,7 +225,8 @@ def test_the_dashboard_follows_a_live_campaign_in_chromium(toy, tmp_path) -> Non
         # approves its answer only once released (the review runs outside the process's compute lock)
         opts = [labfbo.Optimizer(SPACE, protocol="toy-noised-mean", site=s, seed=0, n_init=2,
                                  coordinator=HTTPCoordinator(srv.url, tokens[s]),
-                                 **({"approve": lambda msg: release.wait(60)} if s == "c" else {"privacy": dp}))
+                                 **({"approve": lambda msg: release.wait(60)} if s == "c" else
+                                    {"privacy": budgeted if s == "a" else dp}))
                 for s in SITES]
         for i, o in enumerate(opts):
             for t in o.ask(n=2):
@@ -261,6 +260,14 @@ def test_the_dashboard_follows_a_live_campaign_in_chromium(toy, tmp_path) -> Non
         for o in opts[:2]:  # their releases are journaled; the accountant runs in the background
             _wait(browser, lambda o=o: _text(browser, f"#site-{o.site} .epsilon_text")
                   == f"{o.epsilon():.3g} at δ = 1e-06 (1 release)", f"site {o.site}'s epsilon")
+        # site a's budget, spent and remaining as the coordinator accounts them; b declared none
+        assert [th.get_attribute("data-key") for th in browser.find_elements(By.CSS_SELECTOR, "#sites th")][-3:] \
+            == ["budget_text", "remaining_text", "discarded"]
+        _wait(browser, lambda: _text(browser, "#site-a .remaining_text") == f"{5.0 - opts[0].epsilon():.3g}",
+              "site a's remaining budget")
+        assert _text(browser, "#site-a .budget_text") == "ε ≤ 5 at δ = 1e-06"
+        assert _text(browser, "#site-a .discarded") == "0"
+        assert _text(browser, "#site-b .budget_text") == _text(browser, "#site-b .remaining_text") == "—"
         browser.save_screenshot(str(tmp_path / "dashboard.png"))
         shutil.copyfile(tmp_path / "dashboard.png", "/tmp/dashboard.png")  # for a person to look at
         assert console_errors(browser) == []

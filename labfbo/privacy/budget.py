@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from labfbo.exceptions import ConfigurationError, FederationError
-from labfbo.messages import Abstain, Message, PrivacyDeclaration
+from labfbo.messages import Abstain, Message, PrivacyDeclaration, SpentBudget
 from labfbo.privacy.dp import PLD_DISCRETIZATION, DP, Unit, composed_epsilon
 from labfbo.privacy.release import Release
 from labfbo.records import Withheld
@@ -132,6 +132,38 @@ def _gaussian_multiplier(epsilon: float, delta: float) -> float:
     return math.exp(brentq(excess, math.log(1e-4), math.log(1e8), xtol=1e-10))
 
 
+def _key(event: Any) -> Any:
+    """``event`` for matching two accounts of the same releases (ten significant digits)."""
+    if isinstance(event, tuple):
+        return (int(event[0]), float(f"{float(event[1]):.10g}"))
+    return float(f"{float(event):.10g}")
+
+
+def spent_events(spent: SpentBudget) -> Counter:
+    """The accounting events of a :class:`SpentBudget` (an exposed release as multiplier 0: infinite)."""
+    out: Counter = Counter({float(m): int(n) for m, n in spent.gaussian})
+    for k, eps, n in spent.responses:
+        out[(int(k), float(eps))] += int(n)
+    if spent.exposed:
+        out[0.0] += 1
+    return out
+
+
+def missing_events(theirs: Counter, ours: Counter) -> Counter:
+    """The releases of ``theirs`` (the coordinator's account) that ``ours`` (a journal's) lacks."""
+    have = Counter()
+    for e, n in ours.items():
+        have[_key(e)] += n
+    out: Counter = Counter()
+    for e, n in theirs.items():
+        k = _key(e)
+        matched = min(n, have[k])
+        have[k] -= matched
+        if n - matched:
+            out[e] += n - matched
+    return out
+
+
 class Budget:
     """Enforces ``dp.epsilon`` over a site's releases (``plan``: the planned releases' effective
     multipliers and counts at the calibrated sigma, within the budget by construction)."""
@@ -141,6 +173,7 @@ class Budget:
             raise ConfigurationError("a Budget needs DP(epsilon=...)")
         self.dp = dp
         self.plan: Counter = Counter(plan or {})  # accounting event (Release.event) -> planned releases
+        self.prior: Counter = Counter()  # releases the coordinator accounted that the journal lacks (adopt)
 
     @property
     def epsilon(self) -> float:
@@ -158,20 +191,35 @@ class Budget:
         return min(gaussian) if gaussian else None
 
     def spent(self, releases: list[Release]) -> float:
-        """Cumulative epsilon of ``releases`` (infinite once one was not private)."""
+        """Cumulative epsilon of ``releases`` and the :attr:`prior` (infinite once one was not private)."""
         if any(not r.private for r in releases):
             return math.inf
-        return composed_epsilon(Counter(r.event for r in releases), self.dp.delta)
+        return composed_epsilon(Counter(r.event for r in releases) + self.prior, self.dp.delta)
 
     def allows(self, releases: list[Release], release: Release) -> bool:
-        """Whether ``release`` may leave after ``releases`` without going beyond the budget."""
+        """Whether ``release`` may leave after ``releases`` (and the :attr:`prior`) without going beyond the budget."""
         if not release.private or any(not r.private for r in releases):
             return False
-        used = Counter(r.event for r in releases)
+        used = Counter(r.event for r in releases) + self.prior
         used[release.event] += 1
         if all(n <= self.plan.get(m, 0) for m, n in used.items()):
             return True  # a prefix of the plan (composition is monotone)
         return composed_epsilon(used, self.dp.delta) <= self.epsilon
+
+    def adopt(self, spent: SpentBudget, releases: list[Release]) -> Counter:
+        r"""Plan from the larger of the journal's ``releases`` and the coordinator's account ``spent``:
+        the releases it accounted that the journal lacks (a journal lost, truncated or rolled back)
+        join the :attr:`prior`, composed with the journal's by the same accountant
+        (:math:`\varepsilon(\text{journal} + \text{prior})`). Returns those missing releases."""
+        mine = Counter(r.event for r in releases if r.private)
+        if any(not r.private for r in releases):
+            mine[0.0] += 1
+        ours = {_key(e): e for e in [*self.plan, *mine]}  # the site's own figures for the same events
+        missing = Counter()
+        for e, n in missing_events(spent_events(spent), mine).items():
+            missing[ours.get(_key(e), e)] += n
+        self.prior = self.prior | missing
+        return missing
 
     def gate(self, answer: Message, release: Release, releases: list[Release], withheld: Sequence[Withheld],
              site: str) -> tuple[Message, Release | None, Withheld | None]:

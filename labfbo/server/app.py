@@ -184,6 +184,9 @@ class CoordinatorServer:
             self.coordinator.join(parse(req))  # type: ignore[arg-type]
         if self.store.rounds():
             self.coordinator.restore(self.store.rounds())
+        # each site's spent privacy budget, as accounted: written as each answer arrives, before it is used
+        self.coordinator.ledger.restore(self.store.budgets())
+        self.coordinator.ledger.on_change = self.store.set_budget
         self.engine = RoundEngine(self.coordinator, on_round=self._persist_round)
         self.app = self._build_app()
 
@@ -306,7 +309,7 @@ class CoordinatorServer:
                 return Accepted(accepted=True)
             msg = read_message(report, cfg.max_array_items)
             try:
-                new = self.engine.submit(site, seq, body, msg)
+                new = await run_in_threadpool(self.engine.submit, site, seq, body, msg)  # accounting: PLD
             except Conflict as exc:
                 raise HTTPException(409, str(exc)) from None
             return Accepted(accepted=True, repeat=not new)

@@ -8,9 +8,10 @@ SHA-256 and its expiry, in memory. ``/dashboard/logout`` ends the session.
 
 The page shows the study, the sites' states, the current round and whom it waits for, the
 rounds' durations, the message bytes to and from each site, each site's cumulative epsilon
-as far as the coordinator can account it, and the recent audit-log entries (time, site,
+as the coordinator accounts it, its budget, what remains of it and the releases discarded
+beyond it, and the recent audit-log entries (time, site,
 route, status). It never shows what a message contains: the round engine keeps sizes and
-times only, and the privacy view keeps each answer's kind, round and DP fields only. An
+times only, and the coordinator's privacy account keeps release counts and noise multipliers only. An
 inline script (CSP nonce, no external resource) reloads ``GET /dashboard/status.json``
 every two seconds.
 
@@ -47,7 +48,8 @@ TEMPLATES = Path(__file__).parent / "templates"
 # the tables' columns: (key in the row, heading); the page and its script both read them
 COLUMNS = {
     "sites": [("name", "site"), ("state", "state"), ("detail", "detail"), ("received_text", "received"),
-              ("sent_text", "sent"), ("answers", "answers"), ("epsilon_text", "cumulative ε")],
+              ("sent_text", "sent"), ("answers", "answers"), ("epsilon_text", "cumulative ε"),
+              ("budget_text", "budget"), ("remaining_text", "remaining ε"), ("discarded", "discarded")],
     "rounds": [("round", "round"), ("status", "status"), ("started", "started (UTC)"), ("duration", "duration"),
                ("participants", "participants")],
     "events": [("time", "time (UTC)"), ("site", "site"), ("route", "route"), ("round", "round"),
@@ -67,6 +69,11 @@ class SiteView(BaseModel):
     answers: int
     epsilon: float | None  # a finite cumulative epsilon (None: infinite, not known, or nothing yet)
     epsilon_text: str
+    budget: float | None = None     # the budget the coordinator enforces (None: the site declared none)
+    budget_text: str = "—"
+    remaining: float | None = None  # budget - epsilon (None: no budget, or not known yet)
+    remaining_text: str = "—"
+    discarded: int = 0              # releases the coordinator discarded: beyond the budget
 
 
 class RoundView(BaseModel):
@@ -157,9 +164,7 @@ class Dashboard:
 
         self.server = server
         self.sessions = Sessions(server.config.dashboard_session)
-        self.privacy = PrivacyView(server)
-        if server.config.admin_token_sha256 is not None:  # the dashboard is on: account each accepted answer
-            server.engine.on_answer = self.privacy.record
+        self.privacy = PrivacyView(server)  # the coordinator accounts every accepted answer (its ledger)
         self.templates = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html"]))
 
     # -- what the page shows ------------------------------------------------------------------------
@@ -185,7 +190,9 @@ class Dashboard:
                       for t, tm in timings]
             last = coord.last_round
         for row in sites:
-            row.epsilon, row.epsilon_text = self.privacy.epsilon(row.name)
+            b = self.privacy.budget(row.name)
+            row.epsilon, row.epsilon_text, row.budget, row.budget_text = b.epsilon, b.epsilon_text, b.budget, b.budget_text
+            row.remaining, row.remaining_text, row.discarded = b.remaining, b.remaining_text, b.discarded
         with srv.audit.lock:
             recent = list(srv.audit.recent)
         events = [EventView(time=_clock(e["time"]), site=e["site"], route=e["route"],

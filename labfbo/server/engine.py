@@ -233,6 +233,8 @@ class RoundEngine:
             msg = parse(body) if msg is None else msg  # a malformed message is refused before it is stored
             if msg.round != ex.round:  # an answer names its round (a missing one parses as -1)
                 raise Conflict(f"the answer is for round {msg.round}, exchange {seq} is round {ex.round}")
+            # accounted (and persisted) as it arrives; beyond the site's budget it is discarded: an Abstain goes on
+            msg = self.coord.admit(site, msg)
             ex.answers[site] = body
             ex.parsed[site] = msg
             stats = self._site(site)

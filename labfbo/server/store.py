@@ -2,7 +2,9 @@
 
 The store keeps every join request (so a restarted coordinator gives every site its
 index and design again), every completed round's snapshot (replies, contributors, the
-aggregator's carried state) and rotated token digests. Each write is one transaction,
+aggregator's carried state), rotated token digests, and each site's privacy account (its
+releases as received, written as each answer arrives, before it is used: the budget the
+coordinator enforces survives a restart). Each write is one transaction,
 so a ``kill -9`` loses at most the round in progress, which the sites simply ask for
 again. ``retention_rounds`` keeps only the last N round snapshots.
 
@@ -33,6 +35,7 @@ class Store:
                             "site TEXT UNIQUE, request TEXT)")
             self.db.execute("CREATE TABLE IF NOT EXISTS rounds (t INTEGER PRIMARY KEY, snapshot TEXT)")
             self.db.execute("CREATE TABLE IF NOT EXISTS tokens (site TEXT PRIMARY KEY, sha256 TEXT, base TEXT)")
+            self.db.execute("CREATE TABLE IF NOT EXISTS budgets (site TEXT PRIMARY KEY, account TEXT)")
 
     def _write(self, sql: str, args: tuple[Any, ...]) -> None:
         with self.lock:
@@ -68,6 +71,15 @@ class Store:
         """site -> (rotated digest, the config digest it replaced)."""
         with self.lock:
             return {r[0]: (r[1], r[2]) for r in self.db.execute("SELECT site, sha256, base FROM tokens")}
+
+    def set_budget(self, site: str, account: dict[str, Any]) -> None:
+        """``site``'s privacy account (:class:`labfbo.privacy.accounts.SiteAccount`), as it changes."""
+        self._write("INSERT OR REPLACE INTO budgets (site, account) VALUES (?, ?)", (site, json.dumps(account)))
+
+    def budgets(self) -> dict[str, dict[str, Any]]:
+        """site -> its privacy account."""
+        with self.lock:
+            return {r[0]: json.loads(r[1]) for r in self.db.execute("SELECT site, account FROM budgets")}
 
     def close(self) -> None:
         with self.lock:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from labfbo import wire
 from labfbo.exceptions import JournalError, LabFBOError
-from labfbo.messages import Abstain, JoinRequest, Message, parse
+from labfbo.messages import Abstain, BudgetExhausted, JoinRequest, Message, SpentBudget, parse
 from labfbo.objectives import OutcomeSpec
 from labfbo.privacy.budget import Budget, declaration
 from labfbo.privacy.budget import plan as plan_budget
@@ -83,6 +83,7 @@ class SiteAgent:
         self.logic: Any = None
         self.context: SiteContext | None = None
         self._ready = threading.Event()  # set once the protocol logic is built and resumed
+        self._told: Message | None = None  # the last BudgetExhausted the coordinator sent
 
     # -- joining -------------------------------------------------------------------------
     def join(self) -> SiteContext:
@@ -122,8 +123,24 @@ class SiteAgent:
         logic = kind.site_logic(s.space, logic_options, self.context)
         logic.resume(journaled_releases(self.store, logic))  # what it sent before a restart
         self.logic = logic
+        spent = reply.spent if self.link is not None else None
+        if spent is not None and self.budget is not None:
+            self.adopt(spent, "rejoins")
         self._ready.set()  # the transport may now hand it requests (handle)
         return self.context
+
+    def adopt(self, spent: SpentBudget, when: str) -> None:
+        """Plan from the larger of the journal's releases and the coordinator's account ``spent``
+        (:meth:`labfbo.privacy.budget.Budget.adopt`); warn when the coordinator's is larger."""
+        releases = journaled_releases(self.store, self.logic)
+        missing = self.budget.adopt(spent, releases) if self.budget is not None else None
+        if missing:
+            eps = "∞" if spent.epsilon is None else f"{spent.epsilon:.3g}"
+            warnings.warn(f"site {self.setup.site!r} {when}: the coordinator has accounted {spent.releases} release(s) "
+                          f"of this site (epsilon {eps} at delta {spent.delta:g}), {sum(missing.values())} more than "
+                          f"its journal holds ({len(releases)}): the journal was lost, truncated or rolled back. The "
+                          f"site plans its budget from the coordinator's account (spent: epsilon "
+                          f"{self.budget.spent(releases):.3g} of {self.budget.epsilon:g})", stacklevel=4)
 
     def failed(self) -> None:
         """Joining failed: a transport that got :meth:`handle` now fails at once."""
@@ -154,7 +171,16 @@ class SiteAgent:
         if self.link is None:
             raise LabFBOError(f"site {self.setup.site!r} was closed; reopen it from its journal to continue")
         st = self.store.state
-        return st.clock.guidance(self.link, self.ledger, self.setup.site, st.results(), st.position, timeout)
+        msg, source, record = st.clock.guidance(self.link, self.ledger, self.setup.site, st.results(), st.position,
+                                                timeout)
+        if isinstance(msg, BudgetExhausted) and msg is not self._told:  # the coordinator discarded a release
+            self._told = msg
+            warnings.warn(f"site {self.setup.site!r}, round {msg.round}: the coordinator discarded this site's "
+                          f"release ({msg.reason}); it proposes from its own model and releases nothing more",
+                          stacklevel=4)
+            if self.budget is not None:
+                self.adopt(msg.spent, "was told its budget is exhausted")
+        return msg, source, record
 
     # -- answering the coordinator ---------------------------------------------------------
     def chain(self) -> Handler:
