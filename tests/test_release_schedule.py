@@ -83,7 +83,7 @@ def test_the_coordinator_reuses_a_belief_until_the_sites_next_release() -> None:
 
 def test_the_coordinator_reuses_surface_statistics_in_roster_order() -> None:
     gen = np.random.default_rng(0)
-    agg = SurfaceAggregator(SurfaceOptions(), SITES, 0, None, None)
+    agg = SurfaceAggregator(SurfaceOptions(secure_aggregation="off"), SITES, 0, None, None)  # the clear protocol
     stats = {s: SurfaceStats(count=5, gram=Array.of(gen.normal(size=6)), moment=Array.of(gen.normal(size=3)),
                              release_every=2) for s in SITES}
     first = agg.on_responses(0, stats)
