@@ -43,7 +43,8 @@ How far a site trusts the surface is :math:`c`: data that contradict it pull :ma
 towards 0 (with 12 observations and a surface of the opposite sign, MAP :math:`c` = 0.37,
 against 0.99 for the true one). A leave-one-out guard (use the surface only while it
 predicts the site's held-out observations as well as the plain GP) was measured and
-dropped: with 3–8 observations it rejected helpful surfaces (``docs/benchmarks.md`` §13).
+dropped: with 3–8 observations it rejected helpful surfaces (the reaction labs,
+``docs/benchmarks/reactions.md``).
 """
 
 from __future__ import annotations
