@@ -1,8 +1,8 @@
 r"""Protocol ``surface``: the consortium learns a shared response surface; each lab's GP starts from it.
 
 Not from one of the seed papers: with a handful of labs and twenty experiments each, the
-papers' mechanisms capture little of what pooling the data would (``docs/benchmarks.md``
-§13). This one shares what a process chemist's design-of-experiments model would: main
+papers' mechanisms capture little of what pooling the data would
+(``docs/benchmarks/reactions.md``). This one shares what a process chemist's design-of-experiments model would: main
 effects of every choice and a quadratic in the ordered parameters
 (:mod:`labfbo.models.surface`).
 
@@ -12,7 +12,8 @@ One exchange per BO round :math:`t`:
 standardized values, :math:`\bar G_i = \Phi_i^\top\Phi_i/n_i` (upper triangle,
 :math:`p(p+1)/2` scalars), :math:`\bar h_i = \Phi_i^\top z_i/n_i` (:math:`p`) and
 :math:`n_i`. With ``privacy`` the values are clipped to :math:`[-C, C]` and both averages
-get the Gaussian mechanism (:func:`~labfbo.models.surface.privatize`, task level).
+get the Gaussian mechanism (:func:`~labfbo.models.surface.private_statistics`, in the unit of
+``DP(unit=...)``: the site's whole dataset, or one experiment with the values' centred ranks).
 
 **Coordinator** (:func:`leave_one_out`): each site gets the other contributors' sums
 :math:`\sum_{j\ne i} n_j\bar G_j` and :math:`\sum_{j\ne i} n_j\bar h_j`
@@ -63,7 +64,7 @@ from pydantic import BaseModel, Field, model_validator
 from labfbo.exceptions import ConfigurationError
 from labfbo.messages import Abstain, Array, Message
 from labfbo.models.gp import fit_local_gp, predict
-from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, packed_size, privatize,
+from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, packed_size, private_statistics,
                                    ridge_weights, site_statistics, symmetric)
 from labfbo.privacy import DP, secagg
 from labfbo.privacy.distributed import honest_members, share_purpose
@@ -123,6 +124,8 @@ class SurfaceOptions(ModelOptions):
 # -- the two sides ---------------------------------------------------------------------------
 STATS_MECHANISM = ("Gaussian on the averaged ridge statistics (G/n, h/n), values clipped to [-C, C] "
                    "(labfbo.models.surface); the count n is released exactly")
+STATS_MECHANISM_RANKS = ("Gaussian on the averaged ridge statistics (G/n, h/n) of the values' centred ranks in "
+                         "[-C, C] (labfbo.models.surface.private_statistics); the count n is released exactly")
 
 
 NOISE_GUARD = 0.25
@@ -189,46 +192,51 @@ class SurfaceSite(LocalGPSite):
             self._warned = True
             warnings.warn(UNMASKED_2_SITES.format(n=n), stacklevel=4)
 
-    def _statistics(self, data: SiteData, round: int, cohort: int | None) -> tuple[np.ndarray, np.ndarray, int]:
-        """``(upper(G/n), h/n, m)``, with the DP noise: the full noise, or this member's share of it
+    def _statistics(self, data: SiteData, round: int, cohort: int | None
+                    ) -> tuple[np.ndarray, np.ndarray, int, float | None]:
+        """``(upper(G/n), h/n, m, Delta)``, with the DP noise of l2 sensitivity ``Delta`` in the unit of
+        ``DP(unit=...)`` (None without DP): the full noise, or this member's share of it
         (``cohort``: a secure sum's size, under DP with ``unit="site"``). The site-private stream, never
         the study seed, keyed by every value it protects (and a share by ``h``, so a cohort of another
         size draws independent noise): recomputing a round's answer repeats its bytes."""
         dp: DP | None = self.options.privacy
         m = self.objectives(data)
         values = data.y if m == 1 else data.Y[:, :m]  # type: ignore[index]
-        gram, moment = site_statistics(self.features.of_unit(data.X), values, None if dp is None else dp.clip)
+        Phi = self.features.of_unit(data.X)
         if dp is None:
-            return gram, moment, m
+            return (*site_statistics(Phi, values), m, None)
         digest = data.digest() if m == 1 else hashlib.sha256(data.key() + values.tobytes()).hexdigest()[:16]
         purpose = f"dp-surface/{digest}"
-        if cohort is None or not self.options.distributed():
-            return (*privatize(gram, moment, dp, self.features.norm_bound, self.context.private_rng(round, purpose)), m)
+        if cohort is None or not self.options.distributed():  # the full noise, in the unit's sensitivity
+            gram, moment, delta = private_statistics(Phi, values, dp, self.features.norm_bound,
+                                                     self.context.private_rng(round, purpose))
+            return gram, moment, m, delta
+        gram, moment = site_statistics(Phi, values, dp.clip)  # distributed: unit "site" only
+        delta = dp_sensitivity(self.features.norm_bound, dp.clip, m)
         t = self.options.dp_colluders
-        scale = dp.sigma * dp_sensitivity(self.features.norm_bound, dp.clip, m) / math.sqrt(honest_members(cohort, t))
-        if scale > 0:  # privatize's draws (gram, then moment) at the share's std
+        scale = dp.sigma * delta / math.sqrt(honest_members(cohort, t))
+        if scale > 0:  # the full noise's draws (gram, then moment) at the share's std
             gen = self.context.private_rng(round, share_purpose(purpose, cohort, t))
             gram, moment = gram + gen.normal(0.0, scale, gram.shape), moment + gen.normal(0.0, scale, moment.shape)
-        return gram, moment, m
+        return gram, moment, m, delta
 
     def statistics(self, data: SiteData, round: int) -> SurfaceStats:
         """The statistics in the clear (``secure_aggregation="off"``, or a study of two sites)."""
         dp: DP | None = self.options.privacy
         k = self.options.release_every
-        gram, moment, m = self._statistics(data, round, None)
+        gram, moment, _, delta = self._statistics(data, round, None)
         return SurfaceStats(count=data.n, gram=Array.of(gram), moment=Array.of(moment),
                             dp_clip=None if dp is None else dp.clip,
                             dp_noise_multiplier=None if dp is None else dp.sigma,
-                            dp_sensitivity=None if dp is None else dp_sensitivity(self.features.norm_bound, dp.clip, m),
+                            dp_sensitivity=delta,
                             release_every=None if k == 1 else k)
 
     def contribution(self, data: SiteData, round: int, cohort: int) -> tuple[np.ndarray, dict[str, Any]]:
         """This member's vector for a secure sum of ``cohort`` members (:func:`~labfbo.protocols.surface_secure.contribution`)
         and the DP fields its upload states in the clear."""
         dp: DP | None = self.options.privacy
-        gram, moment, m = self._statistics(data, round, cohort)
-        fields = {} if dp is None else {"dp_clip": dp.clip, "dp_noise_multiplier": dp.sigma,
-                                        "dp_sensitivity": dp_sensitivity(self.features.norm_bound, dp.clip, m)}
+        gram, moment, _, delta = self._statistics(data, round, cohort)
+        fields = {} if dp is None else {"dp_clip": dp.clip, "dp_noise_multiplier": dp.sigma, "dp_sensitivity": delta}
         return contribution(gram, moment, data.n, averaged=dp is not None), fields
 
     def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
@@ -246,7 +254,8 @@ class SurfaceSite(LocalGPSite):
                 return Release.unprotected(kind, round, step, secure_aggregation=True)
             return super().declare_release(kind, round, step, noised, sensitivity)
         delta_l2 = dp_sensitivity(self.features.norm_bound, dp.clip) if sensitivity is None else sensitivity
-        how = MECHANISM.format(t=self.options.dp_colluders) if masked and self.options.distributed() else STATS_MECHANISM
+        how = MECHANISM.format(t=self.options.dp_colluders) if masked and self.options.distributed() else \
+            STATS_MECHANISM if dp.unit == "site" else STATS_MECHANISM_RANKS
         return Release.gaussian(kind, round, dp, how, sensitivity=delta_l2, noise_std=dp.sigma * delta_l2, step=step,
                                 secure_aggregation=masked)
 
@@ -283,7 +292,9 @@ class SurfaceSite(LocalGPSite):
             gram, moment = scale * gram, scale * moment
             dp = self.options.privacy
             if dp is not None:
-                per = dp.sigma * dp_sensitivity(self.features.norm_bound, dp.clip, 1 if moment.ndim == 1 else len(moment))
+                outs = 1 if moment.ndim == 1 else len(moment)  # per experiment: at the others' mean count
+                per = dp.sigma * dp_sensitivity(self.features.norm_bound, dp.clip, outs, dp.unit,
+                                                max(int(scale + 0.5), 2))
                 shares = honest_members(len(members), self.options.dp_colluders) if self.options.distributed() else 1
                 noise = float(scale * per * math.sqrt(sites / shares))
         return SurfaceTotals(sites=sites, count=max(count, 0), gram=Array.of(gram), moment=Array.of(moment),

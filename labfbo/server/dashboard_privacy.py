@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any
 
 from labfbo.server.served import Served
 
