@@ -73,16 +73,15 @@ class ReleaseReader:
 
 
 def received_release(msg: Message, logic_for: Callable[[float | None, float | None], Any]) -> Release | None:
-    """The release a received answer makes, from its kind, round, step and DP fields alone:
-    ``logic_for(noise multiplier, clip)`` is the protocol's site side under those settings."""
+    """The release a received answer makes, as the protocol's site side declares it
+    (:meth:`labfbo.protocols.SiteLogic.release`) from the answer's kind, round, step and DP
+    fields: ``logic_for(noise multiplier, clip)`` is that site side under those settings."""
     if isinstance(msg, Abstain):
         return None
-    step = getattr(msg, "step", None)
     noise, clip = getattr(msg, "dp_noise_multiplier", None), getattr(msg, "dp_clip", None)
     try:
-        logic = logic_for(noise, clip)
-        return logic.declare_release(msg.kind, max(int(msg.round), 0), step if isinstance(step, int) else None,
-                                     noised=noise is not None, sensitivity=getattr(msg, "dp_sensitivity", None))
+        # the site's own declaration of what it sent (e.g. a vote sealed again repeats one: no new release)
+        return logic_for(noise, clip).release(msg)
     except Undeclared:
         raise
     except Exception as exc:  # noqa: BLE001 - the protocol's own reason
