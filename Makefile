@@ -28,8 +28,9 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver; }
 
-# two processes (pytest-xdist), each test module whole in one of them (its module fixtures run once)
-XDIST := -n 2 --dist loadfile
+# three processes (pytest-xdist) on two cores: the Flower, MPI and HTTP tests spend much of their time
+# waiting; each test module runs whole in one process (its module fixtures once), the longest first
+XDIST := -n 3 --dist loadfile
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -v -p no:cacheprovider --durations=25 $(XDIST)

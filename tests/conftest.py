@@ -27,6 +27,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(LeftoverGuard(), "labfbo-leftovers")
 
 
+LONGEST_FIRST = ("test_flower_dropout", "test_flower", "test_examples", "test_constraints", "test_chaos", "test_mpi",
+                 "test_http", "test_outcomes", "test_site_run", "test_reactions_bench", "test_flower_loop")
+"""The modules that take longest (``make test``'s slowest durations), started first: with the suite
+on several processes (pytest-xdist, a module per process) no long module is left to run alone at the end."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.module.__name__ if item.module else "", len(rank)))  # stable
+
+
 FAST: dict[str, Any] = {"num_restarts": 2, "raw_samples": 64}
 """Protocol options that keep acquisition optimization cheap."""
 
