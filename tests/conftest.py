@@ -27,7 +27,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(LeftoverGuard(), "labfbo-leftovers")
 
 
-LONGEST_FIRST = ("test_flower_dropout", "test_flower", "test_examples", "test_constraints", "test_chaos", "test_mpi",
+LONGEST_FIRST = ("test_flower_dropout", "test_flower_gradient_vote", "test_flower", "test_examples", "test_constraints", "test_chaos", "test_mpi",
                  "test_http", "test_outcomes", "test_site_run", "test_reactions_bench", "test_flower_loop")
 """The modules that take longest (``make test``'s slowest durations), started first: with the suite
 on several processes (pytest-xdist, a module per process) no long module is left to run alone at the end."""

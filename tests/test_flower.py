@@ -2,7 +2,8 @@
 
 One deployment serves the module, with TLS (certificates made by ``cryptography``) and
 SuperNode authentication on. Every Flower exchange takes seconds (SuperNodes pull every
-3 s), so the campaigns are tiny.
+3 s), so the campaigns are tiny; the same check for `gradient` and `vote` is a module of its
+own (test_flower_gradient_vote.py), so that the suite's processes run them side by side.
 """
 
 from __future__ import annotations
@@ -19,12 +20,8 @@ from labfbo.protocols.gradient import ParticlesRequest
 flwr = pytest.importorskip("flwr")
 
 from labfbo.flower_app import labfbo_flower_relay as relay  # noqa: E402
-from flower_fixtures import deployment, logs  # noqa: E402,F401 - the module's deployment fixture
+from flower_fixtures import check_same_proposals, deployment  # noqa: E402,F401 - the module's deployment fixture
 
-FAST = {"num_restarts": 2, "raw_samples": 32}
-EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"warmup_steps": 5, "svgd_steps": 2},
-         "consensus": {}, "vote": {"privacy": labfbo.DP(epsilon=2.0)}}  # vote: sealed, a randomized response
-SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1)])
 
 
 def test_a_frame_crosses_flower_records_bit_for_bit() -> None:
@@ -46,15 +43,6 @@ def test_a_frame_crosses_flower_records_bit_for_bit() -> None:
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("protocol", ["consensus", "distribution", "gradient", "vote"])
+@pytest.mark.parametrize("protocol", ["consensus", "distribution"])  # gradient, vote: test_flower_gradient_vote.py
 def test_flower_gives_the_same_proposals_as_local(deployment, protocol: str) -> None:
-    kw = dict(problem="branin", protocol=protocol, n_sites=3, n_init=3, budget=2, seed=4, **FAST, **EXTRA[protocol])
-    flower = labfbo.simulate(transport="flower", flower_deployment=deployment, **kw)
-    local = labfbo.simulate(**kw)
-    np.testing.assert_array_equal(flower.proposals, local.proposals)
-    np.testing.assert_array_equal(flower.bytes_up, local.bytes_up)
-    link = logs(deployment, "superlink.log")
-    assert "HTTPS" in link or "insecure" not in link.lower()  # TLS on
-    assert "authentication is disabled" not in link  # SuperNode authentication on
-    for site in deployment.sites:
-        assert "Starting Flower SuperNode" in logs(deployment, f"supernode-{site.name}.log")
+    check_same_proposals(deployment, protocol)
