@@ -29,7 +29,7 @@ browser:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver; }
 
 # three processes (pytest-xdist) on two cores: the Flower, MPI and HTTP tests spend much of their time
-# waiting; each test module runs whole in one process (its module fixtures once), the longest first
+# waiting; each test module runs whole in one process (its module fixtures once)
 XDIST := -n 3 --dist loadfile
 
 test: $(STAMP) browser

@@ -29,8 +29,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 LONGEST_FIRST = ("test_flower_dropout", "test_flower_gradient_vote", "test_flower", "test_examples", "test_constraints", "test_chaos", "test_mpi",
                  "test_http", "test_outcomes", "test_site_run", "test_reactions_bench", "test_flower_loop")
-"""The modules that take longest (``make test``'s slowest durations), started first: with the suite
-on several processes (pytest-xdist, a module per process) no long module is left to run alone at the end."""
+"""The modules that take longest (``make test``'s slowest durations), collected first. On one process they
+run first; pytest-xdist's module scheduler starts the modules with the most tests first and keeps this
+order only among modules of equal size (so a long one-test module may still run last)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
