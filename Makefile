@@ -28,10 +28,9 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver; }
 
-# four processes (pytest-xdist) on two cores: the Flower, MPI and HTTP tests spend much of their time
-# waiting; each test module runs whole in one process (its module fixtures once), in the order
-# tests/conftest.py collects them (the longest first)
-XDIST := -n 4 --dist loadfile --no-loadscope-reorder
+# three processes (pytest-xdist) on two cores: the Flower, MPI and HTTP tests spend much of their time
+# waiting; each test module runs whole in one process (its module fixtures once)
+XDIST := -n 3 --dist loadfile
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -v -p no:cacheprovider --durations=25 $(XDIST)

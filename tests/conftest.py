@@ -29,10 +29,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 LONGEST_FIRST = ("test_flower_dropout", "test_flower_gradient_vote", "test_flower", "test_examples", "test_constraints", "test_chaos", "test_mpi",
                  "test_http", "test_outcomes", "test_site_run", "test_reactions_bench", "test_flower_loop")
-"""The modules that take longest (``make test``'s slowest durations), collected first, so that they start
-first: with ``--dist loadfile --no-loadscope-reorder`` (the Makefile) pytest-xdist hands out modules in
-collection order (by default it starts the modules with the most tests first, and a long one-test module
-would run last, alone)."""
+"""The modules that take longest (``make test``'s slowest durations), collected first. On one process they
+run first; pytest-xdist's module scheduler starts the modules with the most tests first and keeps this
+order only among modules of equal size (so a long one-test module may still run last)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
