@@ -158,7 +158,8 @@ class SecureRounds:
     options: Any
 
     def _features(self) -> int | None:
-        raise NotImplementedError
+        """The study's number of features (None before it is known): the aggregator defines it."""
+        raise NotImplementedError("the aggregator that mixes in SecureRounds defines _features()")
 
     def start_secure(self, mode: str) -> None:
         self.masked = masked_study(mode, len(self.sites))

@@ -155,7 +155,7 @@ def build(campaign: Campaign, path: str | os.PathLike[str], objective_label: str
         raise LabFBOError(f"a report is an .html file, got {str(path)!r}")
     ylabel = objective_label or campaign.objective_name
     insights = _start_insights(campaign, fork)
-    from labfbo.report import plots  # matplotlib loads while a forked model fits
+    import labfbo.report.plots as plots  # matplotlib loads while a forked model fits
 
     figures: dict[str, bytes | None] = {"progress": plots.png(plots.progress_figure(campaign, ylabel)),
                                         "pareto": plots.png(plots.pareto_figure(campaign))}
