@@ -38,6 +38,7 @@ from labfbo_bench.engine_panel import FAMILIES, PANEL, EngineProblem, engine_pro
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "labfbo": ("labfbo", {}),
     "optuna": ("optuna", {}),
+    "optuna-tpe": ("optuna", {"sampler": "tpe"}),
     "botorch": ("botorch", {}),
     "random": ("random", {}),
     # variants of labfbo's engine (studied with --methods)
@@ -67,7 +68,7 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "labfbo-nei-gamma-matern-sab": ("labfbo", {"acquisition": "nei", "noise_prior": "gamma", "kernel": "matern52",
                                                "sample_around_best": True}),
 }
-DEFAULT_METHODS = ("labfbo", "optuna", "botorch", "random")
+DEFAULT_METHODS = ("labfbo", "optuna", "optuna-tpe", "botorch", "random")
 PEERS = ("optuna", "botorch")
 
 

@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 from labfbo_bench import engine
-from labfbo_bench.engine_panel import FAMILIES, PANEL, QUICK, family_problems
+from labfbo_bench.engine_panel import FAMILIES, PANEL, QUICK, REAL, SYNTHETIC, family_problems
+
+GROUPS = {"synthetic": SYNTHETIC, "real": REAL}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -17,7 +19,8 @@ def run(args: argparse.Namespace) -> int:
     if families:
         problems = tuple(p for fam in families for p in family_problems(fam))
     else:
-        problems = tuple(args.problems) if args.problems else (QUICK if args.quick else tuple(PANEL))
+        problems = (tuple(dict.fromkeys(q for p in args.problems for q in GROUPS.get(p, (p,)))) if args.problems
+                    else (QUICK if args.quick else tuple(PANEL)))
     seeds = list(range(3 if args.quick and args.seeds is None else (args.seeds or 5)))
     methods = tuple(args.methods)
     jobs = engine.jobs(args.out, problems, seeds, methods)
@@ -41,7 +44,8 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     en = bsub.add_parser("engine", help="single-site engine: labfbo vs Optuna GPSampler, BoTorch, random "
                          "(cached, resumable)")
     en.add_argument("--quick", action="store_true", help=f"{len(QUICK)} of the {len(PANEL)} problems, 3 seeds")
-    en.add_argument("--problems", nargs="+", choices=list(PANEL), help="these panel problems only")
+    en.add_argument("--problems", nargs="+", choices=[*GROUPS, *PANEL],
+                    help="these panel problems only (synthetic: the 15 synthetic ones; real: the Buchwald–Hartwig labs)")
     en.add_argument("--families", nargs="*", choices=list(FAMILIES), default=None,
                     help="instead of the panel: every site of these related-site families (all without a name: "
                     f"{', '.join(FAMILIES)}), each alone")

@@ -3,6 +3,7 @@ r"""The methods ``labfbo bench engine`` compares, each an ask/tell loop on one p
 * ``labfbo`` variants: :class:`labfbo.Optimizer` (``independent``) with options.
 * ``optuna``: Optuna's ``GPSampler`` (the ``bench`` extra pins Optuna), its own defaults,
   ``n_startup_trials`` = the design size so the GP starts right after the shared design.
+* ``optuna-tpe``: Optuna's ``TPESampler``, its defaults, ``n_startup_trials`` = the design size.
 * ``botorch``: a hand-written BoTorch loop with the tutorial's defaults — ``SingleTaskGP``
   (``MixedSingleTaskGP`` with categoricals) on the unit cube, ``Standardize``, analytic
   ``LogExpectedImprovement`` with :math:`f^* = \max_j y_j`, ``optimize_acqf`` with 10
@@ -69,10 +70,14 @@ def _optuna_distributions(space: SearchSpace) -> dict[str, Any]:
 
 def run_optuna(problem: EngineProblem, design: list[dict[str, Any]], observe: Evaluate, seed: int,
                options: dict[str, Any]) -> list[float]:
-    """Optuna's ``GPSampler`` after the shared design (added as completed trials)."""
+    """An Optuna sampler (``options["sampler"]``: ``"gp"``, the default, or ``"tpe"``) after the
+    shared design (added as completed trials)."""
     optuna = _optuna()
     dists = _optuna_distributions(problem.space)
-    sampler = optuna.samplers.GPSampler(seed=seed, n_startup_trials=len(design), **options)
+    options = dict(options)
+    kind = options.pop("sampler", "gp")
+    cls = {"gp": optuna.samplers.GPSampler, "tpe": optuna.samplers.TPESampler}[kind]
+    sampler = cls(seed=seed, n_startup_trials=len(design), **options)
     study = optuna.create_study(direction="minimize", sampler=sampler)
     for p in design:
         study.add_trial(optuna.trial.create_trial(params=p, distributions=dists, value=observe(p)))

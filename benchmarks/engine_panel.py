@@ -1,4 +1,5 @@
-r"""The single-site panel of ``labfbo bench engine``: 15 problems, 2–10 parameters.
+r"""The single-site panel of ``labfbo bench engine``: 15 synthetic problems in 2–10
+parameters and the 15 Buchwald–Hartwig labs (real yields over 276 reagent combinations).
 
 Every problem is a *minimization* of a noiseless function over a :class:`SearchSpace`;
 ``noise`` problems observe it with Gaussian noise of 2 % of the function's range (regret
@@ -8,8 +9,14 @@ seed (what a lab of a consortium faces alone). Mixed problems have integer and
 categorical parameters; their optimum is found by enumerating the discrete part and
 minimizing the continuous part numerically (:func:`minimize_in_box`).
 
-The range (normalizer of the normalized regret) is ``max - min`` over 1024 scrambled
-Sobol points (fixed seed) and the optimum. Definitions: ``docs/benchmarks/engine.md``.
+``bh_labNN`` is lab ``NN`` of the shipped Buchwald–Hartwig data (Ahneman et al., *Science*
+2018) alone: minimize minus the yield over base x ligand x additive; a combination the lab
+did not run yields 0 (a failed experiment), 3 initial experiments and 20 more, as
+``engine_reactions``.
+
+The range (normalizer of the normalized regret) is ``max - min`` over every combination
+of a small all-categorical space, otherwise over 1024 scrambled Sobol points (fixed seed)
+and the optimum. Definitions: ``docs/benchmarks/engine.md``.
 """
 
 from __future__ import annotations
@@ -201,6 +208,35 @@ def _reaction(seed: int) -> tuple[SearchSpace, Any, float]:
     return space, fn, _reaction_min()
 
 
+# ------------------------------------------------------- Buchwald–Hartwig labs
+@dataclass(frozen=True)
+class _Lab:
+    """Minus the yield of one lab's reaction table (0 for a combination it did not run)."""
+
+    names: tuple[str, ...]
+    table: dict[tuple, float]
+
+    def __call__(self, params: dict[str, Any]) -> float:
+        return -max(self.table.get(tuple(params[n] for n in self.names), 0.0), 0.0)
+
+
+@functools.lru_cache(maxsize=None)
+def _reactions() -> Any:
+    from labfbo.datasets import load_reactions
+
+    return load_reactions()
+
+
+def _bh_lab(lab: int) -> Callable[[int], tuple[SearchSpace, Any, float]]:
+    def build(seed: int) -> tuple[SearchSpace, Any, float]:
+        data = _reactions()
+        return data.space, _Lab(tuple(data.space.names), dict(data.tables[lab])), -float(data.best(lab))
+    return build
+
+
+BH_LABS = 15
+"""The aryl halides of the shipped Buchwald–Hartwig data, one panel problem each."""
+
 # ----------------------------------------------------------------------- panel
 PANEL: dict[str, _Spec] = {
     "branin": _Spec(_classic("branin", 2), 5, 20),
@@ -218,16 +254,26 @@ PANEL: dict[str, _Spec] = {
     "hartmann6_int": _Spec(_h6_int, 10, 40),
     "reaction": _Spec(_reaction, 10, 40),
     "reaction_noisy": _Spec(_reaction, 10, 40, noisy=True),
+    **{f"bh_lab{i:02d}": _Spec(_bh_lab(i), 3, 20) for i in range(BH_LABS)},
 }
 """name -> how to build it, initial points, budget (BO iterations after the design)."""
+
+SYNTHETIC = tuple(p for p in PANEL if not p.startswith("bh_"))
+"""The 15 synthetic problems (``--problems synthetic``)."""
+REAL = tuple(p for p in PANEL if p.startswith("bh_"))
+"""The Buchwald–Hartwig labs (``--problems real``)."""
 
 QUICK = ("branin_site", "hartmann3_site_noisy", "hartmann6", "branin_catalyst", "reaction_noisy")
 """The ``--quick`` third of the panel."""
 
 
 def _range(space: SearchSpace, fn: Callable[[dict[str, Any]], float], f_min: float) -> float:
-    u = qmc.Sobol(space.dim, scramble=True, seed=20240601).random(1024)
-    vals = np.array([fn(p) for p in space.decode(u)] + [f_min])
+    cats = [p for p in space.params if isinstance(p, Categorical)]
+    if len(cats) == len(space.params) and np.prod([len(p.choices) for p in cats]) <= 4096:
+        points = [dict(zip(space.names, c)) for c in itertools.product(*(p.choices for p in cats))]
+    else:
+        points = space.decode(qmc.Sobol(space.dim, scramble=True, seed=20240601).random(1024))
+    vals = np.array([fn(p) for p in points] + [f_min])
     return max(float(vals.max() - vals.min()), 1e-12)
 
 

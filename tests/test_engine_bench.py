@@ -9,7 +9,7 @@ import pytest
 
 import labfbo
 from labfbo_bench import engine
-from labfbo_bench.engine_panel import PANEL, QUICK, engine_problem
+from labfbo_bench.engine_panel import PANEL, QUICK, REAL, SYNTHETIC, engine_problem
 from labfbo.exceptions import ConfigurationError
 from labfbo.models.gp import SurrogateOptions, fit_local_gp, predict
 
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.integration  # the engine benchmark: Optuna and BoTorch
 
 
 def test_panel_covers_the_issue():
-    problems = [engine_problem(n, 0) for n in PANEL]
-    assert len(problems) >= 12 and set(QUICK) <= set(PANEL)
+    problems = [engine_problem(n, 0) for n in SYNTHETIC]
+    assert len(problems) == 15 and set(QUICK) <= set(PANEL) and set(PANEL) == {*SYNTHETIC, *REAL}
     dims = [p.space.dim for p in problems]
     assert min(dims) == 2 and max(dims) == 10
     assert any(not p.space.is_continuous for p in problems)
@@ -28,6 +28,22 @@ def test_panel_covers_the_issue():
         u = np.random.default_rng(0).random((64, p.space.dim))
         vals = [p.fn(x) for x in p.space.decode(p.space.snap(u))]
         assert min(vals) >= p.f_min - 1e-9 and p.f_range > 0, p.name
+
+
+def test_every_buchwald_hartwig_lab_is_a_panel_problem_on_its_yields():
+    from labfbo.datasets import load_reactions
+
+    data = load_reactions()
+    assert len(REAL) == len(data.labs) == 15
+    for i, name in enumerate(REAL):
+        p = engine_problem(name, 0)
+        assert (p.n_init, p.budget, p.noise_sd) == (3, 20, 0.0)
+        table = data.tables[i]
+        assert p.f_min == -data.best(i)  # regret 0 at the lab's best yield, in yield points
+        worst = 0.0 if len(table) < 276 else min(max(v, 0.0) for v in table.values())  # a missing one yields 0
+        assert p.f_range == pytest.approx(data.best(i) - worst)
+        combo, y = next(iter(table.items()))
+        assert p.fn(dict(zip(data.space.names, combo))) == -max(y, 0.0)
 
 
 def test_family_problems_change_with_the_seed():
