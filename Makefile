@@ -28,14 +28,16 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver; }
 
-# three processes (pytest-xdist) on two cores: the Flower, MPI and HTTP tests spend much of their time
-# waiting; each test module runs whole in one process (its module fixtures once)
+# three processes (pytest-xdist) on two cores, each test module whole in one process (its module fixtures
+# once); tests/schedule.py hands out the Flower modules first, as one unit on one process (they mostly wait
+# on SuperNodes), beside the CPU-bound modules on the other two
 XDIST := -n 3 --dist loadfile
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -v -p no:cacheprovider --durations=25 $(XDIST)
 
-# the unit tier: no subprocess, server, MPI or schemathesis test (those are marked `integration`)
+# the unit tier: no subprocess, server, MPI, schemathesis, multi-site campaign or long property search
+# (those are marked `integration`)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not integration" $(XDIST)
 

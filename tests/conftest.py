@@ -27,16 +27,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(LeftoverGuard(), "labfbo-leftovers")
 
 
-LONGEST_FIRST = ("test_flower_dropout", "test_flower_gradient_vote", "test_flower", "test_examples", "test_constraints", "test_chaos", "test_mpi",
-                 "test_http", "test_outcomes", "test_site_run", "test_reactions_bench", "test_flower_loop")
-"""The modules that take longest (``make test``'s slowest durations), collected first. On one process they
-run first; pytest-xdist's module scheduler starts the modules with the most tests first and keeps this
-order only among modules of equal size (so a long one-test module may still run last)."""
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``make test``'s module order: the waiting Flower modules first, beside the CPU-bound ones."""
+    from schedule import make_scheduler
 
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.module.__name__ if item.module else "", len(rank)))  # stable
+    return make_scheduler(config, log)
 
 
 FAST: dict[str, Any] = {"num_restarts": 2, "raw_samples": 64}

@@ -42,6 +42,7 @@ def _best(runs: list[dict], n: int) -> float:
     return max((e["yield"] for e in runs[:n] if e["yield"] is not None), default=0.0)
 
 
+@pytest.mark.integration  # the demo's campaigns (module fixture)
 def test_the_demo_writes_the_table_the_plot_and_every_labs_report(tiny: DemoResult) -> None:
     out = tiny.out
     assert out.name.startswith("demo-") and tiny.labs == LABS and tiny.seeds == SEEDS
@@ -68,6 +69,7 @@ def test_the_demo_writes_the_table_the_plot_and_every_labs_report(tiny: DemoResu
         tiny, DemoConfig(budget=3), load_reactions().subset(LABS))
 
 
+@pytest.mark.integration  # the demo's campaigns (module fixture)
 def test_the_table_holds_means_over_seeds_of_real_yields(tiny: DemoResult) -> None:
     data = load_reactions().subset(LABS)
     results = json.loads((tiny.out / "results.json").read_text())
@@ -101,6 +103,7 @@ def test_the_table_holds_means_over_seeds_of_real_yields(tiny: DemoResult) -> No
         assert won == (f"{beat} of 2" if m == "surface" else "")
 
 
+@pytest.mark.integration  # the demo's campaigns (module fixture)
 def test_the_reading_is_computed_from_the_table(tiny: DemoResult) -> None:
     results = json.loads((tiny.out / "results.json").read_text())["experiments"]
 
@@ -124,6 +127,7 @@ def test_the_reading_is_computed_from_the_table(tiny: DemoResult) -> None:
     assert "One seed" not in line and "Campaigns that found their lab's best by 6, of 4:" in line
 
 
+@pytest.mark.integration  # the demo's campaigns (module fixture)
 def test_a_seeds_proposals_do_not_depend_on_the_worker_count(tiny: DemoResult) -> None:
     alone = run_seeds([SeedJob(LABS, s, 3, 3) for s in SEEDS], workers=1)  # in this process, one after another
     assert [r.seed for r in alone] == list(SEEDS)

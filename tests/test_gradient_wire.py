@@ -61,6 +61,7 @@ def test_a_delta_on_another_attempts_particles_is_refused():
     assert site.particles(delta, 5) is None
 
 
+@pytest.mark.integration  # a campaign on every transport
 def test_compact_wire_sends_an_eighth_and_every_transport_the_same_proposals():
     lossless = labfbo.simulate("branin", "gradient", **FAST)
     compact = labfbo.simulate("branin", "gradient", wire="compact", **FAST)

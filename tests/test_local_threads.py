@@ -12,6 +12,8 @@ from labfbo.datasets import load_reactions
 from labfbo.coordinator import Coordinator
 from labfbo.demo_runs import Screen, run_labfbo
 
+pytestmark = pytest.mark.integration  # labs on threads, campaigns against a local coordinator
+
 LABS = ("1-bromo-4-ethylbenzene", "2-bromopyridine", "2-chloropyridine")
 BUDGET = 4
 

@@ -24,6 +24,8 @@ from labfbo.protocols import available_protocols, get_protocol
 from labfbo.report import Campaign, write_report
 from tests.browser import chromium, console_errors
 
+pytestmark = pytest.mark.integration  # a campaign per protocol (module fixture)
+
 FAST = {"num_restarts": 2, "raw_samples": 64}
 SMALL_PACOH = {"warmup_steps": 4, "svgd_steps": 2}  # a few SVGD steps: the releases, not the meta-learning
 DELTA = 1e-5

@@ -96,6 +96,7 @@ def _campaign(budget: int, **options) -> labfbo.SimulationResult:
                                num_restarts=2, raw_samples=64, **options)
 
 
+@pytest.mark.integration  # a multi-site campaign
 def test_votes_shape_the_proposals_and_are_reproducible() -> None:
     plain = _campaign(3)
     again = _campaign(3)
@@ -105,6 +106,7 @@ def test_votes_shape_the_proposals_and_are_reproducible() -> None:
     assert not np.array_equal(plain.proposals, alone.proposals)  # the others' votes moved them
 
 
+@pytest.mark.integration  # a multi-site campaign
 def test_a_campaign_budget_is_never_exceeded_even_past_the_horizon() -> None:
     space = SPACE
     names = ["a", "b", "c"]
@@ -139,6 +141,7 @@ def test_options() -> None:
         VoteOptions(acquisition="ts")
 
 
+@pytest.mark.integration  # a multi-site campaign
 def test_the_vote_audit_compares_the_coordinators_guess_with_chance() -> None:
     from labfbo.privacy.attacks.votes import audit_votes, table
 
@@ -225,6 +228,7 @@ def test_vote_refuses_outcome_constraints() -> None:
         labfbo.Optimizer(SPACE, protocol="vote", outcome_constraints=[Outcome("impurity", "<=", 0.5)], seed=0)
 
 
+@pytest.mark.integration  # a multi-site campaign
 @pytest.mark.parametrize("sealed", [True, False])
 def test_a_design_vote_names_one_of_the_sites_own_dealt_rows(sealed: bool) -> None:
     """codebook='design': the codebook is the study's collaborative design, which every site can

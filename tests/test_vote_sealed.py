@@ -121,6 +121,7 @@ def test_a_recipient_leaves_out_a_vote_that_does_not_open_or_is_not_the_voters_r
     assert context("st", 0) != context("st", 1)
 
 
+@pytest.mark.integration  # multi-site campaigns
 def test_sealing_changes_no_proposal() -> None:
     runs = [labfbo.simulate("branin", protocol="vote", n_sites=3, n_init=4, budget=3, seed=0, num_restarts=2,
                             raw_samples=64, sealed=flag) for flag in (True, False)]
@@ -251,6 +252,7 @@ def test_a_restarted_voter_remembers_its_vote_from_the_journaled_release() -> No
         assert other.answer(VoteRequest(cohort=four, study="st"), data, 2).kind == "abstain"  # nor vote again
 
 
+@pytest.mark.integration  # multi-site campaigns
 def test_a_restarted_vote_site_proposes_what_the_uninterrupted_one_did(tmp_path) -> None:
     """Under a budget a site votes once; restarted from its journal it neither tries again (no
     withheld record) nor changes anyone's proposals."""
