@@ -65,6 +65,8 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "labfbo-nei-gamma-matern": ("labfbo", {"acquisition": "nei", "noise_prior": "gamma", "kernel": "matern52"}),
     "labfbo-nei-gamma-sab": ("labfbo", {"acquisition": "nei", "noise_prior": "gamma", "sample_around_best": True}),
     "labfbo-nei-matern-sab": ("labfbo", {"acquisition": "nei", "kernel": "matern52", "sample_around_best": True}),
+    "labfbo-ei-gamma-matern-std": ("labfbo", {"acquisition": "ei", "noise_prior": "gamma", "kernel": "matern52",
+                                              "output_transform": "standardize"}),  # Optuna GPSampler's choices
     "labfbo-nei-gamma-matern-sab": ("labfbo", {"acquisition": "nei", "noise_prior": "gamma", "kernel": "matern52",
                                                "sample_around_best": True}),
 }
