@@ -31,7 +31,7 @@ pytestmark = pytest.mark.integration
 def test_a_killed_supernode_is_left_out_by_quorum_and_its_site_resumes_from_its_journal(deployment, tmp_path) -> None:
     fl = deployment
     names = [s.name for s in fl.sites]
-    cfg = ServerConfig(protocol="distribution", seed=1, quorum=2, deadline=10.0, space=SPACE.model_dump(mode="json"),
+    cfg = ServerConfig(protocol="distribution", seed=1, quorum=2, deadline=30.0, space=SPACE.model_dump(mode="json"),
                        sites={n: hash_token(s.token) for n, s in zip(names, fl.sites)},
                        options={**FAST, **EXTRA["distribution"]})
     path = tmp_path / "consortium.yaml"
