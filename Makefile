@@ -15,8 +15,7 @@ export MKL_NUM_THREADS ?= 1
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet -e ".[all]"
+	$(BIN)/pip install --quiet $(TORCH) -e ".[all]"
 	touch $(STAMP)
 
 demo: $(STAMP)
