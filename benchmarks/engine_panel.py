@@ -14,8 +14,8 @@ minimizing the continuous part numerically (:func:`minimize_in_box`).
 did not run yields 0 (a failed experiment), 3 initial experiments and 20 more, as
 ``engine_reactions``.
 
-The range (normalizer of the normalized regret) is ``max - min`` over every combination
-of a small all-categorical space, otherwise over 1024 scrambled Sobol points (fixed seed)
+The range (normalizer of the normalized regret) is ``max - min`` over every feasible
+combination of a fully discrete space of up to 4,096, otherwise over 1024 scrambled Sobol points (fixed seed)
 and the optimum. Definitions: ``docs/benchmarks/engine.md``.
 """
 
@@ -268,11 +268,10 @@ QUICK = ("branin_site", "hartmann3_site_noisy", "hartmann6", "branin_catalyst", 
 
 
 def _range(space: SearchSpace, fn: Callable[[dict[str, Any]], float], f_min: float) -> float:
-    cats = [p for p in space.params if isinstance(p, Categorical)]
-    if len(cats) == len(space.params) and np.prod([len(p.choices) for p in cats]) <= 4096:
-        points = [dict(zip(space.names, c)) for c in itertools.product(*(p.choices for p in cats))]
-    else:
-        points = space.decode(qmc.Sobol(space.dim, scramble=True, seed=20240601).random(1024))
+    discrete = len({**space.discrete_dims(), **space.cat_dims()}) == space.dim
+    grid = space.feasible_grid(4096) if discrete else None  # a fully discrete space's rows are points
+    points = space.decode(grid if grid is not None else
+                          qmc.Sobol(space.dim, scramble=True, seed=20240601).random(1024))
     vals = np.array([fn(p) for p in points] + [f_min])
     return max(float(vals.max() - vals.min()), 1e-12)
 
