@@ -30,7 +30,6 @@ from pydantic import ConfigDict, Field, field_validator
 
 from labfbo.exceptions import SearchSpaceError
 from labfbo.params import Choice, Real, _Checked
-from labfbo.seeding import seeded_torch
 
 #: an equality holds, and an inequality is met, to this fraction of max(|rhs|, sum |a_i v_i|, 1e-12)
 REL_TOL = 1e-6
@@ -344,17 +343,12 @@ class UnitPolytope:
         return x
 
     def sample(self, n: int, seed: int) -> np.ndarray:
-        """``n`` points spread over the feasible polytope (BoTorch's hit-and-run sampler, seeded)."""
-        import torch
-        from botorch.utils.sampling import get_polytope_samples
+        """``n`` points spread over the feasible polytope (hit-and-run, many chains at once:
+        :func:`labfbo.polytope.hit_and_run`, seeded); an interior-less polytope (equalities that pin
+        a column to a bound) gets seeded uniform points projected onto it."""
+        from labfbo.polytope import hit_and_run
 
-        ineq, eq = self.botorch()
-        bounds = torch.stack([torch.zeros(self.dim, dtype=torch.float64), torch.ones(self.dim, dtype=torch.float64)])
-        try:
-            with seeded_torch(seed):  # torch's global RNG, under the process-wide lock: same draws on every transport
-                X = get_polytope_samples(n, bounds, inequality_constraints=ineq, equality_constraints=eq,
-                                         seed=int(seed) % (2**31), n_burnin=200,
-                                         n_thinning=2 * self.dim + 2).numpy().reshape(n, self.dim)
-        except Exception:  # noqa: BLE001 — e.g. equalities that pin a column to a bound: no interior to walk
+        X = hit_and_run(self.A_ge, self.b_ge, self.A_eq, self.b_eq, n, seed)
+        if X is None:
             X = np.random.default_rng(seed).random((n, self.dim))
         return self.project(X)
