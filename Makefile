@@ -15,7 +15,10 @@ export MKL_NUM_THREADS ?= 1
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(TORCH) -e ".[all]"
+	$(BIN)/pip install --quiet --no-compile $(TORCH) -e ".[all]"
+	@# the bytecode pip would write one file at a time, on every core (a few files that only a newer
+	@# Python parses, such as torch's py312 test helpers, do not compile: pip skips them too)
+	$(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null || true
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -5,8 +5,9 @@ first. On two cores that leaves the suite's longest module, a one-test Flower dr
 waits on SuperNodes (they pull every 3 s), to the very end, where it runs alone on idle cores.
 :class:`WaitersFirst` instead
 
-* runs the Flower modules (:data:`WAITERS`) as one unit, first and one after another on one
-  process, while the other processes keep both cores busy with the CPU-bound modules;
+* runs the Flower modules and the Flower example (:data:`WAITERS`) as one unit, first and one
+  after another on one process, while the other processes keep both cores busy with the
+  CPU-bound modules;
 * then hands out the known long modules (:data:`LONG`), longest first;
 * then the rest, the modules with the most tests first (pytest-xdist's own rule).
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from xdist.scheduler import LoadScopeScheduling
 
-WAITERS = ("test_flower_dropout", "test_flower_gradient_vote", "test_flower")
+WAITERS = ("test_flower_dropout", "test_flower_gradient_vote", "test_flower", "test_flower_example")
 """Modules that spend most of their time waiting on other processes: one unit, run in this order."""
 
 LONG = ("test_constraints", "test_examples", "test_http", "test_outcomes", "test_mpi", "test_site_run",

@@ -240,15 +240,3 @@ def test_closed_loop_csv_example_with_an_operator_filling_in_results(tmp_path) -
         thread.join()
     assert proc.returncode == 0, proc.stderr
     assert "6 of 6 (5 measured, 1 failed)" in proc.stdout and "trial 2: flask broke" in proc.stdout
-
-
-def test_flower_consortium(tmp_path) -> None:
-    """The lab script of the HTTP example, unchanged, behind Flower SuperNodes (TLS, node auth)."""
-    pytest.importorskip("flwr")
-    stdout = _run_alone("flower_consortium.py", tmp_path)
-    assert "(TLS, SuperNode authentication)" in stdout
-    for site in ("lab-a", "lab-b"):
-        assert re.search(rf"^{site}: best yield \d+\.\d+ at .*sent \['join', 'optimum_belief'\]", stdout, re.M), stdout
-        assert (tmp_path / f"{site}.journal").exists()
-    assert re.search(r'^labfbo: round 1 done in [0-9.]+ s; contributions \[\["lab-a", "lab-b"\]\]$', stdout, re.M), stdout
-    assert re.search(r"^labfbo: study example-consortium done: 2 rounds", stdout, re.M), stdout
