@@ -95,6 +95,41 @@ def winsorized(y: np.ndarray, k: float = 1.5) -> np.ndarray:
     return np.maximum(y, q1 - k * (q3 - q1))
 
 
+#: how many robust spreads from the median a value may lie before :func:`tamed` pulls it in
+TAME_SPREADS = 1e4
+
+
+def tamed(y: np.ndarray, k: float = TAME_SPREADS) -> np.ndarray:
+    r"""``y`` with the values farther than ``k`` robust spreads from the median pulled in on a log scale.
+
+    With :math:`m` the median and :math:`s` the median absolute deviation :math:`|y_j - m|` (if
+    that is 0, the median of the non-zero deviations; robust to one outlier among 3 values), a value with :math:`z = |y_j - m| / s > k` becomes
+    :math:`m \pm s\,(k + \log(z/k))`: order kept, still the best (or worst) by far, but a
+    finite extreme (a unit slip, ``1e308``) can no longer shrink every other value to the same
+    number after standardizing, which leaves the GP without a scale. Values within ``k``
+    spreads, i.e. every value of an ordinary campaign, are returned as they are.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if y.size < 3 or not np.isfinite(y).all():
+        return y
+    m = float(np.median(y))
+    with np.errstate(over="ignore", invalid="ignore"):
+        dev = np.abs(y - m)
+    s = float(np.median(dev))
+    if not s > 0:
+        nz = dev[dev > 0]
+        s = float(np.median(nz)) if nz.size else 0.0
+    if not (s > 0 and np.isfinite(s)):
+        return y
+    z = np.minimum(dev / s, 1e300)
+    far = z > k
+    if not far.any():
+        return y
+    out = y.copy()
+    out[far] = m + np.sign(y[far] - m) * s * (k + np.log(z[far] / k))
+    return out
+
+
 def _input_transform(d: int, cat_dims: list[int], warp: bool, features: "FeatureMap | None" = None,
                      warp_dims: list[int] | None = None) -> InputTransform:
     """``features`` (descriptors of categorical choices), then ``Normalize`` to the unit cube,

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from labfbo.exceptions import LabFBOError, ValidationError
+from labfbo.models.gp import tamed
 from labfbo.objectives import OutcomeSpec
 from labfbo.protocols.base import SiteData
 from labfbo.site.state import SiteState
@@ -72,7 +73,7 @@ def build_site_data(space: SearchSpace, sign: float, hist_x: list[np.ndarray], h
     X = np.array(hist_x + [t.x for t in done]).reshape(-1, space.dim)
     values = [o.value for o in historical] + [t.value for t in done]
     sems = [o.sem for o in historical] + [t.sem for t in done]
-    y = sign * np.asarray(values, dtype=np.float64)
+    y = tamed(sign * np.asarray(values, dtype=np.float64))  # a finite extreme cannot flatten the rest
     yvar = None if not sems or any(s is None for s in sems) else np.square(np.asarray(sems, dtype=np.float64))
     pending = np.array([t.x for t, s in zip(trials, states) if s == "pending"]).reshape(-1, space.dim)
     failed = np.array([t.x for t, s in zip(trials, states) if s == "failed"]).reshape(-1, space.dim)
@@ -80,6 +81,7 @@ def build_site_data(space: SearchSpace, sign: float, hist_x: list[np.ndarray], h
     if spec is not None:
         rows = [o.outcomes for o in historical] + [{k: v[0] for k, v in (t.outcomes or {}).items()} for t in done]
         Y = spec.outcome_matrix(rows)  # type: ignore[arg-type]
+        Y = np.column_stack([tamed(c) for c in Y.T]).reshape(Y.shape) if Y.size else Y
         sem_rows = [o.outcome_sems or {} for o in historical] + [{k: v[1] for k, v in (t.outcomes or {}).items()}
                                                                  for t in done]
         Yvar = spec.variance_matrix(sem_rows)

@@ -1,0 +1,66 @@
+"""A finite extreme value (a unit slip, 1e308) does not brick a campaign."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import labfbo
+from labfbo.models.gp import TAME_SPREADS, tamed
+from labfbo.protocols import get_protocol
+
+SPACE = labfbo.SearchSpace([labfbo.Real("x", 0, 1), labfbo.Real("y", 0, 1)])
+FAST = {"num_restarts": 2, "raw_samples": 32}
+
+
+def test_ordinary_values_are_left_as_they_are() -> None:
+    rng = np.random.default_rng(0)
+    for y in (rng.normal(size=30), rng.lognormal(0, 3, size=30), np.r_[np.zeros(20), 44.0, 1.2, 0.3],
+              np.array([1.0, 2.0]), np.array([5.0, 5.0, 5.0])):
+        assert np.array_equal(tamed(y), y)
+
+
+def test_an_extreme_value_is_pulled_in_but_keeps_its_place() -> None:
+    y = np.array([0.1, 0.4, 0.2, 0.9, 1e308, -1e200, 0.5])
+    t = tamed(y)
+    assert np.array_equal(np.argsort(t), np.argsort(y))  # the order is kept
+    assert np.array_equal(t[[0, 1, 2, 3, 6]], y[[0, 1, 2, 3, 6]])  # the ordinary values are untouched
+    spread = np.median(np.abs(y - np.median(y)))
+    assert TAME_SPREADS * spread < t[4] - np.median(y) < (TAME_SPREADS + 800) * spread
+    assert np.all(np.isfinite(t)) and np.std(t[[0, 1, 2, 3, 6]]) / np.std(t) > 1e-6  # the rest keep a scale
+
+
+@pytest.mark.parametrize("value", [-1e200, 1e308, 1e200, -1e308])
+@pytest.mark.parametrize("objective", ["maximize", "minimize"])
+def test_a_campaign_keeps_proposing_after_an_extreme_value(objective: str, value: float) -> None:
+    opt = labfbo.Optimizer(SPACE, objective, seed=0, n_init=3, **FAST)
+    for _ in range(4):
+        t = opt.ask()
+        opt.tell(t, t.params["x"])
+    opt.tell(opt.ask(), value)
+    for _ in range(2):
+        t = opt.ask()
+        assert SPACE.violations(t.params) == []
+        opt.tell(t, t.params["x"])
+    assert opt.best.value == (value if (value > 0) == (objective == "maximize") else
+                              max(o.value for o in opt.observations) if objective == "maximize" else
+                              min(o.value for o in opt.observations))
+    mean, std = opt.predict([{"x": 0.5, "y": 0.5}])
+    assert np.isfinite(mean).all() and np.isfinite(std).all()
+
+
+@pytest.mark.integration  # a three-site campaign
+def test_a_federated_campaign_keeps_going_after_one_sites_extreme_value() -> None:
+    # the extreme is the site's 4th value: a spread from quantiles would be set by the outlier itself
+    opts = {**FAST, **get_protocol("surface").quick_options}
+    coord = labfbo.Coordinator("surface", sites=["a", "b", "c"], seed=1, horizon=3, **opts)
+    sites = [labfbo.Optimizer(SPACE, "maximize", protocol="surface", coordinator=coord, site=s, seed=1, n_init=3,
+                              secret=i + 1, **opts) for i, s in enumerate("abc")]
+    for o in sites:
+        for t in o.ask(n=3):
+            o.tell(t, t.params["x"])
+    for r in range(2):
+        batch = [o.ask() for o in sites]
+        for i, (o, t) in enumerate(zip(sites, batch)):
+            o.tell(t, 1e200 if (r, i) == (0, 0) else t.params["x"])
+    assert all(len(o.observations) == 5 for o in sites)
