@@ -32,7 +32,7 @@ from labfbo.privacy.report import cumulative_epsilon
 from labfbo.privacy.report import report as privacy_report
 from labfbo.progress import slow_notice
 from labfbo.protocols import Protocol, SiteContext, SiteData
-from labfbo.records import Ask, Enqueue, Fail, GuidanceReceived, Header, Historical, Note, Tell
+from labfbo.records import Ask, Enqueue, Fail, GuidanceReceived, Header, Historical, Note, Retract, Tell
 from labfbo.seeding import campaign_id, rng
 from labfbo.site.agent import SiteAgent, SiteSetup, Wrapper
 from labfbo.site.compute import COMPUTE
@@ -248,6 +248,18 @@ class Optimizer:
         if not isinstance(reason, str):
             raise ValidationError("reason must be a string")
         self._store.commit(Fail(id=rec.id, reason=reason, **metadata_record(metadata)))
+
+    def retract(self, trial_or_id: Trial | int, reason: str = "") -> None:
+        """Withdraw a told result (a wrong number, a mislabelled sample): journaled; the models
+        and every later release leave it out, ``observations`` and ``best`` no longer show it, and
+        the report lists it. What a release sent before cannot be unsent. To record the right
+        value, ``enqueue`` the same settings and tell it."""
+        rec = self._record(trial_or_id, pending=False)
+        if rec.state != "complete":
+            raise TrialError(f"trial {rec.id} is {rec.state}: only a told result can be retracted")
+        if not isinstance(reason, str):
+            raise ValidationError("reason must be a string")
+        self._store.commit(Retract(id=rec.id, reason=reason))
 
     def annotate(self, trial_or_id: Trial | int, **metadata: Any) -> Trial:
         """Journal JSON metadata on a pending trial (e.g. an instrument's run handle); returns it updated."""

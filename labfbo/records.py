@@ -18,7 +18,7 @@ Versions:
   ``traffic`` (each message's direction, kind, round and size) and ``guidance`` (the
   guidance a federated site received, summarized) — what a campaign report reads; and
   a ``release``'s ``reported`` (the option a randomized response reported: a restarted
-  ``vote`` site repeats it instead of voting again).
+  ``vote`` site repeats it instead of voting again); ``retract`` (a told result withdrawn).
 """
 
 from __future__ import annotations
@@ -115,6 +115,14 @@ class Fail(_Record):
     metadata: Metadata = {}
 
 
+class Retract(_Record):
+    """A told result withdrawn by the lab (a wrong number): the models leave it out from here on."""
+
+    op: Literal["retract"] = "retract"
+    id: StrictInt
+    reason: str = ""
+
+
 class Note(_Record):
     op: Literal["note"] = "note"
     id: StrictInt
@@ -190,7 +198,7 @@ class Withheld(_Record):
     budget: float = Field(gt=0)
 
 
-Record = Annotated[Union[Header, Ask, Enqueue, Historical, Tell, Fail, Note, Join, Released, LegacyRelease,
+Record = Annotated[Union[Header, Ask, Enqueue, Historical, Tell, Fail, Retract, Note, Join, Released, LegacyRelease,
                          Traffic, GuidanceReceived, Withheld],
                    Field(discriminator="op")]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(Record)

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from labfbo.exceptions import ValidationError
 
-TrialState = Literal["pending", "complete", "failed"]
+TrialState = Literal["pending", "complete", "failed", "retracted"]
 Source = Literal["design", "model", "model-last-guidance", "model-local", "enqueued", "random", "historical"]
 
 
@@ -61,11 +61,14 @@ class TrialRecord:
     metadata: dict[str, Any] = field(default_factory=dict)
     asked_at: int = 0                 # journal position of its ask
     finished_at: int | None = None    # journal position of its tell or fail
+    retracted_at: int | None = None   # journal position of its retraction (state "retracted" from there)
 
     def state_at(self, position: int | None) -> TrialState:
         """Its state as of journal ``position`` (None: now)."""
-        if position is None or (self.finished_at is not None and self.finished_at <= position):
+        if position is None or (self.retracted_at is not None and self.retracted_at <= position):
             return self.state
+        if self.finished_at is not None and self.finished_at <= position:
+            return "complete" if self.retracted_at is not None else self.state
         return "pending"
 
     def trial(self) -> Trial:

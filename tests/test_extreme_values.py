@@ -64,3 +64,51 @@ def test_a_federated_campaign_keeps_going_after_one_sites_extreme_value() -> Non
         for i, (o, t) in enumerate(zip(sites, batch)):
             o.tell(t, 1e200 if (r, i) == (0, 0) else t.params["x"])
     assert all(len(o.observations) == 5 for o in sites)
+
+
+def test_a_retracted_tell_leaves_the_models_and_the_best_and_survives_a_restart(tmp_path) -> None:
+    path = tmp_path / "site.journal"
+    opt = labfbo.Optimizer(SPACE, "maximize", seed=0, n_init=3, storage=path, **FAST)
+    for _ in range(4):
+        t = opt.ask()
+        opt.tell(t, t.params["x"])
+    wrong = opt.ask()
+    opt.tell(wrong, 1e6)  # a unit slip
+    assert opt.best.value == 1e6
+    before = opt.site_data().n
+    opt.retract(wrong, reason="mg read as µg")
+    assert opt.best.value < 1e6 and all(o.trial_id != wrong.id for o in opt.observations)
+    assert opt.site_data().n == before - 1 and 1e6 not in opt.site_data().y
+    t = opt.ask()  # the campaign goes on
+    opt.tell(t, t.params["x"])
+    with pytest.raises(labfbo.TrialError, match="only a told result can be retracted"):
+        opt.retract(wrong)  # already retracted
+    with pytest.raises(labfbo.TrialError, match="is pending: only a told result"):
+        opt.retract(opt.ask())
+    with pytest.raises(labfbo.TrialError, match="unknown trial id 999"):
+        opt.retract(999)
+    with pytest.raises(labfbo.TrialError, match="already retracted"):
+        opt.tell(wrong, 0.5)
+    opt.close()
+    again = labfbo.Optimizer(SPACE, "maximize", seed=0, n_init=3, storage=path, **FAST)
+    assert [o.trial_id for o in again.observations] == [o.trial_id for o in opt.observations]
+    record = again.state.trials[wrong.id]
+    assert (record.state, record.reason) == ("retracted", "mg read as µg")
+    assert record.state_at(record.finished_at) == "complete"  # what the rounds before the retraction saw
+    again.close()
+
+
+@pytest.mark.integration  # draws the report
+def test_the_report_lists_a_retracted_result(tmp_path) -> None:
+    from labfbo.report import write_report
+
+    path = tmp_path / "site.journal"
+    opt = labfbo.Optimizer(SPACE, "maximize", seed=0, n_init=3, storage=path, **FAST)
+    for _ in range(4):
+        t = opt.ask()
+        opt.tell(t, t.params["x"])
+    opt.retract(t, reason="wrong vial")
+    opt.close()
+    write_report(path, tmp_path / "report.html")
+    html = (tmp_path / "report.html").read_text()
+    assert "retracted by the lab: wrong vial" in html and "1 told result(s) were retracted" in html

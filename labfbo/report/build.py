@@ -188,6 +188,7 @@ def build(campaign: Campaign, path: str | os.PathLike[str], objective_label: str
         labels={n: plots.param_label(campaign, n) for n in campaign.space.names},
         counts={"all": len(exps), "complete": sum(e.state == "complete" for e in exps),
                 "failed": sum(e.state == "failed" for e in exps), "pending": sum(e.state == "pending" for e in exps),
+                "retracted": sum(e.state == "retracted" for e in exps),
                 "infeasible": sum(e.state == "complete" and not e.feasible for e in exps),
                 "initial": sum(e.initial for e in exps), "historical": sum(e.source == "historical" for e in exps)},
         traffic=_traffic(campaign), dp_rows=dp_rows, guidance=_guidance(campaign), privacy=disclosure(campaign),

@@ -24,7 +24,7 @@ from labfbo.site.state import SiteState
 from labfbo.site.store import read_header, replay
 from labfbo.space import SearchSpace
 
-State = Literal["complete", "failed", "pending"]
+State = Literal["complete", "failed", "pending", "retracted"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Experiment:
     value: float | None = None  # the (first) objective, in the lab's units
     outcomes: dict[str, float] | None = None
     feasible: bool = True  # meets every outcome constraint (True without any)
-    reason: str | None = None  # why it failed
+    reason: str | None = None  # why it failed, or why its result was retracted
 
     @property
     def initial(self) -> bool:

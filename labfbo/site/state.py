@@ -19,7 +19,7 @@ from labfbo.exceptions import JournalError
 from labfbo.messages import JoinReply
 from labfbo.privacy.release import Release
 from labfbo.records import (Ask, Enqueue, Fail, GuidanceReceived, Header, Historical, Join, LegacyRelease, MessageEntry,
-                            Note, Released, Tell, Traffic, Withheld)
+                            Note, Released, Retract, Tell, Traffic, Withheld)
 from labfbo.site.clock import SiteClock
 from labfbo.space import SearchSpace
 from labfbo.trial import Observation, TrialRecord, parse_value
@@ -56,6 +56,8 @@ class SiteState:
             self._trials(rec, replay)
         elif isinstance(rec, (Tell, Fail, Note)):
             self._result(rec, replay)
+        elif isinstance(rec, Retract):
+            self._retract(rec)
         elif isinstance(rec, Released):
             self.releases.append(rec.release())
         elif isinstance(rec, LegacyRelease):
@@ -119,6 +121,13 @@ class SiteState:
             tr.outcomes = None if rec.outcomes is None else {k: (v[0], v[1]) for k, v in rec.outcomes.items()}
         elif isinstance(rec, Fail):
             tr.state, tr.reason, tr.finished_at = "failed", rec.reason, self.position
+
+    def _retract(self, rec: Retract) -> None:
+        tr = self.trials.get(rec.id)
+        if tr is None or tr.state != "complete":
+            raise JournalError(f"a 'retract' for trial {rec.id!r}, which is "
+                               f"{'never asked' if tr is None else tr.state}: only a told result can be retracted")
+        tr.state, tr.reason, tr.retracted_at = "retracted", rec.reason, self.position
 
     # -- derived views ---------------------------------------------------------------------
     def results(self) -> int:
