@@ -67,6 +67,7 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "labfbo-nei-matern-sab": ("labfbo", {"acquisition": "nei", "kernel": "matern52", "sample_around_best": True}),
     "labfbo-ei-gamma-matern-std": ("labfbo", {"acquisition": "ei", "noise_prior": "gamma", "kernel": "matern52",
                                               "output_transform": "standardize"}),  # Optuna GPSampler's choices
+    "labfbo-matern": ("labfbo", {"kernel": "matern52"}),
     "labfbo-ei-matern-std": ("labfbo", {"acquisition": "ei", "kernel": "matern52", "output_transform": "standardize"}),
     "labfbo-nei-matern-std": ("labfbo", {"acquisition": "nei", "kernel": "matern52", "output_transform": "standardize"}),
     "labfbo-ei-gamma-matern": ("labfbo", {"acquisition": "ei", "noise_prior": "gamma", "kernel": "matern52"}),
