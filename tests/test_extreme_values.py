@@ -66,12 +66,18 @@ def test_a_federated_campaign_keeps_going_after_one_sites_extreme_value() -> Non
     assert all(len(o.observations) == 5 for o in sites)
 
 
-def test_a_retracted_tell_leaves_the_models_and_the_best_and_survives_a_restart(tmp_path) -> None:
-    path = tmp_path / "site.journal"
+def _journaled_site(path) -> labfbo.Optimizer:
+    """A site journaling to ``path`` with four results told (the last trial: ``opt.trials[-1]``)."""
     opt = labfbo.Optimizer(SPACE, "maximize", seed=0, n_init=3, storage=path, **FAST)
     for _ in range(4):
         t = opt.ask()
         opt.tell(t, t.params["x"])
+    return opt
+
+
+def test_a_retracted_tell_leaves_the_models_and_the_best_and_survives_a_restart(tmp_path) -> None:
+    path = tmp_path / "site.journal"
+    opt = _journaled_site(path)
     wrong = opt.ask()
     opt.tell(wrong, 1e6)  # a unit slip
     assert opt.best.value == 1e6
@@ -103,11 +109,8 @@ def test_the_report_lists_a_retracted_result(tmp_path) -> None:
     from labfbo.report import write_report
 
     path = tmp_path / "site.journal"
-    opt = labfbo.Optimizer(SPACE, "maximize", seed=0, n_init=3, storage=path, **FAST)
-    for _ in range(4):
-        t = opt.ask()
-        opt.tell(t, t.params["x"])
-    opt.retract(t, reason="wrong vial")
+    opt = _journaled_site(path)
+    opt.retract(opt.trials[-1], reason="wrong vial")
     opt.close()
     write_report(path, tmp_path / "report.html")
     html = (tmp_path / "report.html").read_text()
