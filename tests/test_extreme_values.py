@@ -115,3 +115,19 @@ def test_the_report_lists_a_retracted_result(tmp_path) -> None:
     write_report(path, tmp_path / "report.html")
     html = (tmp_path / "report.html").read_text()
     assert "retracted by the lab: wrong vial" in html and "1 told result(s) were retracted" in html
+
+
+@pytest.mark.integration  # draws the report
+def test_a_name_that_is_math_to_matplotlib_is_drawn_as_text(tmp_path) -> None:
+    from labfbo.report import write_report
+
+    space = labfbo.SearchSpace([labfbo.Real(r"$\frac{$", 0, 1), labfbo.Real("b", 0, 1),
+                                labfbo.Categorical("c", ["$x^", "b$"])])
+    opt = labfbo.Optimizer(space, "maximize", seed=0, n_init=3, storage=tmp_path / "s.journal", **FAST)
+    for _ in range(8):  # enough for the model's views (importance, dependence), whose axes carry the names
+        t = opt.ask()
+        opt.tell(t, t.params[r"$\frac{$"])
+    opt.close()
+    report = write_report(tmp_path / "s.journal", tmp_path / "report.html")
+    assert r"$\frac{$" in (tmp_path / "report.html").read_text()
+    assert {"progress", "importance", "dependence"} <= set(report.plots)

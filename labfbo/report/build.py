@@ -157,14 +157,16 @@ def build(campaign: Campaign, path: str | os.PathLike[str], objective_label: str
     insights = _start_insights(campaign, fork)
     import labfbo.report.plots as plots  # matplotlib loads while a forked model fits
 
-    figures: dict[str, bytes | None] = {"progress": plots.png(plots.progress_figure(campaign, ylabel)),
-                                        "pareto": plots.png(plots.pareto_figure(campaign))}
-    dp_rows, epsilons = _privacy(campaign)
-    figures["traffic"] = plots.png(plots.traffic_figure(campaign, epsilons))
-    belief, shares, deps, model_note = insights()
-    if shares is not None:
-        figures["importance"] = plots.png(plots.importance_figure(campaign, shares))
-        figures["dependence"] = plots.png(plots.dependence_figure(campaign, deps, ylabel)) if deps else None
+    # a lab's names are text, never math: "$" in a parameter or choice name is a dollar sign
+    with plots.plt.rc_context({"text.parse_math": False}):
+        figures: dict[str, bytes | None] = {"progress": plots.png(plots.progress_figure(campaign, ylabel)),
+                                            "pareto": plots.png(plots.pareto_figure(campaign))}
+        dp_rows, epsilons = _privacy(campaign)
+        figures["traffic"] = plots.png(plots.traffic_figure(campaign, epsilons))
+        belief, shares, deps, model_note = insights()
+        if shares is not None:
+            figures["importance"] = plots.png(plots.importance_figure(campaign, shares))
+            figures["dependence"] = plots.png(plots.dependence_figure(campaign, deps, ylabel)) if deps else None
 
     plot_dir = path.parent / f"{path.stem}_plots"
     plot_dir.mkdir(parents=True, exist_ok=True)
