@@ -127,6 +127,9 @@ class Coordinator:
         self.local_constraints: dict[str, list[str]] = {}  # each site's nonlinear constraints, by name only
         self.privacy: dict[str, PrivacyDeclaration | None] = {}  # each site's DP settings as it declared them
         self.rounds: dict[int, dict[str, Message]] = {}
+        # why each site could not answer a failed round, for the operator only (the round's error,
+        # which every site receives, names the sites and the kind of failure, never a site's text)
+        self.failures: dict[int, dict[str, str]] = {}
         self.last_round = -1  # the round clock: the last completed round
         self.contributors: dict[int, list[list[str]]] = {}
         self._aggregator = None
@@ -352,9 +355,13 @@ class Coordinator:
             # accounted before it is used; a release beyond the site's budget becomes an Abstain
             answered = {s: self._account(s, m) for s, m in answers.items() if isinstance(m, Message)}
             if len(answered) < min(self.quorum, len(requests)):
-                failed = {s: repr(e) for s, e in answers.items() if not isinstance(e, Message)}
+                failed = {s: e for s, e in answers.items() if not isinstance(e, Message)}
+                self.failures[t] = {s: repr(e)[:500] for s, e in failed.items()}
+                while len(self.failures) > 100:
+                    del self.failures[min(self.failures)]
                 raise RoundError(f"round {t}: {len(answered)} of {len(requests)} sites answered, "
-                                 f"quorum is {self.quorum}; failures: {failed}")
+                                 f"quorum is {self.quorum}; failed: "
+                                 f"{ {s: type(e).__name__ for s, e in sorted(failed.items())} }")
             contrib = {s: m for s, m in answered.items() if not isinstance(m, Abstain)}
             for s, m in answered.items():
                 if isinstance(m, Abstain):

@@ -131,3 +131,24 @@ def test_a_name_that_is_math_to_matplotlib_is_drawn_as_text(tmp_path) -> None:
     report = write_report(tmp_path / "s.journal", tmp_path / "report.html")
     assert r"$\frac{$" in (tmp_path / "report.html").read_text()
     assert {"progress", "importance", "dependence"} <= set(report.plots)
+
+
+def test_a_failed_round_tells_the_sites_who_failed_never_what_a_site_said() -> None:
+    from labfbo.messages import Message
+
+    from labfbo.messages import JoinRequest
+
+    coord = labfbo.Coordinator("distribution", sites=["a", "b", "c"], seed=0, space=SPACE, quorum=3)
+    for s in "abc":
+        coord.join(JoinRequest(site=s, protocol="distribution", space_hash=SPACE.fingerprint(),
+                               space=SPACE.model_dump(mode="json")))
+
+    def gather(requests, quorum, deadline) -> dict:
+        return {s: ValueError("lab b's yield was 87.3 at 120 C") if s == "b" else TimeoutError("late")
+                for s in requests}
+
+    with pytest.raises(labfbo.RoundError) as err:
+        coord.run_round(0, gather)
+    assert "87.3" not in str(err.value) and "'b': 'ValueError'" in str(err.value)
+    assert "87.3" in coord.failures[0]["b"]  # the operator's view
+    assert not any(isinstance(m, Message) for m in coord.failures[0].values())
