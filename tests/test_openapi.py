@@ -45,3 +45,30 @@ def test_the_schema_lists_every_refusal() -> None:
     join = paths["/v1/join"]["post"]["responses"]
     assert {"200", "401", "403", "408", "409", "413", "422", "503"} <= set(join)
     assert "HTTPValidationError" not in str(join["422"])  # our 422 body: {"detail": ...}
+
+
+def test_the_schema_bounds_what_it_takes_and_the_server_serves_no_cdn_page() -> None:
+    from fastapi.testclient import TestClient
+
+    token, token_hash = new_token()
+    admin, admin_hash = new_token()
+    server = CoordinatorServer(ServerConfig(protocol="distribution", sites={"a": token_hash},
+                                            admin_token_sha256=admin_hash, space=SPACE.model_dump(mode="json")))
+    doc = server.fastapi.openapi()
+    paths = doc["paths"]
+    want = paths["/v1/sites/{site}/rounds/{round}/want"]["post"]["parameters"]
+    assert [p["schema"].get("maximum") for p in want if p["name"] == "round"] == [10**9]
+    seq = paths["/v1/sites/{site}/answers/{seq}"]["post"]["parameters"]
+    assert [p["schema"].get("minimum") for p in seq if p["name"] == "seq"] == [0]
+    join = paths["/v1/join"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert join["anyOf"] == [{"required": ["kind"], "properties": {"kind": {"type": "string", "minLength": 1}}}]
+    rotation = doc["components"]["schemas"]["TokenRotation"]["properties"]["token_sha256"]
+    assert "^[0-9a-f]{64}$" in str(rotation)
+    with TestClient(server.app) as client:
+        assert client.get("/docs").status_code in (401, 404) and client.get("/redoc").status_code in (401, 404)
+        assert client.get("/openapi.json").status_code == 200
+        r = client.post(f"/v1/sites/a/rounds/{10**9 + 1}/want", headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 422
+        r = client.post("/v1/admin/sites/a/token", json={"token_sha256": "not-a-digest"},
+                        headers={"Authorization": f"Bearer {admin}"})
+        assert r.status_code == 422

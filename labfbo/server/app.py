@@ -29,11 +29,11 @@ import math
 import threading
 from typing import Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exception_handlers import http_exception_handler
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from labfbo import wire
 from labfbo.exceptions import FederationError, LabFBOError, ProtocolError
@@ -81,7 +81,8 @@ class Accepted(BaseModel):
 
 
 class TokenRotation(BaseModel):
-    token_sha256: str | None = None
+    token_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="the new token's SHA-256 (hex); "
+                                     "without it the server generates a token")
 
 
 class Rotated(BaseModel):
@@ -225,7 +226,8 @@ class CoordinatorServer:
         from labfbo.version import __version__
         from labfbo.server.guard import Guard
 
-        app = FastAPI(title="labfbo coordinator", version=__version__,
+        # no /docs or /redoc: their pages load scripts from a CDN; the schema is at /openapi.json
+        app = FastAPI(title="labfbo coordinator", version=__version__, docs_url=None, redoc_url=None,
                       description="Federated Bayesian optimization: the consortium's coordinator.")
         cfg = self.config
 
@@ -239,12 +241,19 @@ class CoordinatorServer:
         def health() -> dict[str, str]:
             return {"status": "ok", "study": cfg.study}
 
-        body_doc = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
-            "type": "object", "description": "a labfbo message (see labfbo.messages): kind, version, round, ..."}},
-            wire.MEDIA_TYPE: {"schema": {"type": "string", "format": "binary",
-                                         "description": "the same message as a labfbo.wire frame"}}}}}
+        def body_doc(*json: dict[str, Any]) -> dict[str, Any]:
+            return {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "anyOf": list(json),
+                "description": "a labfbo message (see labfbo.messages): kind, version, round, ..."}},
+                wire.MEDIA_TYPE: {"schema": {"type": "string", "format": "binary", "minLength": 1,
+                                             "description": "the same message as a labfbo.wire frame"}}}}}
 
-        @app.post("/v1/join", response_model=Envelope, openapi_extra=body_doc, responses=_answers(401, 403, 409))
+        message = {"required": ["kind"], "properties": {"kind": {"type": "string", "minLength": 1}}}
+        failure = {"required": ["error"], "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+                   "description": "the site could not answer (its error's kind and text, for the operator)"}
+
+        @app.post("/v1/join", response_model=Envelope, openapi_extra=body_doc(message),
+                  responses=_answers(401, 403, 409))
         async def join(request: Request, site: str = Depends(self.site_auth)) -> Envelope:
             # parsing and checking a space is CPU work: off the event loop, so that a big join
             # never holds up the other sites' requests
@@ -276,12 +285,11 @@ class CoordinatorServer:
 
         @app.post("/v1/sites/{site}/rounds/{round}/want", response_model=Accepted, status_code=202,
                   responses=_answers(401, 403, 409))
-        def want(site: str, round: int, request: Request, me: str = Depends(self.site_auth)) -> Accepted:
+        def want(site: str, request: Request, round: int = Path(ge=0, le=10**9),
+                 me: str = Depends(self.site_auth)) -> Accepted:
             self._own(me, site)
             if site not in self.coordinator.members:
                 raise HTTPException(409, f"site {site!r} has not joined")
-            if not 0 <= round <= 10**9:
-                raise HTTPException(422, "round out of range")
             request.state.round = round
             try:
                 self.engine.want(round, site)
@@ -295,9 +303,10 @@ class CoordinatorServer:
             self.engine.leave(site)
             return Accepted(accepted=True)
 
-        @app.post("/v1/sites/{site}/answers/{seq}", response_model=Accepted, openapi_extra=body_doc,
+        @app.post("/v1/sites/{site}/answers/{seq}", response_model=Accepted, openapi_extra=body_doc(message, failure),
                   responses=_answers(401, 403, 409))
-        async def answer(site: str, seq: int, request: Request, me: str = Depends(self.site_auth)) -> Accepted:
+        async def answer(site: str, request: Request, seq: int = Path(ge=0, le=2**53),
+                         me: str = Depends(self.site_auth)) -> Accepted:
             self._own(me, site)
             body = await request.body()
             report = read_document(body)

@@ -331,7 +331,7 @@ class Dashboard:
         def login_form() -> Response:
             return self._harden(RedirectResponse(PAGE, status_code=303))
 
-        @app.api_route(LOGOUT, methods=["GET", "POST"], include_in_schema=False)
+        @app.post(LOGOUT, include_in_schema=False)  # POST only: a link or an image cannot log the operator out
         def logout(request: Request) -> Response:
             self._session(request)
             self.sessions.end(request.cookies.get(COOKIE))

@@ -26,7 +26,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class Guard:
-    OPEN = ("/v1/health", "/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect")  # no token needed
+    OPEN = ("/v1/health", "/openapi.json")  # no token needed
 
     def __init__(self, app: Any, max_body_bytes: int, audit: AuditLog, known_token: Callable[[str], bool],
                  body_timeout: float = 30.0, route_limits: dict[str, int] | None = None,
