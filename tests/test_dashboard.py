@@ -37,6 +37,19 @@ def _config(tmp_path, **kw) -> tuple[ServerConfig, dict[str, str], str]:
 
 
 # ------------------------------------------------------------------ login, cookie, refusals (no browser)
+def test_refused_logins_from_one_address_are_throttled(tmp_path) -> None:
+    from fastapi.testclient import TestClient
+
+    cfg, tokens, admin = _config(tmp_path)
+    server = CoordinatorServer(cfg)
+    client = TestClient(server.app)
+    assert [client.post("/dashboard/login", data={"token": "guess"}).status_code for _ in range(5)] == [401] * 5
+    r = client.post("/dashboard/login", data={"token": admin}, follow_redirects=False)  # even the right one, now
+    assert r.status_code == 429 and 0 < int(r.headers["retry-after"]) <= 60 and "Too many refused logins" in r.text
+    other = TestClient(server.app, client=("10.0.0.9", 4000))  # another address is not held up
+    assert other.post("/dashboard/login", data={"token": admin}, follow_redirects=False).status_code == 303
+
+
 def test_login_refuses_site_and_unknown_tokens_and_sets_a_strict_session_cookie(tmp_path) -> None:
     from fastapi.testclient import TestClient
 

@@ -21,6 +21,7 @@ every two seconds.
 from __future__ import annotations
 
 import hashlib
+import math
 import secrets
 import threading
 import time
@@ -124,6 +125,31 @@ def _seconds(s: float) -> str:
     return f"{s:.2f} s" if s < 60 else f"{s / 60:.1f} min"
 
 
+class LoginThrottle:
+    """At most ``limit`` refused logins per client address in ``window`` seconds; beyond, every
+    login from that address is refused (429) until the window has passed (memory only, bounded)."""
+
+    def __init__(self, limit: int = 5, window: float = 60.0, addresses: int = 10_000) -> None:
+        self.limit, self.window, self.addresses = limit, window, addresses
+        self.lock = threading.Lock()
+        self.refused: dict[str, list[float]] = {}  # address -> times of its refused logins in the window
+
+    def blocked(self, address: str) -> float:
+        """Seconds until ``address`` may try again (0: it may)."""
+        now = time.time()
+        with self.lock:
+            recent = [t for t in self.refused.get(address, []) if t > now - self.window]
+            self.refused[address] = recent
+            return recent[0] + self.window - now if len(recent) >= self.limit else 0.0
+
+    def refuse(self, address: str) -> None:
+        now = time.time()
+        with self.lock:
+            if len(self.refused) >= self.addresses:  # forget the addresses whose window has passed
+                self.refused = {a: ts for a, ts in self.refused.items() if ts and ts[-1] > now - self.window}
+            self.refused.setdefault(address, []).append(now)
+
+
 class Sessions:
     """Dashboard logins: random ids, kept as their SHA-256 with an expiry (memory only)."""
 
@@ -164,6 +190,7 @@ class Dashboard:
 
         self.server = server
         self.sessions = Sessions(server.config.dashboard_session)
+        self.throttle = LoginThrottle()
         self.privacy = PrivacyView(server)  # the coordinator accounts every accepted answer (its ledger)
         self.templates = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html"]))
 
@@ -313,9 +340,17 @@ class Dashboard:
 
         @app.post(LOGIN, include_in_schema=False)
         async def login(request: Request) -> Response:
+            address = request.client.host if request.client else "?"
+            wait = self.throttle.blocked(address)
+            if wait > 0:
+                response = self._page(message=f"Too many refused logins from this address: try again in "
+                                              f"{math.ceil(wait)} s.", code=429)
+                response.headers["Retry-After"] = str(math.ceil(wait))
+                return response
             form = parse_qs((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
             token = (form.get("token") or [""])[0].strip()
             if not self.server.tokens.is_admin(token):
+                self.throttle.refuse(address)
                 why = ("This server has no admin token (admin_token_sha256 in its configuration): the dashboard "
                        "is off." if self.server.tokens.admin is None else "Enter the admin token." if not token else
                        "Refused: not the admin token. The dashboard takes only the consortium's admin token; "
