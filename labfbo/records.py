@@ -50,7 +50,8 @@ class Header(_Record):
     model_config = ConfigDict(extra="allow", frozen=True)  # readers ignore what later versions add
     op: Literal["header"] = "header"
     secret: int | None = None  # journals before site secrets: drawn on open
-    key_seed: str | None = None  # hex; journals before secure aggregation: drawn on open
+    # 32 bytes in hex; journals before secure aggregation have none: drawn on open
+    key_seed: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     space_hash: str
     space: dict[str, Any] | None = None
     objective: Literal["minimize", "maximize"]

@@ -1,4 +1,4 @@
-"""A finite extreme value (a unit slip, 1e308) does not brick a campaign."""
+"""A wrong number, a corrupted journal or a hostile string does not brick a campaign or a consortium."""
 
 from __future__ import annotations
 
@@ -152,3 +152,26 @@ def test_a_failed_round_tells_the_sites_who_failed_never_what_a_site_said() -> N
     assert "87.3" not in str(err.value) and "'b': 'ValueError'" in str(err.value)
     assert "87.3" in coord.failures[0]["b"]  # the operator's view
     assert not any(isinstance(m, Message) for m in coord.failures[0].values())
+
+
+def test_one_extreme_among_equal_values_is_pulled_in_too() -> None:
+    t = tamed(np.array([1.0, 1.0, 1e308]))  # no spread among the others; the square of 1e308 overflows
+    assert t[0] == t[1] == 1.0 and TAME_SPREADS < t[2] < 2 * TAME_SPREADS
+    assert np.isfinite(np.std(t))
+
+
+@pytest.mark.parametrize("corrupt", ["point", "key_seed"])
+def test_a_corrupted_journal_is_a_journal_error(tmp_path, corrupt: str) -> None:
+    import json
+
+    path = tmp_path / "site.journal"
+    _journaled_site(path).close()
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    if corrupt == "point":
+        ask = next(r for r in records if r["op"] == "ask")
+        ask["trials"][0]["x"] = [0.5, 0.5, 0.5]  # three coordinates in a 2-D space
+    else:
+        records[0]["key_seed"] = "not hex"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(labfbo.JournalError):
+        labfbo.Optimizer(SPACE, "maximize", seed=0, n_init=3, storage=path, **FAST)

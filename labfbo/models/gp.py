@@ -103,7 +103,9 @@ def tamed(y: np.ndarray, k: float = TAME_SPREADS) -> np.ndarray:
     r"""``y`` with the values farther than ``k`` robust spreads from the median pulled in on a log scale.
 
     With :math:`m` the median and :math:`s` the median absolute deviation :math:`|y_j - m|` (if
-    that is 0, the median of the non-zero deviations; robust to one outlier among 3 values), a value with :math:`z = |y_j - m| / s > k` becomes
+    that is 0, the median of the non-zero deviations; robust to one outlier among 3 values; beyond
+    1e100, whose square overflows, :math:`\max(|m|, 1)`), a value with :math:`z = |y_j - m| / s > k`
+    becomes
     :math:`m \pm s\,(k + \log(z/k))`: order kept, still the best (or worst) by far, but a
     finite extreme (a unit slip, ``1e308``) can no longer shrink every other value to the same
     number after standardizing, which leaves the GP without a scale. Values within ``k``
@@ -119,6 +121,8 @@ def tamed(y: np.ndarray, k: float = TAME_SPREADS) -> np.ndarray:
     if not s > 0:
         nz = dev[dev > 0]
         s = float(np.median(nz)) if nz.size else 0.0
+    if s > 1e100:  # one value apart from a crowd of equal ones: no spread to go by but the values' own size
+        s = max(abs(m), 1.0)
     if not (s > 0 and np.isfinite(s)):
         return y
     z = np.minimum(dev / s, 1e300)

@@ -95,6 +95,9 @@ class SiteState:
         for t in rec.trials:
             if replay and t.id in self.trials:
                 raise JournalError(f"trial id {t.id!r} appears twice (another journal appended to this one?)")
+            if len(t.x) != self.space.dim:
+                raise JournalError(f"trial {t.id!r}: its point has {len(t.x)} coordinates, not the space's "
+                                   f"{self.space.dim} (a journal of another space?)")
             self.trials[t.id] = TrialRecord(id=t.id, params=dict(t.params), x=np.asarray(t.x), source=t.source,
                                             round=t.round, metadata=dict(t.metadata), asked_at=self.position)
             self.next_id = max(self.next_id, t.id + 1)
