@@ -151,6 +151,9 @@ class Coordinator:
         membership): a refused site changes nothing, not even the space of a study that has
         none pinned yet (the first site admitted sets it)."""
         space = SearchSpace.model_validate(request.space)
+        if request.space_hash != space.fingerprint():
+            raise FederationError(f"site {request.site!r}: the space it sent does not match its space_hash "
+                                  "(a join is checked against the space it carries)")
         if request.protocol != self.protocol:
             raise FederationError(f"site {request.site!r} runs protocol {request.protocol!r}, "
                                   f"the study runs {self.protocol!r}")

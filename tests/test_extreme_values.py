@@ -175,3 +175,17 @@ def test_a_corrupted_journal_is_a_journal_error(tmp_path, corrupt: str) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     with pytest.raises(labfbo.JournalError):
         labfbo.Optimizer(SPACE, "maximize", seed=0, n_init=3, storage=path, **FAST)
+
+
+def test_a_join_whose_space_is_not_its_hash_is_refused_and_changes_nothing() -> None:
+    from labfbo.messages import JoinRequest
+
+    other = labfbo.SearchSpace([labfbo.Real("x", 0, 2), labfbo.Real("y", 0, 1)])
+    coord = labfbo.Coordinator("distribution", sites=["a", "b"], seed=0)  # no space pinned yet
+    with pytest.raises(labfbo.FederationError, match="does not match its space_hash"):
+        coord.join(JoinRequest(site="a", protocol="distribution", space_hash=SPACE.fingerprint(),
+                               space=other.model_dump(mode="json")))
+    assert coord.space is None and coord.members == {}
+    coord.join(JoinRequest(site="a", protocol="distribution", space_hash=SPACE.fingerprint(),
+                           space=SPACE.model_dump(mode="json")))
+    assert coord.space.fingerprint() == SPACE.fingerprint()
