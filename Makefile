@@ -40,8 +40,10 @@ test: $(STAMP) browser
 
 # the unit tier: no subprocess, server, MPI, schemathesis, multi-site campaign or long property search
 # (those are marked `integration`)
+# two processes: nothing in this tier waits on other processes, so a third would only add its
+# collection (every test module imported once more) on two cores
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not integration" $(XDIST)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not integration" -n 2 --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/labfbo bench latency

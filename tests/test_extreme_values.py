@@ -30,7 +30,7 @@ def test_an_extreme_value_is_pulled_in_but_keeps_its_place() -> None:
     assert np.all(np.isfinite(t)) and np.std(t[[0, 1, 2, 3, 6]]) / np.std(t) > 1e-6  # the rest keep a scale
 
 
-@pytest.mark.parametrize("value", [-1e200, 1e308, 1e200, -1e308])
+@pytest.mark.parametrize("value", [-1e200, 1e308])  # each the bad tail under one objective, the good under the other
 @pytest.mark.parametrize("objective", ["maximize", "minimize"])
 def test_a_campaign_keeps_proposing_after_an_extreme_value(objective: str, value: float) -> None:
     opt = labfbo.Optimizer(SPACE, objective, seed=0, n_init=3, **FAST)

@@ -24,3 +24,8 @@ class TestEveryProtocol(ProtocolConformance):
     @pytest.fixture
     def protocol(self, name: str) -> Protocol:
         return quick(name)
+
+    @pytest.mark.integration  # a second multi-site campaign per protocol (make test runs it; test-fast does not)
+    def test_the_same_seed_gives_the_same_proposals(self, campaign, protocol: Protocol,
+                                                    space: labfbo.SearchSpace) -> None:
+        super().test_the_same_seed_gives_the_same_proposals(campaign, protocol, space)
