@@ -48,6 +48,7 @@ def test_refused_logins_from_one_address_are_throttled(tmp_path) -> None:
     assert r.status_code == 429 and 0 < int(r.headers["retry-after"]) <= 60 and "Too many refused logins" in r.text
     other = TestClient(server.app, client=("10.0.0.9", 4000))  # another address is not held up
     assert other.post("/dashboard/login", data={"token": admin}, follow_redirects=False).status_code == 303
+    assert "10.0.0.9" not in server.dashboard.throttle.refused  # an address without refusals takes no memory
 
 
 def test_login_refuses_site_and_unknown_tokens_and_sets_a_strict_session_cookie(tmp_path) -> None:

@@ -138,8 +138,11 @@ class LoginThrottle:
         """Seconds until ``address`` may try again (0: it may)."""
         now = time.time()
         with self.lock:
-            recent = [t for t in self.refused.get(address, []) if t > now - self.window]
-            self.refused[address] = recent
+            recent = [t for t in self.refused.get(address, ()) if t > now - self.window]
+            if recent:
+                self.refused[address] = recent
+            else:  # an address without refusals in the window takes no memory
+                self.refused.pop(address, None)
             return recent[0] + self.window - now if len(recent) >= self.limit else 0.0
 
     def refuse(self, address: str) -> None:

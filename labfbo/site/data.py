@@ -81,7 +81,7 @@ def build_site_data(space: SearchSpace, sign: float, hist_x: list[np.ndarray], h
     if spec is not None:
         rows = [o.outcomes for o in historical] + [{k: v[0] for k, v in (t.outcomes or {}).items()} for t in done]
         Y = spec.outcome_matrix(rows)  # type: ignore[arg-type]
-        Y = np.column_stack([tamed(c) for c in Y.T]).reshape(Y.shape) if Y.size else Y
+        Y = np.apply_along_axis(tamed, 0, Y) if Y.size else Y
         sem_rows = [o.outcome_sems or {} for o in historical] + [{k: v[1] for k, v in (t.outcomes or {}).items()}
                                                                  for t in done]
         Yvar = spec.variance_matrix(sem_rows)
