@@ -32,7 +32,7 @@ from scipy.stats import qmc, rankdata
 from labfbo.exceptions import ConfigurationError
 from labfbo.harness import write_atomic
 from labfbo.problems.families import stable_hash
-from labfbo_bench.engine_methods import RUNNERS
+from labfbo_bench.engine_methods import FORMER, RUNNERS
 from labfbo_bench.engine_panel import FAMILIES, PANEL, EngineProblem, engine_problem
 
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -41,38 +41,39 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "optuna-tpe": ("optuna", {"sampler": "tpe"}),
     "botorch": ("botorch", {}),
     "random": ("random", {}),
-    # variants of labfbo's engine (studied with --methods)
-    "labfbo-ucb": ("labfbo", {"acquisition": "ucb", "beta": 4.0}),
-    "labfbo-catbotorch": ("labfbo", {"categorical_kernel": "botorch"}),  # the categorical kernel before Hamming
-    "labfbo-ei": ("labfbo", {"acquisition": "ei"}),
-    "labfbo-nei": ("labfbo", {"acquisition": "nei"}),
-    "labfbo-ei-matern": ("labfbo", {"acquisition": "ei", "kernel": "matern52"}),
-    "labfbo-ei-warp": ("labfbo", {"acquisition": "ei", "input_warping": True}),
-    "labfbo-ei-sab": ("labfbo", {"acquisition": "ei", "sample_around_best": True}),
-    "labfbo-nei-sab": ("labfbo", {"acquisition": "nei", "sample_around_best": True}),
-    "labfbo-ei-gamma": ("labfbo", {"acquisition": "ei", "noise_prior": "gamma"}),
-    "labfbo-nei-gamma": ("labfbo", {"acquisition": "nei", "noise_prior": "gamma"}),
-    "labfbo-nei-auto": ("labfbo", {"acquisition": "nei", "noise_prior": "auto"}),
-    "labfbo-nei-wins": ("labfbo", {"acquisition": "nei", "output_transform": "winsorize"}),  # = the defaults
-    "labfbo-nei-std": ("labfbo", {"acquisition": "nei", "output_transform": "standardize"}),  # the defaults before
-    "labfbo-nei-auto-warp": ("labfbo", {"acquisition": "nei", "noise_prior": "auto", "input_warping": True}),
-    "labfbo-nei-auto-wins": ("labfbo", {"acquisition": "nei", "noise_prior": "auto",
+    # variants of labfbo's engine (studied with --methods), each a change of the former defaults
+    "labfbo-former": ("labfbo", dict(FORMER)),
+    "labfbo-ucb": ("labfbo", {**FORMER, "acquisition": "ucb", "beta": 4.0}),
+    "labfbo-catbotorch": ("labfbo", {**FORMER, "categorical_kernel": "botorch"}),  # the categorical kernel before Hamming
+    "labfbo-ei": ("labfbo", {**FORMER, "acquisition": "ei"}),
+    "labfbo-nei": ("labfbo", {**FORMER, "acquisition": "nei"}),
+    "labfbo-ei-matern": ("labfbo", {**FORMER, "acquisition": "ei", "kernel": "matern52"}),
+    "labfbo-ei-warp": ("labfbo", {**FORMER, "acquisition": "ei", "input_warping": True}),
+    "labfbo-ei-sab": ("labfbo", {**FORMER, "acquisition": "ei", "sample_around_best": True}),
+    "labfbo-nei-sab": ("labfbo", {**FORMER, "acquisition": "nei", "sample_around_best": True}),
+    "labfbo-ei-gamma": ("labfbo", {**FORMER, "acquisition": "ei", "noise_prior": "gamma"}),
+    "labfbo-nei-gamma": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "gamma"}),
+    "labfbo-nei-auto": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "auto"}),
+    "labfbo-nei-wins": ("labfbo", {**FORMER, "acquisition": "nei", "output_transform": "winsorize"}),  # = the former defaults
+    "labfbo-nei-std": ("labfbo", {**FORMER, "acquisition": "nei", "output_transform": "standardize"}),  # the defaults before winsorizing
+    "labfbo-nei-auto-warp": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "auto", "input_warping": True}),
+    "labfbo-nei-auto-wins": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "auto",
                                         "output_transform": "winsorize"}),
-    "labfbo-nei-auto-r20": ("labfbo", {"acquisition": "nei", "noise_prior": "auto",
+    "labfbo-nei-auto-r20": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "auto",
                                        "num_restarts": 20, "raw_samples": 1024}),
-    "labfbo-nei-auto-r5": ("labfbo", {"acquisition": "nei", "noise_prior": "auto",
+    "labfbo-nei-auto-r5": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "auto",
                                       "num_restarts": 5, "raw_samples": 256}),
-    "labfbo-nei-gamma-matern": ("labfbo", {"acquisition": "nei", "noise_prior": "gamma", "kernel": "matern52"}),
-    "labfbo-nei-gamma-sab": ("labfbo", {"acquisition": "nei", "noise_prior": "gamma", "sample_around_best": True}),
-    "labfbo-nei-matern-sab": ("labfbo", {"acquisition": "nei", "kernel": "matern52", "sample_around_best": True}),
-    "labfbo-ei-gamma-matern-std": ("labfbo", {"acquisition": "ei", "noise_prior": "gamma", "kernel": "matern52",
-                                              "output_transform": "standardize"}),  # Optuna GPSampler's choices
-    "labfbo-matern": ("labfbo", {"kernel": "matern52"}),
-    "labfbo-ei-matern-std": ("labfbo", {"acquisition": "ei", "kernel": "matern52", "output_transform": "standardize"}),
-    "labfbo-nei-matern-std": ("labfbo", {"acquisition": "nei", "kernel": "matern52", "output_transform": "standardize"}),
-    "labfbo-ei-gamma-matern": ("labfbo", {"acquisition": "ei", "noise_prior": "gamma", "kernel": "matern52"}),
-    "labfbo-ei-std": ("labfbo", {"acquisition": "ei", "output_transform": "standardize"}),
-    "labfbo-nei-gamma-matern-sab": ("labfbo", {"acquisition": "nei", "noise_prior": "gamma", "kernel": "matern52",
+    "labfbo-nei-gamma-matern": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "gamma", "kernel": "matern52"}),
+    "labfbo-nei-gamma-sab": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "gamma", "sample_around_best": True}),
+    "labfbo-nei-matern-sab": ("labfbo", {**FORMER, "acquisition": "nei", "kernel": "matern52", "sample_around_best": True}),
+    "labfbo-ei-gamma-matern-std": ("labfbo", {**FORMER, "acquisition": "ei", "noise_prior": "gamma", "kernel": "matern52",
+                                              "output_transform": "standardize"}),  # Optuna GPSampler's choices = the defaults
+    "labfbo-matern": ("labfbo", {**FORMER, "kernel": "matern52"}),
+    "labfbo-ei-matern-std": ("labfbo", {**FORMER, "acquisition": "ei", "kernel": "matern52", "output_transform": "standardize"}),
+    "labfbo-nei-matern-std": ("labfbo", {**FORMER, "acquisition": "nei", "kernel": "matern52", "output_transform": "standardize"}),
+    "labfbo-ei-gamma-matern": ("labfbo", {**FORMER, "acquisition": "ei", "noise_prior": "gamma", "kernel": "matern52"}),
+    "labfbo-ei-std": ("labfbo", {**FORMER, "acquisition": "ei", "output_transform": "standardize"}),
+    "labfbo-nei-gamma-matern-sab": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "gamma", "kernel": "matern52",
                                                "sample_around_best": True}),
 }
 DEFAULT_METHODS = ("labfbo", "optuna", "optuna-tpe", "botorch", "random")

@@ -29,16 +29,18 @@ import numpy as np
 
 from labfbo.datasets import ReactionData, initial_design, load_reactions
 from labfbo.seeding import int_seed
+from labfbo_bench.engine_methods import FORMER
 
-#: method -> (runner, options); ``labfbo`` is the current defaults
+#: method -> (runner, options); ``labfbo`` is the current defaults, a ``labfbo-*`` variant changes the former ones
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "labfbo": ("labfbo", {}),
-    "labfbo-ucb": ("labfbo", {"acquisition": "ucb", "beta": 4.0}),
-    "labfbo-std": ("labfbo", {"output_transform": "standardize"}),
-    "labfbo-gamma": ("labfbo", {"noise_prior": "gamma"}),
-    "labfbo-ei": ("labfbo", {"acquisition": "ei"}),
-    "labfbo-catbotorch": ("labfbo", {"categorical_kernel": "botorch"}),  # the defaults before the Hamming kernel
-    "labfbo-matern": ("labfbo", {"kernel": "matern52"}),
+    "labfbo-former": ("labfbo", dict(FORMER)),
+    "labfbo-ucb": ("labfbo", {**FORMER, "acquisition": "ucb", "beta": 4.0}),
+    "labfbo-std": ("labfbo", {**FORMER, "output_transform": "standardize"}),
+    "labfbo-gamma": ("labfbo", {**FORMER, "noise_prior": "gamma"}),
+    "labfbo-ei": ("labfbo", {**FORMER, "acquisition": "ei"}),
+    "labfbo-catbotorch": ("labfbo", {**FORMER, "categorical_kernel": "botorch"}),  # the defaults before the Hamming kernel
+    "labfbo-matern": ("labfbo", {**FORMER, "kernel": "matern52"}),
     "optuna": ("optuna", {}),
     "random": ("random", {}),
 }

@@ -76,8 +76,8 @@ class AcquisitionOptions(BaseModel):
     """Options every model-based protocol understands."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    acquisition: AcquisitionName = Field("nei", description="nei (the default, chosen on labfbo bench engine), "
-                                         "ei, ucb (the papers' setting) or ts")
+    acquisition: AcquisitionName = Field("ei", description="ei (LogEI, the default, chosen on labfbo bench "
+                                         "engine), nei (noisy LogEI), ucb (the papers' setting) or ts")
     beta: float = Field(4.0, gt=0, description="UCB exploration weight (kappa^2)")
     num_restarts: int = Field(10, ge=1)
     raw_samples: int = Field(512, ge=1)

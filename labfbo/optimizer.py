@@ -109,7 +109,7 @@ class Optimizer:
         self.protocol_cls.check_space(space)
         if self.outcomes is not None and self.configured.acquisition not in (None, "nei", "ei"):
             raise ConfigurationError(f"named outcomes (outcome constraints, several objectives) need a log-"
-                                     f"acquisition, 'nei' (the default) or 'ei'; got {self.options.acquisition!r}")
+                                     f"acquisition, 'ei' (the default) or 'nei'; got {self.options.acquisition!r}")
         self.seed = int(seed)
         self.site = site or "site-0"
         self.n_init = max(5, 2 * space.dim) if n_init is None else int(n_init)

@@ -90,7 +90,7 @@ def test_every_protocol_defaults_to_the_engines_acquisition_and_keeps_ucb_by_nam
     from labfbo.protocols import get_protocol, parse_options
 
     cls = get_protocol(protocol)
-    assert parse_options(cls, {}).acquisition == "nei"
+    assert parse_options(cls, {}).acquisition == "ei"
     paper = parse_options(cls, {"acquisition": "ucb", "beta": 4.0})
     assert (paper.acquisition, paper.beta) == ("ucb", 4.0)
 
@@ -129,7 +129,7 @@ def test_the_guide_suites_nei_rows_take_each_protocols_default_and_winsorize_is_
     jobs = {j.label: j for j in guide.jobs(str(tmp_path), ("ellipsoid",), (2,),
                                            ("NEI", "GUIDE-NEI", "GUIDE-NEI-winsorize"), [0])}
     assert jobs["NEI"].fingerprint() == options_fingerprint("independent", {"beta": 2.0, "acquisition": "nei",
-                                                                            "output_transform": "winsorize"})
+                                                                            "output_transform": "standardize"})
     assert jobs["GUIDE-NEI"].fingerprint() == options_fingerprint(
         "distribution", {"beta": 2.0, "acquisition": "nei", "output_transform": "standardize"})
     assert jobs["GUIDE-NEI-winsorize"].options["output_transform"] == "winsorize"
@@ -154,8 +154,8 @@ def test_a_cached_run_made_with_other_defaults_runs_again(tmp_path) -> None:
 
     job = Job(path=str(tmp_path / "p" / "m" / "seed0.json"), label="m", problem="branin", problem_kwargs={},
               protocol="independent", seed=0, n_init=3, budget=1)
-    assert job.fingerprint() == options_fingerprint("independent", {"output_transform": "winsorize"})
-    assert job.fingerprint() != options_fingerprint("independent", {"output_transform": "standardize"})
+    assert job.fingerprint() == options_fingerprint("independent", {"output_transform": "standardize"})
+    assert job.fingerprint() != options_fingerprint("independent", {"output_transform": "winsorize"})
     # simulate's own keywords: where it journals is not an option; the transport is
     assert options_fingerprint("independent", {"storage_dir": str(tmp_path)}) == job.fingerprint()
     assert options_fingerprint("independent", {"transport": "http"}) != job.fingerprint()
@@ -262,7 +262,7 @@ def test_auto_noise_prior_interpolates_noiseless_data_and_keeps_noise_when_there
     rng = np.random.default_rng(0)
     X = rng.random((20, 2))
     y = np.sin(6 * X[:, 0]) + X[:, 1] ** 2
-    auto = SurrogateOptions(noise_prior="auto")
+    auto = SurrogateOptions(noise_prior="auto", kernel="rbf")  # the smoother kernel: noise is told from signal
     assert float(fit_local_gp(X, y, options=auto).likelihood.noise) < 1e-5  # the interpolating fit
     noisy = y + 0.3 * rng.standard_normal(20)
     assert float(fit_local_gp(X, noisy, options=auto).likelihood.noise) > 1e-2  # BoTorch's prior kept
@@ -288,8 +288,7 @@ def test_the_winsorized_gp_keeps_its_scale_near_the_optimum_and_constraints_are_
     X = rng.random((16, 2))
     y = -((X - 0.6) ** 2).sum(axis=1)
     y[:2] = -50.0                                                    # two failed runs
-    robust = SurrogateOptions()                                      # the default winsorizes
-    assert robust.output_transform == "winsorize"
+    robust = SurrogateOptions(output_transform="winsorize")
     plain_model = fit_local_gp(X, y, options=SurrogateOptions(output_transform="standardize"))
     robust_model = fit_local_gp(X, y, options=robust)
     good = X[2:]
@@ -309,8 +308,8 @@ def test_the_output_transform_is_validated_and_refused_where_it_does_not_apply()
     with pytest.raises(ValueError, match="output_transform"):
         PooledOptions(output_transform="winsorize")
     assert PooledOptions().output_transform == "standardize"         # the pooled reference keeps its own
-    assert IndependentOptions().output_transform == "winsorize"
-    assert IndependentOptions(output_transform="standardize").output_transform == "standardize"
+    assert IndependentOptions().output_transform == "standardize"
+    assert IndependentOptions(output_transform="winsorize").output_transform == "winsorize"
 
 
 def test_distribution_keeps_standardize_as_its_own_default_and_its_sites_use_it() -> None:

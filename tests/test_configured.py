@@ -77,7 +77,7 @@ def test_the_configured_object_is_an_instance_of_its_protocol_class() -> None:
 def test_what_the_core_asks_of_a_protocol_is_declared_on_it() -> None:
     dp = labfbo.DP(noise_multiplier=1.0)
     g = Gradient(secure_aggregation=True, dp_noise="distributed", dp_colluders=1, privacy=dp)
-    assert g.privacy == dp and g.dp_colluders == 1 and g.distributed_noise and g.acquisition == "nei"
+    assert g.privacy == dp and g.dp_colluders == 1 and g.distributed_noise and g.acquisition == "ei"
     s = Surface(fourier_features=8)
     assert s.privacy is None and s.dp_colluders == 0 and not s.distributed_noise
     assert s.shared == {"fourier_features": 8, "fourier_lengthscale": 0.2}  # multi_objective: left out at its default

@@ -33,6 +33,11 @@ EXPECTED_JOURNALS = json.loads((GOLDEN / "journals" / "expected.json").read_text
 #: ``distribution-dp`` likewise moved one coordinate by 1.5e-7 (``rate`` 0.0209458 against 0.0209457,
 #: round 1) on an AMD EPYC (2026-12-03), where the machine that recorded it matches to the digit.
 MACHINE_TOLERANCE = {"pooled": 0.05, "distribution-dp": 1e-6}
+#: campaigns whose proposals were seen to move by more than any tolerance between machine classes at the
+#: same commit (a DP draw or a stopped fit amplifies the last bits): on a class other than the recorder's,
+#: without its own record (``record.py --machine``), they are not compared
+MACHINE_CHAOTIC = {"gradient-dp-sa", "distribution-dp", "pooled"}
+RECORDER = RECORDED.get("numerics")
 
 
 def _same_params(got: list[list[dict[str, Any]]], want: list[list[dict[str, Any]]], tol: float = 1e-12) -> None:
@@ -51,6 +56,9 @@ def _same_params(got: list[list[dict[str, Any]]], want: list[list[dict[str, Any]
 @pytest.mark.parametrize("key", sorted(RECORDED["proposals"]))
 def test_same_seed_gives_the_recorded_proposals(key: str) -> None:
     name, label = key.split("/")
+    if name in MACHINE_CHAOTIC and RECORDER not in (None, numerics()) and key not in RECORDED_HERE:
+        pytest.skip(f"{name}'s proposals follow the floating point of the machine: recorded on {RECORDER}, "
+                    f"this is {numerics()} without its own record (tests/golden/record.py --machine)")
     space, f = (CONT, cont_f) if label == "cont" else (MIXED, mixed_f)
     want = RECORDED_HERE.get(key, RECORDED["proposals"][key])
     _same_params(campaign(name, space, f), want, MACHINE_TOLERANCE.get(name, 1e-12))

@@ -11,10 +11,12 @@ log-normal lengthscale prior of Hvarfner et al. (2024),
 optionally after a Kumaraswamy input warping of the continuous columns. When
 per-observation standard errors are known for every observation they enter as fixed
 noise :math:`\sigma_j^2 = \mathrm{sem}_j^2`; otherwise the noise level is learned
-(BoTorch's :math:`\mathcal{LN}(-4, 1)` prior, floor :math:`10^{-4}` on the standardized
-scale). By default the objective's bad tail is clipped first (``output_transform="winsorize"``,
-:func:`winsorized`; ``"standardize"`` leaves it). The defaults were chosen on
-``labfbo bench engine`` (``docs/benchmarks/engine.md``).
+(by default Optuna's :math:`\Gamma(1.1, 30)` prior, floor :math:`10^{-6}` on the standardized
+scale; BoTorch's :math:`\mathcal{LN}(-4, 1)`, floor :math:`10^{-4}`, with
+``noise_prior="lognormal"``). ``output_transform="winsorize"`` clips the objective's bad tail
+first (:func:`winsorized`); the default standardizes the values as they are. The defaults
+(Matérn-5/2, the Gamma noise prior, plain standardization, and LogEI in
+:mod:`labfbo.acquisition`) were chosen on ``labfbo bench engine`` (``docs/benchmarks/engine.md``).
 """
 
 from __future__ import annotations
@@ -58,22 +60,24 @@ class SurrogateOptions(BaseModel):
     """How a site's local GP is built (every protocol with a local GP understands these)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    kernel: Literal["rbf", "matern52"] = "rbf"
+    kernel: Literal["rbf", "matern52"] = Field(
+        "matern52", description="Matérn-5/2 (the default) or RBF, ARD with the dimension-scaled lengthscale prior")
     input_warping: bool = False
     noise_prior: Literal["lognormal", "gamma", "auto"] = Field(
-        "lognormal", description="prior on the standardized noise variance when it is learned: BoTorch's "
-        "LogNormal(-4, 1), floor 1e-4 (suits noisy data), Gamma(1.1, 30), floor 1e-6 (Optuna's; lets a "
-        "noiseless response be interpolated), or 'auto': fit both, keep the one with the higher "
+        "gamma", description="prior on the standardized noise variance when it is learned: Gamma(1.1, 30), "
+        "floor 1e-6 (the default, Optuna's; lets a noiseless response be interpolated), BoTorch's "
+        "LogNormal(-4, 1), floor 1e-4 (suits noisy data), or 'auto': fit both, keep the one with the higher "
         "leave-one-out predictive density")
     categorical_kernel: Literal["hamming", "botorch"] = Field(
         "hamming", description="with categorical columns: 'hamming' (the default), one RBF/Matérn kernel over "
         "every column, two different choices 1/6 apart (squared), with BoTorch's dimension-scaled lengthscale "
         "prior on every column; 'botorch', the former product with BoTorch's CategoricalKernel (no prior)")
     output_transform: Literal["standardize", "winsorize"] = Field(
-        "winsorize", description="'winsorize' (the default): before standardizing, raise the objective's "
+        "standardize", description="'standardize' (the default): the values as they are (BoTorch's "
+        "Standardize alone; the papers' setting). 'winsorize': before standardizing, raise the objective's "
         "values below Tukey's lower fence Q1 - 1.5 IQR (the bad tail, in the maximization orientation) to "
         "the fence, so failed runs and outliers do not set the GP's scale; the values above it are "
-        "unchanged. 'standardize': the values as they are (BoTorch's Standardize alone; the papers' setting)")
+        "unchanged")
 
 
 #: the papers' surrogate (PACD-BO, GUIDE-FBO, PMCBO): outputs standardized as they are; the benchmark

@@ -72,7 +72,7 @@ class ConsensusReply(Message):
 
 
 class ConsensusOptions(ModelOptions):
-    acquisition: Literal["nei", "ucb", "ei"] = "nei"  # type: ignore[assignment]
+    acquisition: Literal["nei", "ucb", "ei"] = "ei"  # type: ignore[assignment]
     matrix: Literal["uniform", "leader"] = "uniform"
     sinkhorn_iters: int = Field(200, ge=1)
 

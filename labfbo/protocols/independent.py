@@ -33,8 +33,9 @@ class ModelOptions(AcquisitionOptions, SurrogateOptions, PriorOptions):
 class IndependentOptions(ModelOptions):
     """``independent``: the shared acquisition, surrogate and prior options.
 
-    The default acquisition, shared by every protocol, is ``qLogNoisyExpectedImprovement``
-    (``"nei"``), chosen on ``labfbo bench engine`` against UCB and LogEI, Optuna's
+    The defaults, shared by every protocol, are LogEI (``"ei"``) on a Matérn-5/2 GP with
+    the Gamma noise prior and plain standardization, chosen on ``labfbo bench engine``
+    against LogNEI, UCB, the RBF kernel, BoTorch's noise prior and winsorizing, Optuna's
     ``GPSampler`` and a BoTorch tutorial loop (``docs/benchmarks/engine.md``).
     """
 

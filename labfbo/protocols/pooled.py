@@ -57,6 +57,8 @@ class PooledOptions(ModelOptions):
     """
 
     output_transform: Literal["standardize", "winsorize"] = "standardize"
+    kernel: Literal["rbf", "matern52"] = "rbf"
+    noise_prior: Literal["lognormal", "gamma", "auto"] = "lognormal"
 
     @model_validator(mode="after")
     def _multitask_kernel_only(self) -> "PooledOptions":

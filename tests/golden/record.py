@@ -2,7 +2,8 @@
 
 Run from the project root when a deliberate change of behaviour lands (say so in the commit)::
 
-    .venv/bin/python tests/golden/record.py
+    .venv/bin/python tests/golden/record.py             # proposals, and what the kept journals propose
+    .venv/bin/python tests/golden/record.py --journals  # also journals of the current format (drops the old ones)
 
 It writes ``tests/golden/proposals.json`` (every protocol, on a continuous and a mixed
 space: the proposals of a small lock-step campaign from seed 7) and two journals of the
@@ -14,7 +15,9 @@ AVX-512, which select MKL's and OpenBLAS's kernels) proposes other bits on a few
 at the same commit. ``record.py --machine`` writes ``proposals.<numerics>.json`` with that
 machine's proposals where they differ from ``proposals.json``; the test holds each machine to
 its own record, at the same tolerance. Record it only at a commit whose proposals match
-``proposals.json`` on the machine that recorded that (say so in the commit).
+``proposals.json`` on the machine that recorded that (say so in the commit). Recording
+``proposals.json`` again removes the other machines' records (they were of the former
+proposals); ``proposals.json`` names the class of the machine that recorded it.
 """
 
 from __future__ import annotations
@@ -139,8 +142,15 @@ def _journal_campaign(path: Path) -> list[dict[str, Any]]:
         pending = opt.ask()  # left pending in the journal
         del pending
         opt.close()
-        tmp = Path(tempfile.mkdtemp()) / "copy.jsonl"
-        shutil.copy(path, tmp)
+    return _next_from(path)
+
+
+def _next_from(path: Path) -> list[dict[str, Any]]:
+    """What the lone lab of the journal at ``path`` proposes next (asked on a copy: nothing is journaled)."""
+    tmp = Path(tempfile.mkdtemp()) / "copy.jsonl"
+    shutil.copy(path, tmp)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         again = labfbo.Optimizer(MIXED, protocol="independent", site="lab-a", seed=SEED, n_init=3, storage=str(tmp),
                                  **FAST)
         nxt = [t.params for t in again.ask(n=2)]
@@ -209,7 +219,7 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     dirty = bool(subprocess.run(["git", "status", "--porcelain", "labfbo"], capture_output=True, text=True,
                                 cwd=HERE).stdout.strip())
-    out: dict[str, Any] = {"commit": commit + ("+changes" if dirty else ""), "seed": SEED, "n_init": N_INIT,
+    out: dict[str, Any] = {"commit": commit + ("+changes" if dirty else ""), "numerics": numerics(), "seed": SEED, "n_init": N_INIT,
                            "rounds": ROUNDS, "rounds_of": ROUNDS_OF, "mixed_too": sorted(MIXED_TOO), "protocols": PROTOCOLS, "proposals": {}}
     for name in PROTOCOLS:
         for label, space, f in (("cont", CONT, cont_f), ("mixed", MIXED, mixed_f)):
@@ -220,17 +230,26 @@ def main() -> None:
             print(f"{name} / {label}: {time.perf_counter() - start:.1f} s", flush=True)
     (HERE / "proposals.json").write_text(json.dumps(out, indent=1) + "\n")
 
+    for stale in HERE.glob("proposals.*.json"):  # other machines' records were of the former proposals
+        stale.unlink()
+        print("removed", os.path.relpath(stale))
     jdir = HERE / "journals"
-    if jdir.exists():
-        shutil.rmtree(jdir)
-    jdir.mkdir()
-    with one_thread():
-        nxt = _journal_campaign(jdir / "independent-mixed.jsonl")
-        report = _federated_journal(jdir / "gradient-dp-sa.jsonl")
-    meta = {"commit": out["commit"], "independent-mixed": {"next_proposals": nxt},
-            "gradient-dp-sa": {"privacy_report": report}}
+    if "--journals" in sys.argv[1:]:  # journals of the current format, replacing those of the previous one
+        if jdir.exists():
+            shutil.rmtree(jdir)
+        jdir.mkdir()
+        with one_thread():
+            nxt = _journal_campaign(jdir / "independent-mixed.jsonl")
+            report = _federated_journal(jdir / "gradient-dp-sa.jsonl")
+        meta = {"commit": out["commit"], "independent-mixed": {"next_proposals": nxt},
+                "gradient-dp-sa": {"privacy_report": report}}
+    else:  # the kept journals: only what the lone lab now proposes from its journal
+        meta = json.loads((jdir / "expected.json").read_text())
+        with one_thread():
+            meta["independent-mixed"] = {"next_proposals": _next_from(jdir / "independent-mixed.jsonl"),
+                                         "proposed_at": out["commit"]}
     (jdir / "expected.json").write_text(json.dumps(meta, indent=1, default=float) + "\n")
-    print("written", os.path.relpath(HERE / "proposals.json"), os.path.relpath(jdir))
+    print("written", os.path.relpath(HERE / "proposals.json"), os.path.relpath(jdir / "expected.json"))
 
 
 if __name__ == "__main__":
