@@ -1,14 +1,13 @@
 r"""``ask()`` latency of ``independent`` against hand-written BoTorch loops, same data.
 
 * **Same model and acquisition**: the loop fits ``SingleTaskGP`` (float64, ``Normalize`` +
-  ``Standardize``, BoTorch's default kernel, which is labfbo's) with ``fit_gpytorch_mll``
-  and maximizes the same acquisition as labfbo (its default ``qLogNoisyExpectedImprovement``,
-  or ``--acquisition ei`` / ``ucb``) with ``optimize_acqf`` (10 restarts, 512 raw samples).
-  With ``--noise-prior gamma`` its likelihood takes Optuna's ``Gamma(1.1, 30)`` noise prior;
-  with ``auto`` it fits both likelihoods and keeps the one with the higher leave-one-out
-  predictive density, as labfbo's ``noise_prior="auto"`` does. Its outputs are winsorized
-  as labfbo's default does (:func:`~labfbo.models.gp.winsorized`; ``--output-transform
-  standardize`` on both sides: not).
+  ``Standardize``, BoTorch's dimension-scaled ARD kernel, Matérn-5/2 or RBF as labfbo's
+  ``kernel``) with ``fit_gpytorch_mll`` and maximizes the same acquisition as labfbo (by
+  default labfbo's defaults: LogEI with the posterior-mean incumbent, or ``--acquisition nei``
+  / ``ucb``) with ``optimize_acqf`` (10 restarts, 512 raw samples). Its likelihood takes the
+  same noise prior (``auto``: both fits, the one with the higher leave-one-out predictive
+  density kept, as labfbo's ``noise_prior="auto"`` does) and, with ``--output-transform
+  winsorize`` on both sides, its outputs are winsorized (:func:`~labfbo.models.gp.winsorized`).
 * **Tutorial loop**: :func:`~labfbo_bench.engine_methods.botorch_tutorial_step`
   (``LogExpectedImprovement`` with :math:`f^* = \max_j y_j`).
 
@@ -25,9 +24,11 @@ from statistics import median
 
 import numpy as np
 import torch
-from botorch.acquisition import LogExpectedImprovement, UpperConfidenceBound, qLogNoisyExpectedImprovement
+from botorch.acquisition import (AcquisitionFunction, LogExpectedImprovement, UpperConfidenceBound,
+                                 qLogNoisyExpectedImprovement)
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
+from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
 from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Standardize
 from botorch.optim import optimize_acqf
@@ -35,45 +36,64 @@ from botorch.sampling import SobolQMCNormalSampler
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from scipy.stats import qmc
 
-from labfbo.models.gp import loo_log_density, noise_likelihood, winsorized
+from labfbo.acquisition import AcquisitionOptions
+from labfbo.models.gp import HammingKernel, SurrogateOptions, loo_log_density, noise_likelihood, winsorized
 from labfbo.problems.problem import FederatedProblem
 from labfbo_bench.engine_methods import botorch_tutorial_step
 
 
-def _loop_gp(train_X: torch.Tensor, train_Y: torch.Tensor, b: torch.Tensor, noise_prior: str) -> SingleTaskGP:
-    """The loop's fitted GP: BoTorch's default likelihood, or (``gamma``) Optuna's noise prior."""
-    model = SingleTaskGP(train_X, train_Y, likelihood=noise_likelihood(noise_prior),
-                         input_transform=Normalize(d=train_X.shape[1], bounds=b), outcome_transform=Standardize(m=1))
+#: labfbo's defaults, which each side of the comparison uses unless told otherwise
+DEFAULT_ACQUISITION = AcquisitionOptions().acquisition
+DEFAULT_SURROGATE = SurrogateOptions()
+
+
+def _loop_gp(train_X: torch.Tensor, train_Y: torch.Tensor, b: torch.Tensor | None, noise_prior: str,
+             kernel: str, cat_dims: list[int] | None = None) -> SingleTaskGP:
+    """The loop's fitted GP: BoTorch's dimension-scaled ARD kernel (``kernel``: ``matern52`` or
+    ``rbf``; with ``cat_dims``, labfbo's :class:`HammingKernel`) and the noise prior ``noise_prior``."""
+    d = train_X.shape[1]
+    rbf = kernel == "rbf"
+    covar = HammingKernel(d, cat_dims, rbf) if cat_dims else get_covar_module_with_dim_scaled_prior(
+        ard_num_dims=d, use_rbf_kernel=rbf)
+    model = SingleTaskGP(train_X, train_Y, likelihood=noise_likelihood(noise_prior), covar_module=covar,
+                         input_transform=None if b is None else Normalize(d=d, bounds=b),
+                         outcome_transform=Standardize(m=1))
     fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
     return model.eval()
 
 
+def _loop_acquisition(model: SingleTaskGP, train_X: torch.Tensor, acquisition: str, seed: int,
+                      beta: float = 4.0) -> AcquisitionFunction:
+    """``nei``: qLogNEI with 256 Sobol samples and a pruned baseline; ``ei``: LogEI with the
+    posterior-mean incumbent; ``ucb``: analytic UCB (labfbo's three, as it builds them)."""
+    if acquisition == "ucb":
+        return UpperConfidenceBound(model, beta=beta)
+    if acquisition == "nei":
+        sampler = SobolQMCNormalSampler(torch.Size([256]), seed=seed)
+        return qLogNoisyExpectedImprovement(model, X_baseline=train_X, sampler=sampler, prune_baseline=True)
+    with torch.no_grad():
+        return LogExpectedImprovement(model, best_f=model.posterior(train_X).mean.max())
+
+
 def botorch_loop_step(X: np.ndarray, y: np.ndarray, bounds: np.ndarray, seed: int,
-                      acquisition: str = "nei", beta: float = 4.0, noise_prior: str = "lognormal",
-                      output_transform: str = "winsorize") -> np.ndarray:
+                      acquisition: str = DEFAULT_ACQUISITION, beta: float = 4.0,
+                      noise_prior: str = DEFAULT_SURROGATE.noise_prior,
+                      output_transform: str = DEFAULT_SURROGATE.output_transform,
+                      kernel: str = DEFAULT_SURROGATE.kernel) -> np.ndarray:
     """One iteration of a plain BoTorch loop (maximizing ``y``) on raw-domain inputs, with
-    labfbo's model and the acquisition ``acquisition`` (``nei``: qLogNEI with 256 Sobol
-    samples and a pruned baseline; ``ei``: LogEI, posterior-mean incumbent; ``ucb``:
-    analytic UCB); ``noise_prior`` as labfbo's (``auto``: both fits, the better by
-    leave-one-out); ``output_transform="winsorize"``: the bad tail of ``y`` raised to Tukey's
-    fence before ``Standardize``, as labfbo's default."""
+    labfbo's model (``kernel``, ``noise_prior``; ``auto``: both fits, the better by
+    leave-one-out; ``output_transform="winsorize"``: the bad tail of ``y`` raised to Tukey's
+    fence before ``Standardize``) and the acquisition ``acquisition`` (:func:`_loop_acquisition`)."""
     train_X = torch.as_tensor(X, dtype=torch.float64)
     y = winsorized(y) if output_transform == "winsorize" else y
     train_Y = torch.as_tensor(y, dtype=torch.float64).reshape(-1, 1)
     b = torch.as_tensor(bounds.T, dtype=torch.float64)
     if noise_prior == "auto":
-        fits = [_loop_gp(train_X, train_Y, b, "lognormal"), _loop_gp(train_X, train_Y, b, "gamma")]
+        fits = [_loop_gp(train_X, train_Y, b, "lognormal", kernel), _loop_gp(train_X, train_Y, b, "gamma", kernel)]
         model = max(fits, key=loo_log_density)
     else:
-        model = _loop_gp(train_X, train_Y, b, noise_prior)
-    if acquisition == "ucb":
-        acqf = UpperConfidenceBound(model, beta=beta)
-    elif acquisition == "nei":
-        sampler = SobolQMCNormalSampler(torch.Size([256]), seed=seed)
-        acqf = qLogNoisyExpectedImprovement(model, X_baseline=train_X, sampler=sampler, prune_baseline=True)
-    else:
-        with torch.no_grad():
-            acqf = LogExpectedImprovement(model, best_f=model.posterior(train_X).mean.max())
+        model = _loop_gp(train_X, train_Y, b, noise_prior, kernel)
+    acqf = _loop_acquisition(model, train_X, acquisition, seed, beta)
     torch.manual_seed(seed)
     cand, _ = optimize_acqf(acqf, bounds=b, q=1, num_restarts=10, raw_samples=512,
                             options={"seed": seed})
@@ -92,8 +112,9 @@ class LatencyRow:
 
 
 def measure(problem: FederatedProblem, n_obs: int, repeats: int, seed: int = 0,
-            acquisition: str = "nei", noise_prior: str = "lognormal",
-            output_transform: str = "winsorize") -> LatencyRow:
+            acquisition: str = DEFAULT_ACQUISITION, noise_prior: str = DEFAULT_SURROGATE.noise_prior,
+            output_transform: str = DEFAULT_SURROGATE.output_transform,
+            kernel: str = DEFAULT_SURROGATE.kernel) -> LatencyRow:
     """Median seconds of labfbo's ``ask()``, the same-model loop and the tutorial loop, and the
     median per-repetition ratios."""
     import labfbo
@@ -107,12 +128,13 @@ def measure(problem: FederatedProblem, n_obs: int, repeats: int, seed: int = 0,
         values = [problem.evaluate(0, p) for p in params]
         X = np.array([space.vector(p) for p in params], dtype=np.float64)
         opt = labfbo.Optimizer(space, objective=problem.objective, seed=seed + r + 1, n_init=0,
-                               acquisition=acquisition, noise_prior=noise_prior, output_transform=output_transform)
+                               acquisition=acquisition, noise_prior=noise_prior, output_transform=output_transform,
+                               kernel=kernel)
         opt.add_observations(params, values)
         y = -problem.loss_sign * np.asarray(values)
         sides = {"labfbo": lambda: opt.ask(),
                  "same": lambda: botorch_loop_step(X, y, bounds, seed + r + 1, acquisition, noise_prior=noise_prior,
-                                                   output_transform=output_transform),
+                                                   output_transform=output_transform, kernel=kernel),
                  "tutorial": lambda: botorch_tutorial_step(space, space.encode(params), y, seed + r + 1)}
         order = list(sides)[(r + 1) % 3:] + list(sides)[:(r + 1) % 3]
         spent = {}
@@ -129,8 +151,9 @@ def measure(problem: FederatedProblem, n_obs: int, repeats: int, seed: int = 0,
                       median(times["tutorial"]), tut_ratio)
 
 
-def run(problems: list[str], n_obs: list[int], repeats: int, acquisition: str = "nei",
-        noise_prior: str = "lognormal", output_transform: str = "winsorize") -> list[LatencyRow]:
+def run(problems: list[str], n_obs: list[int], repeats: int, acquisition: str = DEFAULT_ACQUISITION,
+        noise_prior: str = DEFAULT_SURROGATE.noise_prior, output_transform: str = DEFAULT_SURROGATE.output_transform,
+        kernel: str = DEFAULT_SURROGATE.kernel) -> list[LatencyRow]:
     from labfbo.problems.families import get_problem
 
     rows = []
@@ -138,7 +161,7 @@ def run(problems: list[str], n_obs: list[int], repeats: int, acquisition: str = 
         prob = get_problem(name, n_sites=1, seed=0)
         for n in n_obs:
             rows.append(measure(prob, n, repeats, acquisition=acquisition, noise_prior=noise_prior,
-                                output_transform=output_transform))
+                                output_transform=output_transform, kernel=kernel))
     return rows
 
 
@@ -153,22 +176,19 @@ def format_rows(rows: list[LatencyRow]) -> str:
 
 # -- categorical spaces ---------------------------------------------------------------------------
 def discrete_loop_step(X: np.ndarray, y: np.ndarray, candidates: np.ndarray, seed: int) -> np.ndarray:
-    """A hand-written BoTorch loop on an all-categorical space (unit-cube codes): labfbo's model
-    (``SingleTaskGP`` with its default kernel on categorical columns, the ``HammingKernel``,
-    ``Standardize``), qLogNEI, and every candidate scored by ``optimize_acqf_discrete``."""
+    """A hand-written BoTorch loop on an all-categorical space (unit-cube codes): labfbo's default
+    model (``SingleTaskGP`` with its kernel on categorical columns, the ``HammingKernel``, its noise
+    prior, ``Standardize``), its default acquisition, and every candidate scored by
+    ``optimize_acqf_discrete``."""
     from botorch.optim import optimize_acqf_discrete
-
-    from labfbo.models.gp import HammingKernel
 
     train_X = torch.as_tensor(X, dtype=torch.float64)
     train_Y = torch.as_tensor(y, dtype=torch.float64).reshape(-1, 1)
     d = X.shape[1]
-    model = SingleTaskGP(train_X, train_Y, covar_module=HammingKernel(d, list(range(d))),
-                         outcome_transform=Standardize(m=1))
-    fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+    model = _loop_gp(train_X, train_Y, None, DEFAULT_SURROGATE.noise_prior, DEFAULT_SURROGATE.kernel,
+                     cat_dims=list(range(d)))
     torch.manual_seed(seed)
-    sampler = SobolQMCNormalSampler(torch.Size([256]), seed=seed)
-    acqf = qLogNoisyExpectedImprovement(model, X_baseline=train_X, sampler=sampler, prune_baseline=True)
+    acqf = _loop_acquisition(model, train_X, DEFAULT_ACQUISITION, seed)
     cand, _ = optimize_acqf_discrete(acqf, q=1, choices=torch.as_tensor(candidates, dtype=torch.float64))
     return cand.numpy()[0]
 
@@ -256,13 +276,14 @@ def cli_run(args: "argparse.Namespace") -> int:
     """``labfbo bench latency``: the continuous rows, then (unless ``--no-categorical``) the categorical ones."""
     import sys
 
-    rows = run(args.problems, args.n_obs, args.repeats, args.acquisition, args.noise_prior, args.output_transform)
+    rows = run(args.problems, args.n_obs, args.repeats, args.acquisition, args.noise_prior, args.output_transform,
+               args.kernel)
     print("labfbo bench latency " + " ".join(sys.argv[3:]) + "\n")
     print(format_rows(rows))
     print(f"\nworst median ratio labfbo / same-model loop: {max(r.ratio for r in rows):.2f}x (defect > 1.5x); "
           f"/ tutorial loop: {max(r.tutorial_ratio for r in rows):.2f}x")
     if not args.no_categorical:
-        print("\ncategorical spaces (qLogNEI, median of per-repetition ratios):\n")
+        print(f"\ncategorical spaces (labfbo's defaults, {DEFAULT_ACQUISITION}; median of per-repetition ratios):\n")
         print("\n".join(categorical_rows(args.repeats)))
     return 0
 
@@ -275,11 +296,14 @@ def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type
     lat = bsub.add_parser("latency", help="ask() latency of `independent` vs a plain BoTorch loop")
     lat.add_argument("--problems", nargs="+", default=["branin", "hartmann6"])
     lat.add_argument("--n-obs", type=int, nargs="+", default=[10, 30, 100])
-    lat.add_argument("--acquisition", default="nei", choices=["nei", "ei", "ucb"], help="labfbo's and the "
-                     "same-model loop's acquisition (default: independent's)")
-    lat.add_argument("--noise-prior", default="lognormal", choices=["lognormal", "gamma", "auto"],
+    lat.add_argument("--acquisition", default=DEFAULT_ACQUISITION, choices=["nei", "ei", "ucb"], help="labfbo's and "
+                     "the same-model loop's acquisition (default: independent's)")
+    lat.add_argument("--noise-prior", default=DEFAULT_SURROGATE.noise_prior, choices=["lognormal", "gamma", "auto"],
                      help="labfbo's and the same-model loop's noise prior (default: independent's)")
-    lat.add_argument("--output-transform", default="winsorize", choices=["winsorize", "standardize"],
+    lat.add_argument("--kernel", default=DEFAULT_SURROGATE.kernel, choices=["matern52", "rbf"],
+                     help="labfbo's and the same-model loop's kernel (default: independent's)")
+    lat.add_argument("--output-transform", default=DEFAULT_SURROGATE.output_transform,
+                     choices=["winsorize", "standardize"],
                      help="labfbo's and the same-model loop's output transform (default: independent's)")
     lat.add_argument("--repeats", type=int, default=7)
     lat.add_argument("--no-categorical", action="store_true", help="skip the 276-combination and one-categorical rows")

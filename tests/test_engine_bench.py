@@ -167,14 +167,15 @@ def test_the_same_model_loop_selects_its_noise_prior_as_labfbo_does():
     step = {p: botorch_loop_step(X, y, bounds, seed=3, noise_prior=p, output_transform="standardize")
             for p in ("lognormal", "gamma", "auto")}
     b = torch.as_tensor(bounds.T, dtype=torch.float64)
-    fits = {p: _loop_gp(torch.as_tensor(X), torch.as_tensor(y).reshape(-1, 1), b, p) for p in ("lognormal", "gamma")}
+    fits = {p: _loop_gp(torch.as_tensor(X), torch.as_tensor(y).reshape(-1, 1), b, p, "matern52")
+            for p in ("lognormal", "gamma")}
     best = max(fits, key=lambda p: loo_log_density(fits[p]))
     assert best == "gamma" and fits["gamma"].likelihood.noise.item() < fits["lognormal"].likelihood.noise.item()
     assert np.array_equal(step["auto"], step[best]) and not np.array_equal(step["lognormal"], step["gamma"])
     assert np.all((step["auto"] >= bounds[:, 0]) & (step["auto"] <= bounds[:, 1]))
 
 
-def test_the_same_model_loop_winsorizes_as_labfbos_default_does():
+def test_the_same_model_loop_winsorizes_when_labfbo_does():
     from labfbo_bench.latency import botorch_loop_step
     from labfbo.models.gp import winsorized
 
@@ -183,7 +184,7 @@ def test_the_same_model_loop_winsorizes_as_labfbos_default_does():
     y = -((X - 0.4) ** 2).sum(axis=1)
     y[:2] = -30.0                                                    # two failed runs
     assert not np.array_equal(winsorized(y), y)
-    default = botorch_loop_step(X, y, np.array([[0.0, 1.0], [0.0, 1.0]]), seed=1)
+    default = botorch_loop_step(X, y, np.array([[0.0, 1.0], [0.0, 1.0]]), seed=1, output_transform="winsorize")
     by_hand = botorch_loop_step(X, winsorized(y), np.array([[0.0, 1.0], [0.0, 1.0]]), seed=1,
                                 output_transform="standardize")
     plain = botorch_loop_step(X, y, np.array([[0.0, 1.0], [0.0, 1.0]]), seed=1, output_transform="standardize")

@@ -204,9 +204,6 @@ class DistributionOptions(ModelOptions):
     privacy: DP | None = Field(None, description="Gaussian mechanism on the uplink (labfbo.privacy.belief_dp)")
     release_every: int = Field(1, ge=1, description="k: upload the belief only in rounds t with t % k == 0 "
                                "(ceil(T/k) releases; the coordinator reuses it in between)")
-    output_transform: Literal["standardize", "winsorize"] = Field(
-        "standardize", description="'standardize' (this protocol's default; the engine's 'winsorize' is a "
-        "wash on the GUIDE suite and worse on Ellipsoid, docs/protocols/distribution.md)")
     dp_belief: Literal["full", "centre"] = Field("full", description="with privacy: release the whole belief "
                                                  "(sensitivity sqrt(2d+2)) or only its centre (sqrt(d_o + 2 d_c)), "
                                                  "weight, sd and value then being public constants")
