@@ -46,7 +46,7 @@ PRIVATE: dict[str, tuple[str, dict[str, Any], float]] = {
     # a choice among a site's dealt design rows by randomized response (pure DP; clip unused): one vote under a budget
     "vote": ("vote", {}, 1.0),
     "vote-every10": ("vote", {"release_every": 10}, 1.0),
-    # the session-19 default: every site chooses among 8 public Sobol points of the cube
+    # an earlier default: every site chooses among 8 public Sobol points of the cube
     "vote-codebook8": ("vote", {"codebook": 8}, 1.0),
 }
 PACD_FUNCTIONS = ("branin", "wing_weight")

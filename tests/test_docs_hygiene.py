@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # built from pieces so that this file does not match its own pattern
-WORK_LOG = re.compile(r"\b(" + "sess" + r"ion|" + "iss" + r"ue) [0-9]", re.IGNORECASE)
+WORK_LOG = re.compile(r"\b(" + "sess" + r"ion|" + "iss" + r"ue)[ -]#?[0-9]", re.IGNORECASE)
 # a section number of the benchmark pages (they are organised by question, not numbered)
 SECTION_POINTER = re.compile(r"benchmarks(/\w+)?\.md\W{0,4}" + "\u00a7")
 SCANNED = ("docs", "README.md", "CHANGELOG.md", "labfbo", "examples", "tests", "benchmarks")
