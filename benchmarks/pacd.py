@@ -93,6 +93,11 @@ def reference() -> dict[str, Any]:
     return json.loads(text)["pacd_bo"]
 
 
+def setting(n_sites: int, initial: int | None) -> str:
+    """The cache folder suffix of a family size or design other than the paper setting's."""
+    return "" if n_sites == 5 and initial is None else f"-{n_sites}sites-{initial or 'paper'}init"
+
+
 def jobs(out: str, functions: tuple[str, ...], seeds: list[int], budget: int = 100, n_sites: int = 5,
          dp: bool = False, methods: tuple[str, ...] | None = None, initial: int | None = None) -> list[Job]:
     """The suite's jobs; ``initial`` overrides the initial points per site (default :func:`n_init`)."""
@@ -100,15 +105,14 @@ def jobs(out: str, functions: tuple[str, ...], seeds: list[int], budget: int = 1
     if unknown:
         raise ConfigurationError(f"unknown pacd methods {unknown}; available: {list(METHODS)}")
     chosen = {k: METHODS[k] for k in (DEFAULT_METHODS if methods is None else methods)}
-    # another family size or design gets its own cache folder (not the paper setting's)
-    setting = "" if n_sites == 5 and initial is None else f"-{n_sites}sites-{initial or 'paper'}init"
+    suffix = setting(n_sites, initial)  # another family size or design: its own cache folder
     if dp:
         chosen[DP_METHOD[0]] = DP_METHOD[1]
     result = []
     for fn in functions:
         for label, (protocol, opts) in chosen.items():
             for s in seeds:
-                path = Path(out) / f"{fn}{setting}" / label / f"seed{s}.json"
+                path = Path(out) / f"{fn}{suffix}" / label / f"seed{s}.json"
                 result.append(Job(path=str(path), label=label, problem=fn,
                                   problem_kwargs={"n_sites": n_sites}, protocol=protocol, seed=s,
                                   n_init=initial or n_init(fn), budget=budget, options=dict(opts)))

@@ -76,18 +76,23 @@ def private_options(name: str, epsilon: float) -> tuple[str, dict[str, Any]]:
 
 
 def pacd_jobs(out: str, names: Sequence[str], epsilons: Sequence[float], seeds: Sequence[int],
-              functions: Sequence[str] = PACD_FUNCTIONS, budget: int = 30) -> list[Job]:
-    """The non-private rows (the `pacd` suite's cache folder layout) and one row per (variant, budget)."""
+              functions: Sequence[str] = PACD_FUNCTIONS, budget: int = 30, n_sites: int = 5,
+              initial: int | None = None) -> list[Job]:
+    """The non-private rows (the `pacd` suite's cache folder layout) and one row per (variant, budget);
+    ``n_sites`` sites with ``initial`` points each (default: the suite's) and ``budget`` rounds after them."""
     plain = [NON_PRIVATE["independent"], *sorted({m for m in map(plain_of, names) if m is not None})]
-    jobs = pacd.jobs(out, tuple(functions), list(seeds), budget=budget, methods=tuple(plain))
+    jobs = pacd.jobs(out, tuple(functions), list(seeds), budget=budget, n_sites=n_sites, methods=tuple(plain),
+                     initial=initial)
+    setting = pacd.setting(n_sites, initial)
     for fn in functions:
         for name in names:
             for eps in epsilons:
                 protocol, options = private_options(name, eps)
                 for s in seeds:
-                    path = Path(out) / fn / f"DP-{name}-eps{eps:g}" / f"seed{s}.json"
-                    jobs.append(Job(path=str(path), label=label(name, eps), problem=fn, problem_kwargs={"n_sites": 5},
-                                    protocol=protocol, seed=s, n_init=pacd.n_init(fn), budget=budget, options=options))
+                    path = Path(out) / f"{fn}{setting}" / f"DP-{name}-eps{eps:g}" / f"seed{s}.json"
+                    jobs.append(Job(path=str(path), label=label(name, eps), problem=fn,
+                                    problem_kwargs={"n_sites": n_sites}, protocol=protocol, seed=s,
+                                    n_init=initial or pacd.n_init(fn), budget=budget, options=options))
     return jobs
 
 

@@ -16,7 +16,8 @@ def _pacd(args: argparse.Namespace, names: list[str], epsilons: list[float], see
     from labfbo.harness import run_with_progress, run_job, load_result
 
     functions = tuple(args.functions or pg.PACD_FUNCTIONS)
-    jobs = pg.pacd_jobs(args.pacd_out, names, epsilons, seeds, functions)
+    jobs = pg.pacd_jobs(args.pacd_out, names, epsilons, seeds, functions, budget=args.budget or 30,
+                        n_sites=args.sites, initial=args.initial)
     todo = len({j.path for j in jobs if not Path(j.path).exists()})
     print(f"{len({j.path for j in jobs})} runs ({todo} to do), cache: {args.pacd_out}")
     run_with_progress(jobs, run_job, args.workers, "privacy-utility", args.report_only)
@@ -34,7 +35,8 @@ def _pacd(args: argparse.Namespace, names: list[str], epsilons: list[float], see
                          if (fn, pg.label(n, e)) in summary]) for n in names}
             plain = {n: float(np.mean(summary[(fn, pg.NON_PRIVATE[n])][metric])) for n in names
                      if n in pg.NON_PRIVATE and (fn, pg.NON_PRIVATE[n]) in summary}
-            panels[f"pacd suite: {fn}, 5 sites, T = 30 ({'final' if metric == 'final' else 'AUC'})"] = {
+            panels[f"pacd suite: {fn}, {args.sites} sites, T = {args.budget or 30} "
+                   f"({'final' if metric == 'final' else 'AUC'})"] = {
                 "ylabel": ylabel, "log": metric == "final", "independent": float(np.mean(alone[metric])),
                 "rows": rows, "plain": plain}
     png = pg.plot(panels, Path(args.pacd_out) / "privacy_utility.png") if panels else None

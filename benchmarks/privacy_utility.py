@@ -102,6 +102,10 @@ def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type
     pu.add_argument("--protocols", nargs="+", help="protocols and mechanism variants (default: gradient "
                     "distribution surface)")
     pu.add_argument("--functions", nargs="+", help="pacd suite: families (default branin wing_weight)")
+    pu.add_argument("--sites", type=int, default=5, help="pacd suite: sites of each family (default 5)")
+    pu.add_argument("--initial", type=int, default=None, help="pacd suite: initial points per site (default: "
+                    "the suite's, 5 in 2-D, else 10)")
+    pu.add_argument("--budget", type=int, default=None, help="pacd suite: rounds after the initial points (30)")
     pu.add_argument("--quick", action="store_true", help="three budgets, 3 seeds")
     pu.add_argument("--report-only", action="store_true", help="tabulate the cached runs, run nothing")
     pu.add_argument("--seeds", type=int, default=3)

@@ -62,13 +62,12 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
 import numpy as np
-from pydantic import Field, model_serializer, model_validator
+from pydantic import Field, model_validator
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import pdist
 from scipy.special import logsumexp
 
-from labfbo.exceptions import ProtocolError
-from labfbo.messages import Abstain, Array, Message, register
+from labfbo.messages import Abstain, Array, Message
 from labfbo.models.figp import FIGP, GuidanceField, guidance_strength
 from labfbo.models.gp import predict
 from labfbo.models.optimum_belief import Belief, candidate_set, choice_layout, fit_belief, optimum_samples
@@ -76,111 +75,11 @@ from labfbo.privacy import DP
 from labfbo.privacy.belief_dp import (CENTRE_SD, CENTRE_VALUE, CENTRE_WEIGHT, centre_sensitivity, privatize_belief,
                                       privatize_centre, sensitivity as belief_sensitivity)
 from labfbo.privacy.release import Release
+from labfbo.protocols.distribution_messages import BeliefRequest, GuidancePacket, OptimumBelief
 from labfbo.protocols.held import HeldReleases, ReusesReleases
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.seeding import rng
-from labfbo.space import SearchSpace
-
-
-# -- messages ----------------------------------------------------------------------------
-@register
-class BeliefRequest(Message):
-    """Coordinator -> site: upload your optimum-location component for this round."""
-
-    kind: Literal["belief_request"] = "belief_request"
-
-
-def _check_finite(a: np.ndarray, name: str) -> None:
-    if not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} must be finite")
-
-
-def _check_probs(probs: Array | None, ndim: int) -> None:
-    if probs is None:
-        return
-    p = probs.numpy()
-    if p.ndim != ndim or not np.all(np.isfinite(p)) or np.any(p < 0) or np.any(p > 1):
-        raise ValueError(f"choice probabilities must be a {ndim}-D array of numbers in [0, 1]")
-
-
-@register
-class OptimumBelief(Message):
-    """Site -> coordinator: one diagonal Gaussian component and its value score (2d + 2 scalars)."""
-
-    kind: Literal["optimum_belief"] = "optimum_belief"
-    weight: float = Field(gt=0.0, le=1.0)
-    mean: Array
-    variance: Array
-    value: float
-    probs: Array | None = None  # categorical columns: the choice probabilities, concatenated
-    dp_clip: float | None = None  # under DP: the bound of |value|, and the noise multiplier
-    dp_noise_multiplier: float | None = None
-    release_every: int | None = Field(None, ge=1, description="the site's schedule: the coordinator may reuse this "
-                                      "belief for the next k - 1 rounds (None: 1; left off the wire)")
-
-    @model_serializer(mode="wrap")
-    def _no_default_schedule(self, handler: Any) -> Any:
-        out = handler(self)
-        if self.release_every is None and isinstance(out, dict):
-            out.pop("release_every", None)  # the messages of release_every=1 are byte for byte as before
-        return out
-
-    @model_validator(mode="after")
-    def _shapes(self) -> "OptimumBelief":
-        mean, var = self.mean.numpy(), self.variance.numpy()
-        if mean.ndim != 1 or var.shape != mean.shape:
-            raise ValueError(f"mean and variance must be (d,) vectors, got {mean.shape} and {var.shape}")
-        _check_finite(np.r_[mean, var, self.value], "belief")
-        if np.any(var <= 0):
-            raise ValueError("variances must be positive")
-        _check_probs(self.probs, 1)
-        return self
-
-    @property
-    def n_scalars(self) -> int:
-        return 2 + self.mean.n_scalars + self.variance.n_scalars + (self.probs.n_scalars if self.probs is not None else 0)
-
-
-@register
-class GuidancePacket(Message):
-    """Coordinator -> site: up to P components (global weight, centre, diagonal variance)."""
-
-    kind: Literal["guidance_packet"] = "guidance_packet"
-    weights: Array    # (P,)
-    means: Array      # (P, d_o) over the ordered (non-categorical) columns
-    variances: Array  # (P, d_o)
-    probs: Array | None = None  # (P, sum of choice counts) on spaces with categorical columns
-
-    @model_validator(mode="after")
-    def _shapes(self) -> "GuidancePacket":
-        w, mu, var = self.weights.numpy(), self.means.numpy(), self.variances.numpy()
-        if w.ndim != 1 or mu.ndim != 2 or mu.shape[0] != len(w) or var.shape != mu.shape:
-            raise ValueError(f"inconsistent packet shapes {w.shape}, {mu.shape}, {var.shape}")
-        _check_finite(np.concatenate([w, mu.ravel(), var.ravel()]), "packet")
-        if np.any(w < 0) or np.any(var <= 0):
-            raise ValueError("weights must be >= 0 and variances > 0")
-        _check_probs(self.probs, 2)
-        if self.probs is not None and self.probs.shape[0] != len(w):
-            raise ValueError(f"{self.probs.shape[0]} probability rows for {len(w)} components")
-        return self
-
-    @property
-    def n_scalars(self) -> int:
-        return (self.weights.n_scalars + self.means.n_scalars + self.variances.n_scalars
-                + (self.probs.n_scalars if self.probs is not None else 0))
-
-    def field(self, space: SearchSpace | None = None) -> GuidanceField:
-        """The guidance field; with categorical columns in ``space``, over its layout."""
-        w, mu, var = self.weights.numpy(), self.means.numpy(), self.variances.numpy()
-        if space is None or not space.cat_dims():
-            return GuidanceField(w, mu, var)
-        ordered, cats = choice_layout(space)
-        probs = self.probs.numpy() if self.probs is not None else None
-        if probs is None or mu.shape[1] != len(ordered) or probs.shape[1] != sum(k for _, k, _ in cats):
-            raise ProtocolError(f"a guidance packet of shape {mu.shape}/{None if probs is None else probs.shape} "
-                                "does not fit this space")
-        return GuidanceField(w, mu, var, probs=probs, ordered=tuple(ordered), cats=tuple(cats))
 
 
 # -- options ------------------------------------------------------------------------------
@@ -227,6 +126,7 @@ class Components:
     values: np.ndarray     # (L,)
     probs: np.ndarray | None = None  # (L, sum of choice counts)
     cats: tuple[tuple[int, int, int], ...] = ()
+    noise_sd: np.ndarray | None = None  # (L,): DP noise std per coordinate of the centre (None: no DP anywhere)
 
     def __len__(self) -> int:
         return int(len(self.weights))
@@ -245,12 +145,13 @@ def component_distances(c: Components) -> np.ndarray:
 
 def merge_components(c: Components, threshold: float) -> Components:
     """Complete-linkage clusters (distance <= threshold), moment-matched per cluster (choice
-    probabilities: the mass-weighted mean)."""
+    probabilities: the mass-weighted mean; the DP noise of the mass-weighted centre,
+    :math:`\sqrt{\sum_i w_i^2 s_i^2} / W`)."""
     if len(c) < 2:
         return c
     Z = linkage(component_distances(c), method="complete")
     labels = fcluster(Z, t=threshold, criterion="distance")
-    out: list[tuple[float, np.ndarray, np.ndarray, float, np.ndarray | None]] = []
+    out: list[tuple[float, np.ndarray, np.ndarray, float, np.ndarray | None, float]] = []
     for lab in sorted(set(labels), key=lambda lb: int(np.argmax(labels == lb))):  # first-member order
         idx = np.nonzero(labels == lab)[0]
         w = c.weights[idx]
@@ -258,10 +159,12 @@ def merge_components(c: Components, threshold: float) -> Components:
         mu = (w[:, None] * c.means[idx]).sum(0) / W
         var = (w[:, None] * (c.variances[idx] + (c.means[idx] - mu) ** 2)).sum(0) / W
         probs = None if c.probs is None else (w[:, None] * c.probs[idx]).sum(0) / W
-        out.append((W, mu, var, float(w @ c.values[idx] / W), probs))
+        noise = 0.0 if c.noise_sd is None else float(np.sqrt(np.sum((w * c.noise_sd[idx]) ** 2)) / W)
+        out.append((W, mu, var, float(w @ c.values[idx] / W), probs, noise))
     return Components(np.array([o[0] for o in out]), np.stack([o[1] for o in out]),
                       np.stack([o[2] for o in out]), np.array([o[3] for o in out]),
-                      None if c.probs is None else np.stack([o[4] for o in out]), c.cats)
+                      None if c.probs is None else np.stack([o[4] for o in out]), c.cats,
+                      None if c.noise_sd is None else np.array([o[5] for o in out]))
 
 
 def temperature(values: np.ndarray, scale: float = 0.1, floor: float = 0.01) -> float:
@@ -312,12 +215,13 @@ class DistributionSite(LocalGPSite):
         schedule = None if o.release_every == 1 else o.release_every
         if dp is not None and o.dp_belief == "centre":  # the centre alone; the rest public constants
             gen = self.context.private_rng(round, f"dp-belief/{data.digest()}")
-            centre, probs = privatize_centre(centre, dp, gen, probs,
-                                             choice_layout(self.space)[1])
+            cats = choice_layout(self.space)[1]
+            centre, probs = privatize_centre(centre, dp, gen, probs, cats)
             return OptimumBelief(weight=CENTRE_WEIGHT, mean=Array.of(centre),
                                  variance=Array.of(np.full(len(centre), CENTRE_SD ** 2)), value=CENTRE_VALUE,
                                  probs=None if probs is None else Array.of(probs), dp_clip=dp.clip,
-                                 dp_noise_multiplier=dp.sigma, release_every=schedule)
+                                 dp_noise_multiplier=dp.sigma, release_every=schedule,
+                                 dp_noise_sd=dp.sigma * centre_sensitivity(len(centre), cats))
         mean, sd = predict(model, self.centre(belief, k)[None])
         y_sd = float(np.std(data.y)) or 1.0
         value = float((mean[0] - o.kappa * sd[0] - np.mean(data.y)) / y_sd)
@@ -329,7 +233,8 @@ class DistributionSite(LocalGPSite):
         return OptimumBelief(weight=weight, mean=Array.of(centre), variance=Array.of(variance), value=value,
                              probs=None if probs is None else Array.of(probs),
                              dp_clip=None if dp is None else dp.clip,
-                             dp_noise_multiplier=None if dp is None else dp.sigma, release_every=schedule)
+                             dp_noise_multiplier=None if dp is None else dp.sigma, release_every=schedule,
+                             dp_noise_sd=None if dp is None else dp.sigma * belief_sensitivity(self.space.dim))
 
     def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
                         sensitivity: float | None) -> Release | None:
@@ -412,9 +317,11 @@ class DistributionAggregator(ReusesReleases, Aggregator):
         got = list(self.valid(responses).values())
         if not got:
             return Components(np.zeros(0), np.zeros((0, d or 0)), np.zeros((0, d or 0)), np.zeros(0))
+        noise = np.array([m.dp_noise_sd or 0.0 for m in got])
         return Components(np.array([m.weight for m in got]), np.stack([m.mean.numpy() for m in got]),
                           np.stack([m.variance.numpy() for m in got]), np.array([m.value for m in got]),
-                          np.stack([m.probs.numpy() for m in got]) if cats else None, tuple(cats))
+                          np.stack([m.probs.numpy() for m in got]) if cats else None, tuple(cats),
+                          noise if noise.any() else None)
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
         o = self.options
@@ -430,7 +337,8 @@ class DistributionAggregator(ReusesReleases, Aggregator):
             idx = shared if shared is not None else draw_packet(omega, o.P, rng(self.seed, i, t, "guide-packet"))
             replies[s] = GuidancePacket(weights=Array.of(omega[idx]), means=Array.of(comps.means[idx]),
                                         variances=Array.of(comps.variances[idx]),
-                                        probs=None if comps.probs is None else Array.of(comps.probs[idx]))
+                                        probs=None if comps.probs is None else Array.of(comps.probs[idx]),
+                                        noise_sd=None if comps.noise_sd is None else Array.of(comps.noise_sd[idx]))
         return Finish(replies)
 
 
