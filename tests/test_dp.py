@@ -179,3 +179,23 @@ def test_ledger_json_round_trip() -> None:
     assert PrivacyLedger.from_json(ledger.to_dict()).epsilon() == ledger.epsilon()
     with pytest.raises(labfbo.ValidationError, match="privacy ledger"):
         PrivacyLedger.from_json('{"v": 1, "dp": {"clip": -1}}')
+
+
+def test_a_tiny_noise_multiplier_is_accounted_by_rdp_in_bounded_memory() -> None:
+    """A site (or a hostile answer) stating sigma = 0.001 must not make the coordinator's PLD
+    accountant allocate gigabytes: below PLD_MIN_SIGMA the looser RDP bound is used."""
+    import resource
+
+    from labfbo.privacy.dp import PLD_MIN_SIGMA, composed_epsilon, gaussian_epsilon
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tiny = gaussian_epsilon(0.001, 100, 1e-5)
+    assert math.isfinite(tiny) and tiny > gaussian_epsilon(PLD_MIN_SIGMA, 100, 1e-5) > 0
+    assert tiny == gaussian_epsilon(0.001, 100, 1e-5, accountant="rdp")
+    mixed = composed_epsilon({0.001: 3, 2.0: 10}, 1e-5)
+    assert mixed >= gaussian_epsilon(0.001, 3, 1e-5, accountant="rdp")
+    with_vote = composed_epsilon({0.001: 3, (4, 2.0): 1}, 1e-5)
+    assert math.isfinite(with_vote) and with_vote > gaussian_epsilon(0.001, 3, 5e-6, accountant="rdp")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # kB: no PLD of sigma 0.001
+    # at and above the floor the tight PLD accountant is used as before
+    assert gaussian_epsilon(PLD_MIN_SIGMA, 100, 1e-5) < gaussian_epsilon(PLD_MIN_SIGMA, 100, 1e-5, accountant="rdp")
