@@ -36,10 +36,11 @@ initial designs for the same seed.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 
-from labfbo.exceptions import ConfigurationError, FederationError, RoundError
+from labfbo.exceptions import ConfigurationError, FederationError, Inadmissible, RoundError
 from labfbo.keywords import resolve_checked
 from labfbo.messages import (Abstain, Array, BudgetExhausted, JoinReply, JoinRequest, Message, NoGuidance,
                              PrivacyDeclaration)
@@ -130,6 +131,8 @@ class Coordinator:
         # why each site could not answer a failed round, for the operator only (the round's error,
         # which every site receives, names the sites and the kind of failure, never a site's text)
         self.failures: dict[int, dict[str, str]] = {}
+        # contributions the protocol could not use (Aggregator.admit), round -> site -> why: left out
+        self.rejected: dict[int, dict[str, str]] = {}
         self.last_round = -1  # the round clock: the last completed round
         self.contributors: dict[int, list[list[str]]] = {}
         self._aggregator = None
@@ -366,6 +369,17 @@ class Coordinator:
                                  f"quorum is {self.quorum}; failed: "
                                  f"{ {s: type(e).__name__ for s, e in sorted(failed.items())} }")
             contrib = {s: m for s, m in answered.items() if not isinstance(m, Abstain)}
+            for s in sorted(contrib):
+                try:
+                    contrib[s] = agg.admit(s, contrib[s])
+                except Inadmissible as e:  # that site's contribution only: the round goes on without it
+                    del contrib[s]
+                    answered[s] = Abstain(reason=f"rejected: {str(e)[:300]}")
+                    self.rejected.setdefault(t, {})[s] = str(e)[:500]
+                    while len(self.rejected) > 100:
+                        del self.rejected[min(self.rejected)]
+                    warnings.warn(f"round {t}: the contribution of site {s!r} was left out: {str(e)[:300]}",
+                                  stacklevel=2)
             for s, m in answered.items():
                 if isinstance(m, Abstain):
                     agg.abstained(s, m.reason)

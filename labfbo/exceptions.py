@@ -38,6 +38,12 @@ class ProtocolError(LabFBOError):
     """A protocol received a message it cannot handle, or refused a search space."""
 
 
+class Inadmissible(ProtocolError):
+    """A site's contribution lies outside what its protocol can receive (a wrong shape for the
+    round, a value out of the protocol's range): the coordinator leaves it out of the round, which
+    goes on without that site, and names the site and the reason."""
+
+
 class FederationError(LabFBOError):
     """A site was refused by the coordinator (space or protocol mismatch, unknown site)."""
 

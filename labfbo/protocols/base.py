@@ -199,6 +199,14 @@ class Aggregator(ABC):
         """Next step given the responses of the sites that answered the last exchange."""
         raise ProtocolError(f"{type(self).__name__} sent no requests in round {t}")
 
+    def admit(self, site: str, message: Message) -> Message:
+        """``message`` as this protocol can use it: returned as it is, or a copy with its bounded
+        scalars clipped to their range; :class:`~labfbo.exceptions.Inadmissible` (naming what is
+        wrong) for a contribution that cannot be used this round. The coordinator then treats the
+        site as abstaining, so the others' round is the one they would have had without it.
+        The default admits everything (a protocol's message schemas check what they can alone)."""
+        return message
+
     def retire(self, site: str) -> None:
         """``site`` has spent its privacy budget and will release nothing more: leave it out of
         what needs every member (e.g. a secure sum's cohort). Nothing by default."""

@@ -31,6 +31,7 @@ box (a convex combination of box points; clipped for round-off).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from typing import Literal, Mapping
@@ -39,7 +40,7 @@ import numpy as np
 from pydantic import Field
 
 from labfbo.acquisition import tried_points
-from labfbo.exceptions import ConfigurationError, ProtocolError
+from labfbo.exceptions import ConfigurationError, Inadmissible, ProtocolError
 from labfbo.messages import Abstain, Array, Message, register
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
@@ -154,6 +155,11 @@ class ConsensusSite(LocalGPSite):
             self.propose_local(extra, n, round)
 
 
+MAX_POINTS = 64  #: proposals per site and round (``ask(n)``'s limit)
+IMPROVEMENT_BOUND = 3.0
+"""The largest standardized improvement a site may state for the leader rule (clipped beyond)."""
+
+
 class ConsensusAggregator(Aggregator):
     def __init__(self, options, sites, seed, horizon, space) -> None:  # type: ignore[no-untyped-def]
         super().__init__(options, sites, seed, horizon, space)
@@ -173,6 +179,24 @@ class ConsensusAggregator(Aggregator):
 
     def open_round(self, t: int) -> Step:
         return Exchange({s: ConsensusRequest() for s in self.sites})
+
+    def admit(self, site: str, message: Message) -> Message:
+        """Proposals of this space's dimension (1 to :data:`MAX_POINTS` of them) in the unit cube; a
+        stated improvement clipped to :data:`IMPROVEMENT_BOUND` standard deviations."""
+        if not isinstance(message, ConsensusProposal):
+            return message
+        P = message.points.numpy()
+        d = None if self.space is None else self.space.dim
+        if P.ndim != 2 or not 1 <= len(P) <= MAX_POINTS or (d is not None and P.shape[1] != d):
+            raise Inadmissible(f"{P.shape} proposed points for a {d}-dimensional space")
+        if not np.all(np.isfinite(P)) or np.any(P < -1e-9) or np.any(P > 1 + 1e-9):
+            raise Inadmissible("proposed points outside the unit cube")
+        v = message.improvement
+        if v is not None and not math.isfinite(v):
+            raise Inadmissible("an improvement that is not a finite number")
+        if v is not None and abs(v) > IMPROVEMENT_BOUND:
+            return message.model_copy(update={"improvement": math.copysign(IMPROVEMENT_BOUND, v)})
+        return message
 
     def on_responses(self, t: int, responses: Mapping[str, Message]) -> Step:
         props = {s: m for s, m in responses.items() if isinstance(m, ConsensusProposal)}

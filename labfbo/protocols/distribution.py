@@ -67,6 +67,7 @@ from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import pdist
 from scipy.special import logsumexp
 
+from labfbo.exceptions import Inadmissible
 from labfbo.messages import Abstain, Array, Message
 from labfbo.models.figp import FIGP, GuidanceField, guidance_strength
 from labfbo.models.gp import predict
@@ -115,6 +116,12 @@ class DistributionOptions(ModelOptions):
 
 
 # -- coordinator-side math ------------------------------------------------------------------
+VALUE_BOUND = 3.0
+"""The largest value score the coordinator takes from a belief (a standardized improvement: the
+site's best predicted value less kappa sd, in standard deviations of its own results); beyond it a
+score is clipped (under DP, to the clip C when larger), so one site cannot claim an unbounded
+advantage in the value-aware reweighting."""
+
 @dataclass(frozen=True)
 class Components:
     """A pool of components (diagonal Gaussians on the ordered columns, choice probabilities
@@ -290,6 +297,28 @@ class DistributionAggregator(ReusesReleases, Aggregator):
 
     def open_round(self, t: int) -> Step:
         return Exchange({s: BeliefRequest() for s in self.sites})
+
+    def admit(self, site: str, message: Message) -> Message:
+        """A belief of this space's shape with its centre in the unit cube and variances at most 1
+        (the cube's); its value score clipped to :data:`VALUE_BOUND` (the DP clip when larger)."""
+        if not isinstance(message, OptimumBelief):
+            return message
+        ordered, cats = choice_layout(self.space) if self.space is not None else (None, [])
+        n_probs = sum(k for _, k, _ in cats)
+        p_shape = None if message.probs is None else message.probs.shape
+        if ordered is not None and (message.mean.shape != (len(ordered),)
+                                    or p_shape != ((n_probs,) if cats else None)):
+            raise Inadmissible(f"a {message.mean.shape}/{p_shape} belief for a space with {len(ordered)} ordered "
+                               f"and {len(cats)} categorical columns")
+        mean, var = message.mean.numpy(), message.variance.numpy()
+        if np.any(mean < -1e-9) or np.any(mean > 1 + 1e-9):
+            raise Inadmissible("a belief centre outside the unit cube")
+        if np.any(var > 1.0):
+            raise Inadmissible("a belief variance above 1 (wider than the unit cube)")
+        bound = max(VALUE_BOUND, message.dp_clip or 0.0)
+        if abs(message.value) > bound:
+            return message.model_copy(update={"value": float(np.clip(message.value, -bound, bound))})
+        return message
 
     def valid(self, responses: Mapping[str, Message]) -> dict[str, OptimumBelief]:
         """The valid uploads, in site order (a wrong shape is left out with a warning)."""

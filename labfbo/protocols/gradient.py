@@ -46,7 +46,7 @@ from labfbo.models.encoding import FeatureMap
 from labfbo.models.gp import loo_log_density, predict
 from labfbo.models.pacoh import AdamState, PacohConfig, init_particles, meta_score, site_score, svgd_step
 from labfbo.models.particle_mixture import ParticleMixtureGP
-from labfbo.exceptions import ConfigurationError
+from labfbo.exceptions import ConfigurationError, Inadmissible
 from labfbo.privacy import DP, distributed, privatize, secagg
 from labfbo.privacy.dp import GRADIENT_UNIT_REFUSAL
 from labfbo.privacy.release import Release
@@ -357,6 +357,20 @@ class GradientAggregator(Aggregator):
         self.secure.reset()
         reply = ParticlesReply(particles=Array.of(self.particles.numpy()))
         return Finish({s: reply for s in self.sites})
+
+    def admit(self, site: str, message: Message) -> Message:
+        """Scores for this step's particles: one row per particle, finite, from a site with data."""
+        if isinstance(message, ScoreResponse):
+            if message.step != self.step:
+                raise Inadmissible(f"scores for step {message.step}, not the step in progress ({self.step})")
+            A = message.values()
+            if A.shape != tuple(self.particles.shape):
+                raise Inadmissible(f"scores of shape {A.shape} for particles of shape {tuple(self.particles.shape)}")
+            if not np.all(np.isfinite(A)) or message.n_obs < 1:
+                raise Inadmissible("scores that are not finite, or no observations behind them")
+        elif isinstance(message, MaskedScores) and message.step != self.step:
+            raise Inadmissible(f"a masked upload for step {message.step}, not the step in progress ({self.step})")
+        return message
 
     def retire(self, site: str) -> None:
         self.secure.retired.add(site)

@@ -1,0 +1,128 @@
+"""A member whose contribution a protocol cannot use (a wrong shape, a value out of range, scores
+for another step) costs only its own participation: the coordinator leaves it out, names it, and
+the others get the round they would have had had it abstained; a bounded score is clipped."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import labfbo
+from labfbo.messages import Abstain, Array, JoinRequest, Message
+from labfbo.protocols.consensus import IMPROVEMENT_BOUND, ConsensusProposal
+from labfbo.protocols.distribution import VALUE_BOUND, OptimumBelief
+from labfbo.protocols.gradient import ScoreResponse
+
+SPACE = labfbo.SearchSpace([labfbo.Real("a", 0, 1), labfbo.Real("b", 0, 1)])
+SITES = ["a", "b", "c"]
+
+
+def shared(coord: labfbo.Coordinator) -> dict[str, Any]:
+    opts = coord.options.model_dump(mode="json")
+    return {k: opts[k] for k in coord.protocol_cls.shared_options}
+
+
+def _coordinator(protocol: str, **options: Any) -> labfbo.Coordinator:
+    coord = labfbo.Coordinator(protocol, sites=SITES, seed=0, space=SPACE, horizon=5, **options)
+    for s in SITES:
+        coord.join(JoinRequest(site=s, protocol=protocol, space_hash=SPACE.fingerprint(),
+                               space=SPACE.model_dump(mode="json"), shared_options=shared(coord)))
+    return coord
+
+
+def _round(protocol: str, answer: Callable[[str, Message], Message], **options: Any
+           ) -> tuple[dict[str, Message], labfbo.Coordinator]:
+    coord = _coordinator(protocol, **options)
+
+    def gather(requests, quorum, deadline) -> dict:
+        return {s: answer(s, m) for s, m in requests.items()}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return coord.run_round(0, gather), coord
+
+
+def _same_for_the_others(protocol: str, honest: Callable[[str, Message], Message], hostile: Message,
+                         **options: Any) -> labfbo.Coordinator:
+    """Round 0 with site c hostile, and with c abstaining: a and b get the same replies."""
+    bad, coord = _round(protocol, lambda s, m: hostile if s == "c" else honest(s, m), **options)
+    away, _ = _round(protocol, lambda s, m: Abstain(reason="away") if s == "c" else honest(s, m), **options)
+    for s in ("a", "b"):
+        assert bad[s].model_dump(mode="json") == away[s].model_dump(mode="json"), s
+    assert "c" in coord.rejected[0]
+    return coord
+
+
+def _belief(mean, value: float = 0.5, variance=(0.01, 0.01)) -> OptimumBelief:
+    return OptimumBelief(weight=0.5, mean=Array.of(mean), variance=Array.of(list(variance)), value=value)
+
+
+HONEST_BELIEFS = {"a": [0.2, 0.3], "b": [0.7, 0.6], "c": [0.5, 0.5]}
+
+
+@pytest.mark.parametrize("hostile", [
+    _belief([1e300, -1e300]),                  # finite, so the schema passes; far outside the cube
+    _belief([0.2, 0.3, 0.4], variance=(0.01, 0.01, 0.01)),  # another dimension
+    _belief([0.4, 0.4], variance=(50.0, 50.0)),  # wider than the cube
+])
+def test_distribution_leaves_out_a_belief_it_cannot_use(hostile: OptimumBelief) -> None:
+    coord = _same_for_the_others("distribution", lambda s, m: _belief(HONEST_BELIEFS[s]), hostile, P=3)
+    assert "belief" in coord.rejected[0]["c"]
+
+
+def test_distribution_clips_a_value_score_to_its_bound() -> None:
+    coord = _coordinator("distribution", P=3)
+    agg = coord.aggregator()
+    clipped = agg.admit("c", _belief([0.5, 0.5], value=1e308))
+    assert clipped.value == VALUE_BOUND
+    assert agg.admit("c", _belief([0.5, 0.5], value=-7.0)).value == -VALUE_BOUND
+    dp = _belief([0.5, 0.5], value=9.0).model_copy(update={"dp_clip": 5.0})
+    assert agg.admit("c", dp).value == 5.0  # under DP the clip bounds the released score
+    # with its score clipped, the extreme member is one of three components, as an honest one at the bound
+    replies, _ = _round("distribution", lambda s, m: _belief(HONEST_BELIEFS[s], value=1e308 if s == "c" else 0.5), P=3)
+    capped, _ = _round("distribution", lambda s, m: _belief(HONEST_BELIEFS[s], value=VALUE_BOUND if s == "c" else 0.5),
+                       P=3)
+    assert replies["a"].model_dump(mode="json") == capped["a"].model_dump(mode="json")
+
+
+def _proposal(s: str, m: Message) -> Message:
+    return ConsensusProposal(points=Array.of([HONEST_BELIEFS[s]]), improvement=0.1 * SITES.index(s))
+
+
+@pytest.mark.parametrize("hostile", [
+    ConsensusProposal(points=Array.of([[1e300, 0.5]])),
+    ConsensusProposal(points=Array.of([[0.5, 0.5, 0.5]])),
+    ConsensusProposal(points=Array.of(np.full((65, 2), 0.5))),
+])
+def test_consensus_leaves_out_proposals_it_cannot_use(hostile: ConsensusProposal) -> None:
+    _same_for_the_others("consensus", _proposal, hostile)
+
+
+def test_consensus_clips_a_stated_improvement() -> None:
+    agg = _coordinator("consensus").aggregator()
+    got = agg.admit("c", ConsensusProposal(points=Array.of([[0.5, 0.5]]), improvement=1e300))
+    assert got.improvement == IMPROVEMENT_BOUND
+
+
+def test_gradient_leaves_out_scores_of_another_shape_or_step() -> None:
+    options = {"warmup_steps": 1, "svgd_steps": 1, "n_particles": 2}
+    coord = _coordinator("gradient", **options)
+    K, P = tuple(coord.aggregator().particles.shape)
+
+    def honest(s: str, m: Message) -> Message:
+        A = np.random.default_rng(SITES.index(s)).normal(size=(K, P))
+        return ScoreResponse(step=m.step, scores=Array.of(A), n_obs=5)
+
+    for hostile in (ScoreResponse(step=0, scores=Array.of(np.ones((K, P + 1))), n_obs=5),
+                    ScoreResponse(step=7, scores=Array.of(np.ones((K, P))), n_obs=5)):
+        _same_for_the_others("gradient", honest, hostile, **options)
+
+
+def test_every_builtin_aggregator_admits_what_its_honest_sites_send() -> None:
+    """The default is to admit: a protocol that declares no range changes nothing."""
+    from labfbo.protocols.base import Aggregator
+
+    assert Aggregator.admit(None, "s", Abstain(reason="x")).reason == "x"  # type: ignore[arg-type]
