@@ -215,6 +215,30 @@ def test_a_vote_under_a_key_the_site_was_not_given_is_left_out() -> None:
         assert site.open(tally) is None
 
 
+def test_a_peer_cannot_cast_a_vote_for_another_sites_rows() -> None:
+    """b seals a vote that names a's row and claims a's roster index: the recipient knows the roster
+    from its request, so the index inside must be that of the site that sealed it."""
+    design = np.random.default_rng(0).random((3, 2, 2))
+    site = VoteSite(SPACE, VoteOptions(), SiteContext(site="c", site_index=2, n_sites=3, key_seed=KEYS["c"],
+                                                      study_design=design))
+    X = np.random.default_rng(1).random((4, 2))
+    data = labfbo.protocols.base.SiteData(SPACE, X, -X.sum(1), None, np.zeros((0, 2)))
+    cohort = {s: PUBLIC[s] for s in "abc"}
+    site.answer(VoteRequest(cohort=cohort, roster=["a", "b", "c"], study="st"), data, 0)
+    honest = seal_vote(OptimumVote(index=3, codebook=6).model_dump(), 1, "b", KEYS["b"], cohort, "st", 0)
+    posing = seal_vote(OptimumVote(index=1, codebook=6).model_dump(), 0, "b", KEYS["b"], cohort, "st", 0)
+    for vote, kept in ((honest, [0, 0, 0, 1, 0, 0]), (posing, None)):
+        tally = relay({"b": vote.model_copy(update={"round": 0})}, ["a", "b", "c"])["c"].model_copy(
+            update={"study": "st"})
+        if kept is None:
+            with pytest.warns(UserWarning, match=r"ignoring the sealed votes of \['b'\]"):
+                assert site.open(tally) is None
+        else:
+            assert site.open(tally).counts.numpy().tolist() == kept
+    agg = labfbo.protocols.vote.VoteAggregator(VoteOptions(), ["a", "b", "c"], 0, 3, SPACE)
+    assert agg.sealed.request({}).roster == ["a", "b", "c"]
+
+
 def test_a_restarted_voter_remembers_its_vote_from_the_journaled_release() -> None:
     """The journaled release states the reported row; a site logic resumed from it does not vote
     again and seals that same vote for a newcomer, still without a new release."""

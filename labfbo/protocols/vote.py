@@ -173,6 +173,7 @@ class VoteSite(LocalGPSite):
         self._sealed_for: dict[str, str] = {}
         self._pending: tuple[tuple[OptimumVote, int], dict[str, str]] | None = None  # answered, until it leaves
         self._cohort: dict[str, str] = {}  # the keys of the last vote request: whom a sealed vote may come from
+        self._roster: list[str] = []  # the study's sites in roster order (sealed votes): whose rows a vote may name
 
     @property
     def buckets(self) -> int:
@@ -192,6 +193,7 @@ class VoteSite(LocalGPSite):
         if o.sealed and (refusal := self._check_cohort(request.cohort)):
             return refusal
         self._cohort = dict(request.cohort or {})
+        self._roster = list(request.roster or [])
         if not self.release_round(round, k):
             if o.sealed and (again := self._reseal(request, round)) is not None:
                 return again
@@ -364,13 +366,15 @@ class VoteSite(LocalGPSite):
             except ValueError:
                 stray.append(sender)
                 continue
-            if vote.codebook != len(self.points) or (n_init is not None and vote.index // n_init != voter):
-                stray.append(sender)
+            own_index = self._roster.index(sender) if sender in self._roster else voter
+            if (vote.codebook != len(self.points) or voter != own_index
+                    or (n_init is not None and vote.index // n_init != voter)):
+                stray.append(sender)  # (a vote sealed by one site for another site's rows, too)
             else:
                 kept[sender] = vote
         if stray:
             warnings.warn(f"vote: ignoring the sealed votes of {sorted(stray)} (not over this site's codebook of "
-                          f"{len(self.points)} points, or not a row dealt to the voter)", stacklevel=2)
+                          f"{len(self.points)} points, or not a row dealt to the site that sealed it)", stacklevel=2)
         return count_votes(kept.values(), len(self.points)) if kept else None
 
     def prior_weight(self, data: SiteData, round: int) -> tuple[Any, float] | None:
@@ -406,7 +410,8 @@ class VoteAggregator(ReusesReleases, Aggregator):
         super().__init__(*args, **kwargs)
         kind = SealedVote if self.options.sealed else OptimumVote
         self.reuse: HeldReleases[Any] = HeldReleases(self.sites, kind, "vote")
-        self.sealed = SealedRelay(self.sites, self.reuse, lambda cohort: VoteRequest(cohort=cohort)) \
+        self.sealed = SealedRelay(self.sites, self.reuse,
+                                  lambda cohort: VoteRequest(cohort=cohort, roster=list(self.sites))) \
             if self.options.sealed else None
 
     def open_round(self, t: int) -> Step:

@@ -4,10 +4,10 @@ receives. Sealed votes travel in the messages of :mod:`labfbo.protocols.vote_sea
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
 
 from labfbo.messages import Array, Message, register
 from labfbo.privacy.randomized_response import noise_parameter
@@ -22,6 +22,16 @@ class VoteRequest(Message):
     kind: Literal["vote_request"] = "vote_request"
     cohort: dict[str, str] | None = Field(None, description="sealed votes: every member's X25519 public key "
                                           "(base64), for sealing the vote to each other member")
+    roster: list[Annotated[str, Field(max_length=200)]] | None = Field(
+        None, max_length=4096, description="sealed votes: the study's sites in roster order, so a recipient "
+        "checks that a vote names rows dealt to the site that sealed it (left off the wire when unset)")
+
+    @model_serializer(mode="wrap")
+    def _no_unset_roster(self, handler: Any) -> Any:
+        out = handler(self)
+        if self.roster is None and isinstance(out, dict):
+            out.pop("roster", None)
+        return out
 
 
 @register

@@ -16,7 +16,9 @@ X25519 key agreement, ChaCha20-Poly1305), and the coordinator only relays:
 
 Each recipient opens its tokens and counts the votes itself
 (:func:`labfbo.protocols.vote.count_votes`), leaving out, with a warning, a vote over another
-codebook or one that names a row not dealt to its voter. The coordinator learns who voted in
+codebook or one that names a row not dealt to its voter — the site that sealed it, whose roster
+index the recipient knows from its own request (``VoteRequest.roster``), whatever index the
+payload claims. The coordinator learns who voted in
 which round and nothing of what: every token has the same length whatever the vote (trust: it
 relays the public keys faithfully; a recipient opens a vote only under the key its own request
 listed for the voter). The peers learn each vote and who cast it, as they do unsealed with the
