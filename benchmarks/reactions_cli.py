@@ -45,10 +45,11 @@ def scenario_table(data: ReactionData, name: str, labs: tuple[str, ...], recs: d
         C = rand[None] if m == "random" else curves(recs.get((name, m), []))
         if len(C):
             mean_at[m] = C.mean(1)[:, marks]            # (seeds, marks): mean over labs
-            lab_at[m] = C[:, :, budget].mean(0)         # (labs,): final regret per lab, mean over seeds
+            lab_at[m] = C[:, :, marks].mean(0)          # (labs, marks): regret per lab, mean over seeds
     head = ("| method | seeds | " + " | ".join(f"regret @{c}" for c in marks)
             + f" | transfer eff. @{marks[1] if len(marks) > 1 else marks[0]} | transfer eff. @{marks[-1]}"
-            + " | worst lab vs alone @end | s / ask | bytes up / site-round | failed |")
+            + " | worst lab vs alone " + " / ".join(f"@{c}" for c in marks)
+            + " | s / ask | bytes up / site-round | failed |")
     lines = [f"**({name})** {len(labs)} labs, {describe(data, labs)}: " + ", ".join(labs), "", head,
              "|---|---:|" + "---:|" * (len(marks) + 6)]
     alone, pooled = mean_at.get("independent"), mean_at.get("pooled")
@@ -69,8 +70,9 @@ def scenario_table(data: ReactionData, name: str, labs: tuple[str, ...], recs: d
             te.append(f"{(alone[:, k].mean() - A[:, k].mean()) / gain:.0%}" if gain > 1e-9 else "n/a")
         worst = ""
         if "independent" in lab_at and m not in ("independent", "random"):
-            diff = lab_at[m] - lab_at["independent"]
-            worst = f"{diff.max():+.1f} ({labs[int(diff.argmax())][:24]})"
+            diff = lab_at[m] - lab_at["independent"]  # (labs, marks)
+            lab = int(np.unravel_index(diff.argmax(), diff.shape)[0])
+            worst = " / ".join(f"{v:+.1f}" for v in diff.max(0)) + f" ({labs[lab][:24]})"
         rs = [r for r in recs.get((name, m), []) if "regret" in r]
         s_ask = f"{np.mean([r['ask_seconds'] for r in rs]):.2f}" if rs else "0"
         up = f"{np.mean([r['bytes_up_per_site_round'] for r in rs]):.0f}" if rs and m != "pooled" else (

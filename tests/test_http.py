@@ -462,6 +462,23 @@ def test_store_retention_and_audit_pruning(tmp_path) -> None:
     assert [json.loads(ln)["route"] for ln in log.read_text().splitlines()] == ["new"]
 
 
+def test_the_audit_log_caps_its_lines_and_rotates(tmp_path) -> None:
+    """A flood of tokenless requests with 60 kB paths: every line under 1 kB, the log and its one
+    predecessor within twice the configured size."""
+    from labfbo.server.store import AuditLog
+
+    log = tmp_path / "audit.jsonl"
+    audit = AuditLog(str(log), max_bytes=20_000)
+    for _ in range(300):
+        audit.write(None, "/v1/" + "x" * 60_000, None, b"", 401)
+    lines = log.read_text().splitlines() + (tmp_path / "audit.jsonl.1").read_text().splitlines()
+    assert max(len(ln.encode()) for ln in lines) < 1024
+    assert log.stat().st_size <= 20_000 and (tmp_path / "audit.jsonl.1").stat().st_size <= 20_000
+    assert len(audit.recent) == 200 and len(audit.recent[-1]["route"]) == 200
+    audit.write("lab-a", "/v1/ask", 3, b"{}", 200)  # an ordinary request still lands in the current file
+    assert json.loads(log.read_text().splitlines()[-1])["site"] == "lab-a"
+
+
 def test_a_site_restarted_from_its_journal_rejoins(study, tmp_path) -> None:
     srv, tokens, _, _ = study
 

@@ -175,7 +175,8 @@ class CoordinatorServer:
         digests = config.token_digests()
         self.coordinator = config.coordinator()
         self.store = Store(config.state)
-        self.audit = AuditLog(config.audit_log, config.audit_retention_days)
+        self.audit = AuditLog(config.audit_log, config.audit_retention_days,
+                              max_bytes=int(config.audit_max_mb * 2**20))
         # a token rotated through the API outlives a restart, unless the operator has since
         # changed that site's digest in the config (the config then wins: revocation works)
         rotated = {site: d for site, (d, base) in self.store.tokens().items()

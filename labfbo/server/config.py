@@ -65,6 +65,8 @@ class ServerConfig(BaseModel):
     audit_log: str | None = None
     retention_rounds: int | None = Field(None, ge=1, description="keep only the last N rounds' replies")
     audit_retention_days: float | None = Field(None, gt=0)
+    audit_max_mb: float = Field(50.0, gt=0, le=1e6, description="rotate audit_log to <audit_log>.1 at this size "
+                                "(the log and its predecessor stay within twice it)")
     max_body_bytes: int = Field(4_000_000, ge=1024, description="larger bodies: 413, from Content-Length "
                                 "before the body is read, and while it streams")
     max_array_items: int = Field(2_000_000, ge=1)

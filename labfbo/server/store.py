@@ -86,16 +86,26 @@ class Store:
             self.db.close()
 
 
+#: the longest route or site name an audit line keeps (a line stays under 1 kB whatever a request sends)
+AUDIT_FIELD_CHARS = 200
+
+
 class AuditLog:
     """Append-only JSON lines; ``retention_days`` prunes older entries when it opens.
 
-    ``recent`` keeps the last entries in memory, without digest or size (the dashboard's list).
+    A line is at most about 600 bytes: the route and site name are cut to
+    :data:`AUDIT_FIELD_CHARS` characters. When the file reaches ``max_bytes`` it is rotated to
+    ``<path>.1`` (replacing the previous one), so the log and its one predecessor stay within
+    twice that. ``recent`` keeps the last entries in memory, without digest or size (the dashboard's list).
     """
 
-    def __init__(self, path: str | None, retention_days: float | None = None, keep_recent: int = 200) -> None:
+    def __init__(self, path: str | None, retention_days: float | None = None, keep_recent: int = 200,
+                 max_bytes: int = 50 * 2**20) -> None:
         self.path = Path(path) if path else None
         self.lock = threading.Lock()
+        self.max_bytes = int(max_bytes)
         self.recent: deque[dict[str, Any]] = deque(maxlen=keep_recent)
+        self._size: int | None = None  # bytes in the file, read once
         if self.path is not None and retention_days is not None and self.path.exists():
             cutoff = time.time() - retention_days * 86400
             keep = [ln for ln in self.path.read_text().splitlines() if _time(ln) >= cutoff]
@@ -108,15 +118,24 @@ class AuditLog:
         import hashlib
 
         now = time.time()
+        site, route = (site or "-")[:AUDIT_FIELD_CHARS], route[:AUDIT_FIELD_CHARS]
         with self.lock:
-            self.recent.append({"time": now, "site": site or "-", "route": route, "round": round, "decision": status})
+            self.recent.append({"time": now, "site": site, "route": route, "round": round, "decision": status})
         if self.path is None:
             return
-        entry = {"time": now, "site": site or "-", "route": route, "round": round,
+        entry = {"time": now, "site": site, "route": route, "round": round,
                  "sha256": hashlib.sha256(payload).hexdigest() if payload else None, "size": len(payload),
                  "decision": status}
-        with self.lock, open(self.path, "a") as fh:
-            fh.write(json.dumps(entry) + "\n")
+        line = json.dumps(entry) + "\n"
+        with self.lock:
+            if self._size is None:
+                self._size = self.path.stat().st_size if self.path.exists() else 0
+            if self._size + len(line) > self.max_bytes:
+                self.path.replace(self.path.with_name(self.path.name + ".1"))
+                self._size = 0
+            with open(self.path, "a") as fh:
+                fh.write(line)
+            self._size += len(line.encode())
 
 
 def _time(line: str) -> float:
