@@ -462,6 +462,36 @@ def test_store_retention_and_audit_pruning(tmp_path) -> None:
     assert [json.loads(ln)["route"] for ln in log.read_text().splitlines()] == ["new"]
 
 
+@pytest.mark.parametrize("how", ["blocking", "async"])
+def test_a_newer_poll_of_a_site_ends_the_older_one(how: str) -> None:
+    """A site polls from one agent: a poll still waiting when the same site polls again is a killed
+    process's, and it ends at once instead of taking the restarted process's work."""
+    import asyncio
+    import threading
+    import time
+
+    from labfbo.server.engine import RoundEngine
+
+    engine = RoundEngine(labfbo.Coordinator("distribution", sites=["a", "b"], space=SPACE))
+    got: list[dict] = []
+
+    def poll() -> dict:
+        return engine.poll("a", None, 20.0) if how == "blocking" else asyncio.run(engine.apoll("a", None, 20.0))
+
+    old = threading.Thread(target=lambda: got.append(poll()), daemon=True)
+    old.start()
+    time.sleep(0.3)  # the old poll is waiting
+    new = threading.Thread(target=lambda: got.append(poll()), daemon=True)
+    new.start()
+    old.join(timeout=5.0)
+    assert not old.is_alive() and got == [{"type": "wait"}]  # ended by the newer poll, long before its 20 s
+    assert new.is_alive()  # the newest keeps waiting for the site's work
+    engine.stopped = True
+    with engine.cv:
+        engine._notify()
+    new.join(timeout=5.0)
+
+
 def test_the_audit_log_caps_its_lines_and_rotates(tmp_path) -> None:
     """A flood of tokenless requests with 60 kB paths: every line under 1 kB, the log and its one
     predecessor within twice the configured size."""

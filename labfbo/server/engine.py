@@ -75,6 +75,9 @@ class RoundEngine:
         self.on_round = on_round                # called (in the round thread) after each completed round
         self.stopped = False
         self.waiters: dict[str, set[tuple[Any, Any]]] = {}  # site -> (event loop, asyncio.Event) of its polls
+        # site -> its newest poll: a site polls from one agent, so an older poll still waiting is a dead
+        # process's (killed mid-poll) and must not take the work of the process that replaced it
+        self.poll_gen: dict[str, int] = {}
         self.published: set[int] = set(coordinator.rounds)  # rounds persisted and visible to sites
         self.gone: set[str] = set()             # sites that left (closed their optimizer)
         # for the operator's dashboard: sizes and times only (labfbo.server.dashboard)
@@ -164,7 +167,10 @@ class RoundEngine:
             self.want(t, site, retry=False)
         end = time.monotonic() + max(wait, 0.0)
         with self.cv:
+            gen = self._newest_poll(site)
             while True:
+                if self.poll_gen.get(site) != gen:
+                    return {"type": "wait"}  # superseded by a newer poll of the same site
                 work = self.check(site, t)
                 if work is not None:
                     return work
@@ -181,11 +187,13 @@ class RoundEngine:
             self.want(t, site, retry=False)  # a poll never restarts a failed round; POST .../want does
         loop = asyncio.get_running_loop()
         end = loop.time() + max(wait, 0.0)
+        with self.cv:
+            gen = self._newest_poll(site)
         while True:
             event = asyncio.Event()
             with self.cv:
                 self.waiters.setdefault(site, set()).add((loop, event))  # before the check: no lost wake-up
-                work = self.check(site, t)
+                work = {"type": "wait"} if self.poll_gen.get(site) != gen else self.check(site, t)
             try:
                 if work is not None:
                     return work
@@ -199,6 +207,12 @@ class RoundEngine:
             finally:
                 with self.cv:
                     self.waiters.get(site, set()).discard((loop, event))
+
+    def _newest_poll(self, site: str) -> int:
+        """Register a poll of ``site`` as its newest and end the older ones still waiting (``self.cv`` held)."""
+        gen = self.poll_gen[site] = self.poll_gen.get(site, 0) + 1
+        self._notify([site])
+        return gen
 
     def _notify(self, sites: Any = None) -> None:
         """Wake the blocking waiters and the event-loop polls of ``sites`` (all: None).
