@@ -51,9 +51,12 @@ PRIVATE: dict[str, tuple[str, dict[str, Any], float]] = {
     # the example-level guarantee: one experiment's setting and result protected (DP(unit="experiment"))
     # (gradient refuses that unit; distribution's noise is the same under both: docs/privacy.md)
     "surface-experiment": ("surface", {}, 2.0),
+    # the harm guard's leave-one-out check in place of most of the noise guard
+    "surface-experiment-loose": ("surface", {"noise_guard": 4.0}, 2.0),
+    "surface-loose": ("surface", {"noise_guard": 4.0}, 2.0),
 }
 #: the unit of protection of a variant (the others: "site", the task level)
-UNITS: dict[str, str] = {"surface-experiment": "experiment"}
+UNITS: dict[str, str] = {"surface-experiment": "experiment", "surface-experiment-loose": "experiment"}
 PACD_FUNCTIONS = ("branin", "wing_weight")
 NON_PRIVATE = {"independent": "Independent (labfbo defaults)", "gradient": "PACD-BO (labfbo defaults)",
                "distribution": "GUIDE-FBO (labfbo defaults)", "surface": "Surface (labfbo defaults)",

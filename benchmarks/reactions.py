@@ -42,8 +42,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gradient-noguard": ("gradient", {"harm_guard": False, "acquisition": "ucb", "beta": 4.0}),  # the paper's PACD-BO
     "gradient-ucb": ("gradient", {"acquisition": "ucb", "beta": 4.0}),  # the default before qLogNEI
     "distribution-ucb": ("distribution", {"acquisition": "ucb", "beta": 4.0}),
-    "surface-dp": ("surface", {"privacy": DP(clip=2.0, noise_multiplier=2.0)}),
-    "surface-noguard": ("surface", {"harm_guard": False}),  # the others' surface whatever the lab's own evidence  # task-level, eps ~ 11.5 at 20 rounds
+    "surface-dp": ("surface", {"privacy": DP(clip=2.0, noise_multiplier=2.0)}),  # task-level, eps ~ 11.5 at 20 rounds
     # the engine's candidate defaults on real, outlier-heavy yields
     "independent-auto": ("independent", {"noise_prior": "auto"}),
     "independent-winsorize": ("independent", {"output_transform": "winsorize"}),  # = today's defaults

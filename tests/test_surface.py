@@ -97,34 +97,6 @@ def test_the_agreement_scale_follows_the_sites_data() -> None:
     assert scales["agrees"] > 0.8 and scales["contradicts"] < 0.5
 
 
-def test_a_site_whose_data_contradict_the_surface_proposes_from_its_own_gp() -> None:
-    """The harm guard: the others' surface is kept while the GP on it predicts the site's own data
-    (leave-one-out) at least as well as its local GP; a surface of the opposite sign is dropped."""
-    from labfbo.protocols.base import SiteContext, SiteData
-    from labfbo.protocols.surface import SurfaceOptions, SurfaceSite
-
-    feats = SurfaceSite(SPACE, SurfaceOptions(), SiteContext(site="lab-a")).features
-    gen = np.random.default_rng(3)
-    X = np.c_[gen.random((12, 2)), gen.integers(0, 3, 12) / 2]
-    y = np.array([_f(0, p) for p in SPACE.decode(X)])
-    Xo = np.c_[gen.random((60, 2)), gen.integers(0, 3, 60) / 2]
-    yo = np.array([_f(1, p) for p in SPACE.decode(Xo)])
-    g, h = site_statistics(feats.of_unit(Xo), yo)
-    data = SiteData(SPACE, X, y, None, np.zeros((0, 3)))
-    verdict = {}
-    for name, sign in (("agrees", 1.0), ("contradicts", -1.0)):
-        site = SurfaceSite(SPACE, SurfaceOptions(**FAST), SiteContext(site="lab-a", n_sites=3))
-        w = ridge_weights(symmetric(g, feats.p) * 60, sign * h * 60, 1.0)
-        verdict[name] = site.trusts(site.surface_model(data, w), data)
-        unguarded = SurfaceSite(SPACE, SurfaceOptions(harm_guard=False, **FAST), SiteContext(site="lab-a", n_sites=3))
-        assert unguarded.trusts(unguarded.surface_model(data, w), data)
-    assert verdict == {"agrees": True, "contradicts": False}
-    few = SiteData(SPACE, X[:4], y[:4], None, np.zeros((0, 3)))  # fewer than 5: no verdict yet
-    site = SurfaceSite(SPACE, SurfaceOptions(**FAST), SiteContext(site="lab-a", n_sites=3))
-    w = ridge_weights(symmetric(g, feats.p) * 60, -h * 60, 1.0)
-    assert site.trusts(site.surface_model(few, w), few)
-
-
 @pytest.mark.integration  # a multi-site campaign
 def test_a_campaign_sends_only_statistics_and_repeats_under_its_seed() -> None:
     def campaign() -> tuple[list, list]:  # the statistics in the clear (tests/test_surface_secagg.py: masked)

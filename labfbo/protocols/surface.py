@@ -63,7 +63,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from labfbo.exceptions import ConfigurationError
 from labfbo.messages import Abstain, Array, Message
-from labfbo.models.gp import fit_local_gp, loo_log_density, predict
+from labfbo.models.gp import fit_local_gp, predict
 from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, packed_size, private_statistics,
                                    ridge_weights, site_statistics, symmetric)
 from labfbo.privacy import DP, secagg
@@ -81,14 +81,19 @@ from labfbo.space import SearchSpace
 
 
 # -- options -------------------------------------------------------------------------------
+NOISE_GUARD = 0.25
+"""The largest DP noise std per entry of the others' sums, relative to their count, at which a
+site still uses their surface (the averaged statistics are of order 1, so the sums of order the count)."""
+
+
 class SurfaceOptions(ModelOptions):
     """``surface``: the shared acquisition, surrogate and prior options, plus the surface's own."""
 
     ridge: float = Field(1.0, gt=0, description="lambda: ridge penalty of the shared surface's coefficients")
     scale_mean: float = Field(1.0, description="c0: prior mean of the agreement scale c (1: trust the surface)")
     scale_sd: float = Field(0.3, gt=0, description="s_c: prior standard deviation of c")
-    harm_guard: bool = Field(True, description="from 5 observations on, a site proposes from its local GP whenever "
-                             "that predicts its own data (leave-one-out) better than its GP on the others' surface")
+    noise_guard: float = Field(NOISE_GUARD, gt=0, description="under DP: the largest noise std per entry of "
+                               "the others' sums, relative to their count, at which a site still uses their surface")
     privacy: DP | None = Field(None, description="Gaussian mechanism on the uplink (labfbo.models.surface)")
     fourier_features: int = Field(100, ge=0, le=2000, description="random Fourier features of the ordered "
                                   "columns added to the quadratic (a kernel ridge surface; the basis is a function "
@@ -128,12 +133,6 @@ STATS_MECHANISM = ("Gaussian on the averaged ridge statistics (G/n, h/n), values
                    "(labfbo.models.surface); the count n is released exactly")
 STATS_MECHANISM_RANKS = ("Gaussian on the averaged ridge statistics (G/n, h/n) of the values' centred ranks in "
                          "[-C, C] (labfbo.models.surface.private_statistics); the count n is released exactly")
-
-
-MIN_GUARD_POINTS = 5  # fewer observations: a leave-one-out comparison says nothing yet
-NOISE_GUARD = 0.25
-"""The largest DP noise std per entry of the others' sums, relative to their count, at which a
-site still uses their surface (the averaged statistics are of order 1, so the sums of order the count)."""
 
 
 class SurfaceSite(LocalGPSite):
@@ -306,13 +305,13 @@ class SurfaceSite(LocalGPSite):
     def weights(self, totals: SurfaceTotals, objectives: int = 1) -> np.ndarray | None:
         """The surface's coefficients from the others' totals, ``(p,)`` (or ``(m, p)``, one surface per
         objective); None if there are none, they do not fit (another shape than ``objectives``
-        asks for), or their DP noise swamps them: a noise std per entry above :data:`NOISE_GUARD`
+        asks for), or their DP noise swamps them: a noise std per entry above ``noise_guard`` (:data:`NOISE_GUARD`)
         times the others' count, the scale of the sums — a trusted noise surface misleads, so the
         site then proposes from its own GP."""
         expected = (self.features.p,) if objectives == 1 else (objectives, self.features.p)
         if totals.sites == 0 or tuple(totals.moment.shape) != expected:
             return None
-        if totals.noise_sd is not None and totals.noise_sd > NOISE_GUARD * max(totals.count, 1):
+        if totals.noise_sd is not None and totals.noise_sd > self.options.noise_guard * max(totals.count, 1):
             return None
         G = symmetric(totals.gram.numpy(), self.features.p)
         return ridge_weights(G, totals.moment.numpy(), self.options.ridge)
@@ -338,19 +337,7 @@ class SurfaceSite(LocalGPSite):
             return self.propose_local(data, n, round)
         if m > 1:  # qLogNEHVI over the objectives' GPs on their surfaces (outcome_model)
             return self.propose_local(data, n, round)
-        model = self.surface_model(data, w)
-        if not self.trusts(model, data):  # the others' surface misleads here: its own GP
-            self._weights = None
-            return self.propose_local(data, n, round)
-        return self.propose_with(model, data, n, round)
-
-    def trusts(self, model: Model, data: SiteData) -> bool:
-        """``harm_guard``: keep the others' surface only while the GP on it predicts this site's own
-        data (leave-one-out log predictive density) at least as well as the site's local GP."""
-        if not self.options.harm_guard or data.n < MIN_GUARD_POINTS:
-            return True
-        fed, own = loo_log_density(model), loo_log_density(self.local_model(data))
-        return not (np.isfinite(fed) and np.isfinite(own) and fed < own)
+        return self.propose_with(self.surface_model(data, w), data, n, round)
 
     def outcome_model(self, data: SiteData, j: int) -> Model:
         """With one surface per objective: objective ``j``'s GP with its surface as prior mean
