@@ -54,6 +54,9 @@ from labfbo.space_diff import study_difference
 Gather = Callable[[Mapping[str, Message], int, "float | None"], "dict[str, Message | BaseException]"]
 
 MAX_EXCHANGES_PER_ROUND = 100_000
+#: the largest collaborative design (sites x n_init x parameters) a join may ask for: its Latin
+#: hypercube is built at every join (and replayed after a restart)
+MAX_DESIGN_CELLS = 2_000_000
 
 
 class Coordinator:
@@ -170,6 +173,11 @@ class Coordinator:
         if self.privacy_floor is not None:
             self.privacy_floor.check(request.site, request.privacy)
         self._check_horizon(request.site, request.privacy)
+        cells = self.n_sites * request.n_init * study_space.dim
+        if cells > MAX_DESIGN_CELLS:
+            raise FederationError(f"site {request.site!r}: a collaborative design of {self.n_sites} sites x n_init "
+                                  f"{request.n_init} x {study_space.dim} parameters is {cells:,} values, over the "
+                                  f"limit of {MAX_DESIGN_CELLS:,}: lower n_init")
         if request.site not in self.members:
             if self.expected is not None:
                 if request.site not in self.expected:

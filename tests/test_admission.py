@@ -126,3 +126,18 @@ def test_every_builtin_aggregator_admits_what_its_honest_sites_send() -> None:
     from labfbo.protocols.base import Aggregator
 
     assert Aggregator.admit(None, "s", Abstain(reason="x")).reason == "x"  # type: ignore[arg-type]
+
+
+def test_a_join_asking_for_a_huge_design_is_refused_and_changes_nothing() -> None:
+    from labfbo.coordinator import MAX_DESIGN_CELLS
+
+    big = labfbo.SearchSpace([labfbo.Real(f"x{i}", 0, 1) for i in range(1000)])
+    coord = labfbo.Coordinator("distribution", sites=SITES, seed=0)
+    join = JoinRequest(site="a", protocol="distribution", space_hash=big.fingerprint(),
+                       space=big.model_dump(mode="json"), n_init=10_000, shared_options=shared(coord))
+    with pytest.raises(labfbo.FederationError, match="lower n_init"):
+        coord.join(join)
+    assert coord.space is None and not coord.members  # a refused join changes nothing
+    assert 3 * 10_000 * 1000 > MAX_DESIGN_CELLS
+    ok = coord.join(join.model_copy(update={"n_init": 10}))
+    assert ok.design.shape == (10, 1000) and coord.members == {"a": 0}
