@@ -195,6 +195,44 @@ def test_the_bridge_checks_the_token_before_reading_a_body() -> None:
         FlowerCoordinator("flower://0.0.0.0:9500", "t")
 
 
+def test_the_bridge_cuts_off_trickling_and_surplus_connections(monkeypatch) -> None:
+    """A connection that trickles its control part holds its thread at most CONTROL_TIMEOUT; beyond
+    MAX_BRIDGE_CONNECTIONS at once a new connection is closed at once; the relay then still gets in."""
+    import socket
+    import time
+
+    from labfbo.transport import flower
+
+    monkeypatch.setattr(flower, "CONTROL_TIMEOUT", 1.0)
+    link = FlowerCoordinator(f"flower://127.0.0.1:{free_port()}", "s3cret", linger=0).connect("a")
+    link._start()
+    try:
+        address = (link.cfg.host, link.cfg.port)
+        trickle = socket.create_connection(address)
+        trickle.settimeout(10)
+        start = time.monotonic()
+        for _ in range(4):  # one byte of the length prefix a second (each under any per-read timeout)
+            try:
+                trickle.sendall(b"\x00")
+            except OSError:
+                break
+            time.sleep(0.4)
+        assert trickle.recv(10) == b"" and time.monotonic() - start < 5  # closed by the control deadline
+        idle = [socket.create_connection(address) for _ in range(flower.MAX_BRIDGE_CONNECTIONS + 8)]
+        for sock in idle:
+            sock.settimeout(5)
+        time.sleep(0.3)
+        cut = sum(1 for sock in idle[flower.MAX_BRIDGE_CONNECTIONS:] if sock.recv(10) == b"")
+        assert cut == 8  # the surplus closed at once, long before the control deadline
+        time.sleep(1.5)  # the others' deadline passes: their slots are free again
+        status, _ = relay.call_site(f"{address[0]}:{address[1]}", "s3cret", {"op": "poll"}, b"")
+        assert status["op"] == "status"
+        for sock in idle + [trickle]:
+            sock.close()
+    finally:
+        link.close()
+
+
 def test_a_join_without_a_coordinator_times_out_and_frees_its_port() -> None:
     port = free_port()
     with pytest.raises(labfbo.FederationError, match="no poll from the coordinator"):

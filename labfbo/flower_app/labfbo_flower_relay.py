@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 from typing import Any
 
 import numpy as np
@@ -134,9 +135,15 @@ def send_parts(sock: socket.socket, control: dict[str, Any], body: bytes) -> Non
     sock.sendall(b"".join([_LEN.pack(len(head)), head, _LEN.pack(len(body)), body]))
 
 
-def _read(sock: socket.socket, n: int) -> bytes:
+def _read(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
+    """``n`` bytes; with ``deadline`` (``time.monotonic()``), all of them by then (a trickle times out)."""
     chunks, left = [], n
     while left:
+        if deadline is not None:
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                raise TimeoutError("the bridge connection was too slow")
+            sock.settimeout(wait)
         chunk = sock.recv(min(left, 1 << 20))
         if not chunk:
             raise ConnectionError("the bridge connection closed mid-message")
@@ -145,12 +152,14 @@ def _read(sock: socket.socket, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def recv_control(sock: socket.socket) -> dict[str, Any]:
-    """The first part: the control fields (a JSON object of at most :data:`MAX_CONTROL` bytes)."""
-    (n,) = _LEN.unpack(_read(sock, _LEN.size))
+def recv_control(sock: socket.socket, within: float | None = None) -> dict[str, Any]:
+    """The first part: the control fields (a JSON object of at most :data:`MAX_CONTROL` bytes),
+    all of it within ``within`` seconds when given."""
+    deadline = None if within is None else time.monotonic() + within
+    (n,) = _LEN.unpack(_read(sock, _LEN.size, deadline))
     if n > MAX_CONTROL:
         raise ValueError(f"control part of {n} bytes")
-    control = json.loads(_read(sock, n))
+    control = json.loads(_read(sock, n, deadline))
     if not isinstance(control, dict):
         raise ValueError("the control part must be a JSON object")
     return control

@@ -51,7 +51,12 @@ from labfbo.transport.base import Handler, SiteLink
 SCHEME = "flower://"
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 IO_TIMEOUT = 120.0
-"""Seconds a relay connection may take for each read or write."""
+"""Seconds a relay connection may take for each read or write, once it has shown the site's token."""
+CONTROL_TIMEOUT = 5.0
+"""Seconds a connection may take to send its control part (with the token): the relay sends it at once,
+so a connection that trickles it is not the relay and holds its thread no longer than this."""
+MAX_BRIDGE_CONNECTIONS = 16
+"""Connections a bridge serves at once (the relay uses one or two); beyond, a new one is closed at once."""
 
 
 class FlowerCoordinator:
@@ -98,8 +103,26 @@ class FlowerCoordinator:
 
 
 class _Bridge(socketserver.ThreadingTCPServer):
+    """One thread per connection, at most :data:`MAX_BRIDGE_CONNECTIONS` at once."""
+
     daemon_threads = True
     allow_reuse_address = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slots = threading.BoundedSemaphore(MAX_BRIDGE_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):  # a flood of connections, not the relay
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 class FlowerLink(SiteLink):
@@ -146,11 +169,11 @@ class FlowerLink(SiteLink):
 
     def _serve(self, sock: socket.socket) -> None:
         try:
-            sock.settimeout(IO_TIMEOUT)
-            control = relay.recv_control(sock)
+            control = relay.recv_control(sock, within=CONTROL_TIMEOUT)
             if not hmac.compare_digest(str(control.get("token", "")).encode(), self.cfg.token.encode()):
                 relay.send_parts(sock, {"refused": "wrong token"}, b"")  # before its body is read
                 return
+            sock.settimeout(IO_TIMEOUT)
             body = relay.recv_body(sock)
             op = control.get("op")
             if op == "poll":
