@@ -39,9 +39,9 @@ from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
-from pydantic import BaseModel, Field, model_serializer, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from labfbo.messages import Abstain, Array, Message, register
+from labfbo.messages import Abstain, Array, Message
 from labfbo.models.encoding import FeatureMap
 from labfbo.models.gp import loo_log_density, predict
 from labfbo.models.pacoh import AdamState, PacohConfig, init_particles, meta_score, site_score, svgd_step
@@ -51,71 +51,12 @@ from labfbo.privacy import DP, distributed, privatize, secagg
 from labfbo.privacy.dp import GRADIENT_UNIT_REFUSAL
 from labfbo.privacy.release import Release
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
-from labfbo.protocols.gradient_wire import (MISSED, CoordinatorWire, ParticlesDelta, SiteWire, check_codes, dequantize,
-                                            quantize, without_unset_scale)
+from labfbo.protocols.gradient_wire import MISSED, CoordinatorWire, ParticlesDelta, SiteWire, quantize
+from labfbo.protocols.gradient_messages import ParticlesReply, ParticlesRequest, ScoreResponse, dp_purpose
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.protocols.secure_sum import (MIN_COHORT, KeyRequest, MaskedScores, PublicKeyShare, SecureSum,
                                          UnmaskRequest, check_cohort, digest, reveal, upload)
 from labfbo.seeding import rng
-
-
-@register
-class ParticlesRequest(Message):
-    """Coordinator -> site: the current particles; answer with your scores on them."""
-
-    kind: Literal["particles_request"] = "particles_request"
-    step: int
-    particles: Array
-    cohort: dict[str, str] | None = Field(None, description="secure aggregation: member -> public key")
-
-    @property
-    def dp_purpose(self) -> str:
-        """The DP noise stream of this request: keyed by the step *and* the particles, so an answer
-        to other particles never reuses noise (their difference would cancel it)."""
-        return dp_purpose(self.step, self.particles)
-
-
-def dp_purpose(step: int, particles: Array) -> str:
-    """The DP noise stream of one step's particles (as the site holds them)."""
-    return f"dp-noise/{step}/{digest(particles)[:32]}"
-
-
-@register
-class ScoreResponse(Message):
-    """Site -> coordinator: per-particle scores ``A_ik`` (K, P) and the site's data count.
-
-    With ``wire="compact"``, ``scores`` holds int8 codes and ``scale`` their block scales
-    (:mod:`labfbo.protocols.gradient_wire`); :meth:`values` reads either."""
-
-    kind: Literal["score"] = "score"
-    step: int
-    scores: Array
-    n_obs: int
-    dp_clip: float | None = None
-    dp_noise_multiplier: float | None = None
-    scale: Array | None = None
-
-    @model_serializer(mode="wrap")
-    def _lossless_as_before(self, handler: Any) -> Any:
-        return without_unset_scale(handler(self), self.scale)
-
-    @model_validator(mode="after")
-    def _codes_fit_their_scales(self) -> "ScoreResponse":
-        if self.scale is not None:
-            check_codes(self.scores, self.scale)
-        return self
-
-    def values(self) -> np.ndarray:
-        """The scores, float64 (decoded from the compact wire's codes if they came so)."""
-        return self.scores.numpy() if self.scale is None else dequantize(self.scores, self.scale)
-
-
-@register
-class ParticlesReply(Message):
-    """Coordinator -> site: the round's meta-learned particles (the guidance)."""
-
-    kind: Literal["particles"] = "particles"
-    particles: Array
 
 
 class GradientOptions(ModelOptions, PacohConfig):
@@ -190,6 +131,10 @@ def secure_meta_step(particles: torch.Tensor, total: np.ndarray, cfg: PacohConfi
 
 # -- site side -------------------------------------------------------------------------------
 MIN_GUARD_POINTS = 5  # fewer observations: a leave-one-out comparison says nothing yet
+NOISE_GUARD = 1.0
+"""The largest noise-to-signal ratio of the score sums (``ParticlesReply.dp_noise_ratio``) at which a
+site still uses the meta-learned particles: beyond it the DP noise in each step outweighs everything
+the sites' clipped scores can say."""
 SCORE_MECHANISM = "Gaussian on K per-particle scores, each clipped to l2 norm C (PACD-BO Eqs. 12-13)"
 _KEY_MATERIAL = frozenset({"secagg_public_key", "secagg_self_mask"})  # nothing computed from the data
 
@@ -198,6 +143,7 @@ class GradientSite(LocalGPSite):
     """Scores the coordinator's particles on local data; proposes from the particle mixture."""
 
     particles: torch.Tensor | None = None
+    noise_ratio: float | None = None  # the last reply's dp_noise_ratio
     _mixture_key: tuple[bytes, bytes] | None = None
     _mixture: ParticleMixtureGP | None = None
 
@@ -287,14 +233,18 @@ class GradientSite(LocalGPSite):
     def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
         if isinstance(guidance, ParticlesReply):
             self.particles = torch.as_tensor(guidance.particles.numpy())
+            self.noise_ratio = guidance.dp_noise_ratio
         model = self.mixture(data)
         if model is None or not self.trusts(model, data):  # no guidance yet, or it misleads here: local GP
             return self.propose_local(data, n, round)
         return self.propose_with(model, data, n, round)
 
     def trusts(self, mixture: ParticleMixtureGP, data: SiteData) -> bool:
-        """``harm_guard``: keep the federation's model only while it predicts this site's own data
-        (leave-one-out log density) at least as well as the site's local GP."""
+        """Keep the federation's model unless it was trained mostly on DP noise (the coordinator's
+        stated ``dp_noise_ratio`` above :data:`NOISE_GUARD`), and (``harm_guard``) only while it
+        predicts this site's own data (leave-one-out log density) at least as well as its local GP."""
+        if self.noise_ratio is not None and self.noise_ratio > NOISE_GUARD:
+            return False  # trained on DP noise far above the scores' signal, whatever a few points say
         if not self.options.harm_guard or data.n < MIN_GUARD_POINTS:
             return True
         fed, own = mixture.loo_log_density(), loo_log_density(self.local_model(data))
@@ -334,6 +284,7 @@ class GradientAggregator(Aggregator):
         self._sent: Array | None = None  # the particles of the exchange in progress, as sent
         self.wire = CoordinatorWire(seed) if options.wire == "compact" else None
         self.round = 0
+        self.noise_ratio: float | None = None  # under DP: the largest noise-to-signal of the steps so far
 
     @property
     def redone(self) -> int:
@@ -355,8 +306,23 @@ class GradientAggregator(Aggregator):
         self.trained = self.trained or self.updated
         self.updated = False
         self.secure.reset()
-        reply = ParticlesReply(particles=Array.of(self.particles.numpy()))
+        reply = ParticlesReply(particles=Array.of(self.particles.numpy()), dp_noise_ratio=self.noise_ratio)
         return Finish({s: reply for s in self.sites})
+
+    def _noised(self, stated: Sequence[tuple[float | None, float | None]], members: int = 0) -> None:
+        """Account one step's DP noise in :attr:`noise_ratio`: ``stated`` (noise multiplier, clip) per
+        contribution (clear scores), or once for a secure sum of ``members`` (its noise: one full
+        noise under distributed shares, each member's under local noise)."""
+        noisy = [(s, c) for s, c in stated if s and c]
+        if not noisy:
+            return
+        if members:  # a secure sum: the cohort stated one setting
+            s, c = noisy[0]
+            var, signal = (2 * c * s) ** 2 * (1 if self.options.dp_noise == "distributed" else members), members * c
+        else:
+            var, signal = sum((2 * c * s) ** 2 for s, c in noisy), sum(c for _, c in stated if c) or 1.0
+        ratio = float(np.sqrt(var * self.particles.shape[1]) / signal)
+        self.noise_ratio = max(self.noise_ratio or 0.0, ratio)  # noise once learned stays in the particles
 
     def admit(self, site: str, message: Message) -> Message:
         """Scores for this step's particles: one row per particle, finite, from a site with data."""
@@ -385,6 +351,8 @@ class GradientAggregator(Aggregator):
                "keys": self.secure.keys, "adam": adam}
         if self.secure.retired:  # absent when none: a snapshot reads as before
             out["retired"] = sorted(self.secure.retired)
+        if self.noise_ratio is not None:
+            out["noise_ratio"] = self.noise_ratio
         return out
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -395,6 +363,7 @@ class GradientAggregator(Aggregator):
             self.adam = {k: torch.as_tensor(Array.model_validate(v).numpy()) for k, v in adam.items()} or None
             self.secure.keys = dict(state.get("keys", {}))
             self.secure.retired = set(state.get("retired", ()))
+            self.noise_ratio = state.get("noise_ratio")
 
     def steps_in_round(self) -> int:
         """``warmup_steps`` until the particles have been trained once, then ``svgd_steps``."""
@@ -415,6 +384,7 @@ class GradientAggregator(Aggregator):
             self.wire.reset()  # nobody could score, some for want of the base: this step again, in full
             return self._request()
         if answers:
+            self._noised([(a.dp_noise_multiplier, a.dp_clip) for a in answers])
             self.particles, self.adam = meta_step(self.particles, [torch.as_tensor(a.values()) for a in answers],
                                                   [a.n_obs for a in answers], self.cfg, self.adam)
         return self._next(bool(answers))
@@ -441,6 +411,8 @@ class GradientAggregator(Aggregator):
             return Exchange(out)
         new = secure_meta_step(self.particles, out, self.cfg, self.adam)
         if new is not None:
+            masked = [m for m in responses.values() if isinstance(m, MaskedScores)]
+            self._noised([(m.dp_noise_multiplier, m.dp_clip) for m in masked], members=max(len(masked), 1))
             self.particles, self.adam = new
         return self._next(new is not None)
 

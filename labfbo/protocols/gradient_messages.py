@@ -1,0 +1,83 @@
+"""The messages of protocol ``gradient`` (PACD-BO): the particles request, a site's scores and the
+coordinator's particles (:mod:`labfbo.protocols.gradient`)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, model_serializer, model_validator
+
+from labfbo.messages import Array, Message, register
+from labfbo.protocols.gradient_wire import check_codes, dequantize, without_unset_scale
+from labfbo.protocols.secure_sum import digest
+
+
+@register
+class ParticlesRequest(Message):
+    """Coordinator -> site: the current particles; answer with your scores on them."""
+
+    kind: Literal["particles_request"] = "particles_request"
+    step: int
+    particles: Array
+    cohort: dict[str, str] | None = Field(None, description="secure aggregation: member -> public key")
+
+    @property
+    def dp_purpose(self) -> str:
+        """The DP noise stream of this request: keyed by the step *and* the particles, so an answer
+        to other particles never reuses noise (their difference would cancel it)."""
+        return dp_purpose(self.step, self.particles)
+
+
+def dp_purpose(step: int, particles: Array) -> str:
+    """The DP noise stream of one step's particles (as the site holds them)."""
+    return f"dp-noise/{step}/{digest(particles)[:32]}"
+
+
+@register
+class ScoreResponse(Message):
+    """Site -> coordinator: per-particle scores ``A_ik`` (K, P) and the site's data count.
+
+    With ``wire="compact"``, ``scores`` holds int8 codes and ``scale`` their block scales
+    (:mod:`labfbo.protocols.gradient_wire`); :meth:`values` reads either."""
+
+    kind: Literal["score"] = "score"
+    step: int
+    scores: Array
+    n_obs: int
+    dp_clip: float | None = None
+    dp_noise_multiplier: float | None = None
+    scale: Array | None = None
+
+    @model_serializer(mode="wrap")
+    def _lossless_as_before(self, handler: Any) -> Any:
+        return without_unset_scale(handler(self), self.scale)
+
+    @model_validator(mode="after")
+    def _codes_fit_their_scales(self) -> "ScoreResponse":
+        if self.scale is not None:
+            check_codes(self.scores, self.scale)
+        return self
+
+    def values(self) -> np.ndarray:
+        """The scores, float64 (decoded from the compact wire's codes if they came so)."""
+        return self.scores.numpy() if self.scale is None else dequantize(self.scores, self.scale)
+
+
+@register
+class ParticlesReply(Message):
+    """Coordinator -> site: the round's meta-learned particles (the guidance)."""
+
+    kind: Literal["particles"] = "particles"
+    particles: Array
+    dp_noise_ratio: float | None = Field(
+        None, ge=0.0, description="under DP: how large the noise in the score sums that trained these particles "
+        "was against their signal (the noise's l2 norm per particle over the largest norm the clipped scores can "
+        "sum to); above 1 the particles are mostly noise (left off the wire without DP)")
+
+    @model_serializer(mode="wrap")
+    def _no_ratio_without_dp(self, handler: Any) -> Any:
+        out = handler(self)
+        if self.dp_noise_ratio is None and isinstance(out, dict):
+            out.pop("dp_noise_ratio", None)
+        return out
