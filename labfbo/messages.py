@@ -110,6 +110,16 @@ class Message(BaseModel):
 M = TypeVar("M", bound=type[Message])
 
 
+def omit_unset(out: Any, message: BaseModel, *fields: str) -> Any:
+    """A message's dump ``out`` without those of ``fields`` that ``message`` leaves None: a field added
+    to a message later is left off the wire until used, so older messages keep their bytes."""
+    if isinstance(out, dict):
+        for key in fields:
+            if getattr(message, key) is None:
+                out.pop(key, None)
+    return out
+
+
 def register(cls: M) -> M:
     """Class decorator: make a message kind parseable (kinds must be unique)."""
     kind = cls.model_fields["kind"].default

@@ -197,16 +197,22 @@ def test_a_vote_that_did_not_leave_is_never_sealed_again() -> None:
     assert site.answer(VoteRequest(cohort={**three, "d": PUBLIC["d"]}, study="st"), data, 1).kind == "abstain"
 
 
-def test_a_vote_under_a_key_the_site_was_not_given_is_left_out() -> None:
-    """A recipient holds the voters' keys from its own vote request: an envelope with another key (a
-    coordinator sealing in a site's name) is refused."""
+def _site_c_asked(**request: object) -> tuple[VoteSite, dict[str, str]]:
+    """Site c of a, b, c after its vote request (``request``'s extra fields), and the cohort's keys."""
     design = np.random.default_rng(0).random((3, 2, 2))
     site = VoteSite(SPACE, VoteOptions(), SiteContext(site="c", site_index=2, n_sites=3, key_seed=KEYS["c"],
                                                       study_design=design))
     X = np.random.default_rng(1).random((4, 2))
     data = labfbo.protocols.base.SiteData(SPACE, X, -X.sum(1), None, np.zeros((0, 2)))
     cohort = {s: PUBLIC[s] for s in "abc"}
-    site.answer(VoteRequest(cohort=cohort, study="st"), data, 0)
+    site.answer(VoteRequest(cohort=cohort, study="st", **request), data, 0)
+    return site, cohort
+
+
+def test_a_vote_under_a_key_the_site_was_not_given_is_left_out() -> None:
+    """A recipient holds the voters' keys from its own vote request: an envelope with another key (a
+    coordinator sealing in a site's name) is refused."""
+    site, cohort = _site_c_asked()
     mallory = bytes([42]) * 32
     forged = seal_vote(OptimumVote(index=1, codebook=6).model_dump(), 0, "a", mallory,
                        {**cohort, "a": secagg.public_key(mallory)}, "st", 0).model_copy(update={"round": 0})
@@ -218,13 +224,7 @@ def test_a_vote_under_a_key_the_site_was_not_given_is_left_out() -> None:
 def test_a_peer_cannot_cast_a_vote_for_another_sites_rows() -> None:
     """b seals a vote that names a's row and claims a's roster index: the recipient knows the roster
     from its request, so the index inside must be that of the site that sealed it."""
-    design = np.random.default_rng(0).random((3, 2, 2))
-    site = VoteSite(SPACE, VoteOptions(), SiteContext(site="c", site_index=2, n_sites=3, key_seed=KEYS["c"],
-                                                      study_design=design))
-    X = np.random.default_rng(1).random((4, 2))
-    data = labfbo.protocols.base.SiteData(SPACE, X, -X.sum(1), None, np.zeros((0, 2)))
-    cohort = {s: PUBLIC[s] for s in "abc"}
-    site.answer(VoteRequest(cohort=cohort, roster=["a", "b", "c"], study="st"), data, 0)
+    site, cohort = _site_c_asked(roster=["a", "b", "c"])
     honest = seal_vote(OptimumVote(index=3, codebook=6).model_dump(), 1, "b", KEYS["b"], cohort, "st", 0)
     posing = seal_vote(OptimumVote(index=1, codebook=6).model_dump(), 0, "b", KEYS["b"], cohort, "st", 0)
     for vote, kept in ((honest, [0, 0, 0, 1, 0, 0]), (posing, None)):

@@ -9,7 +9,7 @@ import numpy as np
 from pydantic import Field, model_serializer, model_validator
 
 from labfbo.exceptions import ProtocolError
-from labfbo.messages import Array, Message, register
+from labfbo.messages import Array, Message, omit_unset, register
 from labfbo.models.figp import GuidanceField
 from labfbo.models.optimum_belief import choice_layout
 from labfbo.space import SearchSpace
@@ -60,12 +60,8 @@ class OptimumBelief(Message):
 
     @model_serializer(mode="wrap")
     def _no_default_schedule(self, handler: Any) -> Any:
-        out = handler(self)
-        if isinstance(out, dict):  # the messages of release_every=1 without DP are byte for byte as before
-            for key in ("release_every", "dp_noise_sd"):
-                if getattr(self, key) is None:
-                    out.pop(key, None)
-        return out
+        # the messages of release_every=1 without DP are byte for byte as before
+        return omit_unset(handler(self), self, "release_every", "dp_noise_sd")
 
     @model_validator(mode="after")
     def _shapes(self) -> "OptimumBelief":
@@ -97,10 +93,7 @@ class GuidancePacket(Message):
 
     @model_serializer(mode="wrap")
     def _no_noise_without_dp(self, handler: Any) -> Any:
-        out = handler(self)
-        if self.noise_sd is None and isinstance(out, dict):
-            out.pop("noise_sd", None)
-        return out
+        return omit_unset(handler(self), self, "noise_sd")
 
     @model_validator(mode="after")
     def _shapes(self) -> "GuidancePacket":

@@ -8,7 +8,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, model_serializer, model_validator
 
-from labfbo.messages import Array, Message, register
+from labfbo.messages import Array, Message, omit_unset, register
 from labfbo.protocols.gradient_wire import check_codes, dequantize, without_unset_scale
 from labfbo.protocols.secure_sum import digest
 
@@ -77,7 +77,4 @@ class ParticlesReply(Message):
 
     @model_serializer(mode="wrap")
     def _no_ratio_without_dp(self, handler: Any) -> Any:
-        out = handler(self)
-        if self.dp_noise_ratio is None and isinstance(out, dict):
-            out.pop("dp_noise_ratio", None)
-        return out
+        return omit_unset(handler(self), self, "dp_noise_ratio")

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, model_serializer, model_validator
 
-from labfbo.messages import Array, Message, register
+from labfbo.messages import Array, Message, omit_unset, register
 from labfbo.privacy.randomized_response import noise_parameter
 
 MAX_CODEBOOK = 4096
@@ -28,10 +28,7 @@ class VoteRequest(Message):
 
     @model_serializer(mode="wrap")
     def _no_unset_roster(self, handler: Any) -> Any:
-        out = handler(self)
-        if self.roster is None and isinstance(out, dict):
-            out.pop("roster", None)
-        return out
+        return omit_unset(handler(self), self, "roster")
 
 
 @register
