@@ -43,6 +43,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gradient-ucb": ("gradient", {"acquisition": "ucb", "beta": 4.0}),  # the default before qLogNEI
     "distribution-ucb": ("distribution", {"acquisition": "ucb", "beta": 4.0}),
     "surface-dp": ("surface", {"privacy": DP(clip=2.0, noise_multiplier=2.0)}),  # task-level, eps ~ 11.5 at 20 rounds
+    # how strongly a lab's agreement scale c is held to the others' surface (prior N(c0, s_c^2))
+    "surface-sd06": ("surface", {"scale_sd": 0.6}),
+    "surface-c05": ("surface", {"scale_mean": 0.5, "scale_sd": 0.5}),
     # the engine's candidate defaults on real, outlier-heavy yields
     "independent-auto": ("independent", {"noise_prior": "auto"}),
     "independent-winsorize": ("independent", {"output_transform": "winsorize"}),  # = today's defaults
