@@ -90,7 +90,8 @@ def test_every_protocol_defaults_to_the_engines_acquisition_and_keeps_ucb_by_nam
     from labfbo.protocols import get_protocol, parse_options
 
     cls = get_protocol(protocol)
-    assert parse_options(cls, {}).acquisition == "ei"
+    # consensus keeps qLogNEI: LogEI with the consensus prior lost Wing Weight (docs/protocols/consensus.md)
+    assert parse_options(cls, {}).acquisition == ("nei" if protocol == "consensus" else "ei")
     paper = parse_options(cls, {"acquisition": "ucb", "beta": 4.0})
     assert (paper.acquisition, paper.beta) == ("ucb", 4.0)
 
