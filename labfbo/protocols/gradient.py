@@ -329,10 +329,11 @@ class GradientAggregator(Aggregator):
         if isinstance(message, ScoreResponse):
             if message.step != self.step:
                 raise Inadmissible(f"scores for step {message.step}, not the step in progress ({self.step})")
-            A = message.values()
-            if A.shape != tuple(self.particles.shape):
-                raise Inadmissible(f"scores of shape {A.shape} for particles of shape {tuple(self.particles.shape)}")
-            if not np.all(np.isfinite(A)) or message.n_obs < 1:
+            shape = tuple(message.scores.shape)  # the compact wire's codes have the scores' shape: no decoding here
+            if shape != tuple(self.particles.shape):
+                raise Inadmissible(f"scores of shape {shape} for particles of shape {tuple(self.particles.shape)}")
+            finite = np.all(np.isfinite(message.scores.numpy() if message.scale is None else message.scale.numpy()))
+            if not finite or message.n_obs < 1:
                 raise Inadmissible("scores that are not finite, or no observations behind them")
         elif isinstance(message, MaskedScores) and message.step != self.step:
             raise Inadmissible(f"a masked upload for step {message.step}, not the step in progress ({self.step})")
