@@ -80,6 +80,7 @@ class ReactionJob:
     n_init: int = 3
     budget: int = 20
     data: str | None = None
+    stock: str | None = None  # a parameter of which each lab lacks a different quarter of the choices
 
     def fingerprint(self) -> str | None:
         """The method's complete option set, hashed (None for the pooled reference, which has none)."""
@@ -93,6 +94,37 @@ def method_options(method: str) -> tuple[str, dict[str, Any]]:
     from labfbo_bench.privacy_grid import reaction_variant
 
     return VARIANTS.get(method) or reaction_variant(method) or (method, {})
+
+
+def lab_stock(data: ReactionData, param: str | None, lab: int) -> list[tuple] | None:
+    """The combinations lab ``lab`` stocks when each lab lacks a different quarter of ``param``'s
+    choices (lab ``i`` lacks quarter ``i mod 4``; None: it stocks everything)."""
+    if param is None:
+        return None
+    j = data.space.names.index(param)
+    choices = list(data.space.params[j].choices)
+    quarter = max(1, len(choices) // 4)
+    lacks = set(choices[(lab % 4) * quarter:(lab % 4 + 1) * quarter]) if (lab % 4) * quarter < len(choices) else set()
+    return [c for c in data.combos() if c[j] not in lacks]
+
+
+def stocked(data: ReactionData, param: str | None) -> tuple[ReactionData, list[list[tuple] | None]]:
+    """The data as the labs of a stock scenario see it (each lab's table cut to what it stocks, so
+    its regret is against the best it can run) and each lab's stock."""
+    stocks = [lab_stock(data, param, i) for i in range(len(data.labs))]
+    if param is None:
+        return data, stocks
+    tables = tuple({c: y for c, y in t.items() if c in set(s)} for t, s in zip(data.tables, stocks))
+    return ReactionData(data.space, data.labs, tables, data.source), stocks
+
+
+def lab_space(data: ReactionData, stock: list[tuple] | None) -> Any:
+    """The lab's own space: the data's, with its stock as ``allowed=`` (kept at the lab)."""
+    from labfbo.space import SearchSpace
+
+    if stock is None:
+        return data.space
+    return SearchSpace(list(data.space.params), allowed=[dict(zip(data.space.names, c)) for c in stock])
 
 
 def _key(data: ReactionData, params: dict[str, Any]) -> tuple:
@@ -131,14 +163,20 @@ def run_protocol(job: ReactionJob, data: ReactionData) -> dict[str, Any]:
     names = [f"lab{i}" for i in range(len(data.labs))]
     protocol, options = method_options(job.method)
     options = {k: v for k, v in options.items() if k not in DATA_OPTIONS}
-    coord = None if protocol == "independent" else Coordinator(
-        protocol, sites=names, space=data.space, seed=job.seed, horizon=job.budget, **options)
-    opts = [Optimizer(data.space, objective="maximize", protocol=protocol, coordinator=coord, site=n,
+    data, stocks = stocked(data, job.stock)
+    spaces = [lab_space(data, s) for s in stocks]
+    coord = None if protocol == "independent" else Coordinator(  # given the first lab's space, stock and all
+        protocol, sites=names, space=spaces[0], seed=job.seed, horizon=job.budget, **options)
+    opts = [Optimizer(spaces[i], objective="maximize", protocol=protocol, coordinator=coord, site=n,
                       seed=job.seed, n_init=job.n_init, horizon=job.budget,
                       secret=int_seed(job.seed, i, 0, "site-secret"), **options) for i, n in enumerate(names)]
     track = _Tracker(data, job.budget)
+    out_of_stock = [0] * len(opts)
+    have = [None if s is None else set(s) for s in stocks]
 
     def evaluate(i: int, trial: Any) -> None:
+        if have[i] is not None and _key(data, trial.params) not in have[i]:
+            out_of_stock[i] += 1  # never expected: a lab is proposed only what it stocks
         y = track.run(i, _key(data, trial.params))
         if y is None:
             opts[i].tell_failed(trial, "combination not in this lab's data")
@@ -146,7 +184,7 @@ def run_protocol(job: ReactionJob, data: ReactionData) -> dict[str, Any]:
             opts[i].tell(trial, y)
 
     for i, opt in enumerate(opts):
-        for combo in initial_design(data, i, job.seed, job.n_init):
+        for combo in initial_design(data, i, job.seed, job.n_init, stocks[i]):
             evaluate(i, opt.enqueue(dict(zip(data.space.names, combo))))
     track.mark(0)
     ask_s = np.zeros((len(opts), job.budget))
@@ -165,7 +203,7 @@ def run_protocol(job: ReactionJob, data: ReactionData) -> dict[str, Any]:
         o.close()
     return {"regret": track.regret().tolist(), "failed": track.failed.tolist(),
             "ask_seconds": float(ask_s.mean()), "bytes_up_per_site_round": bytes_up / (len(opts) * job.budget),
-            "epsilon": epsilon}
+            "epsilon": epsilon, "out_of_stock": out_of_stock}
 
 
 def run_pooled(job: ReactionJob, data: ReactionData) -> dict[str, Any]:
@@ -179,6 +217,8 @@ def run_pooled(job: ReactionJob, data: ReactionData) -> dict[str, Any]:
     from labfbo.models.gp import as_tensor
     from labfbo.protocols.pooled import fit_multitask_gp
 
+    data, stocks = stocked(data, job.stock)
+    have = [None if s is None else set(s) for s in stocks]
     combos = data.combos()
     index = {c: k for k, c in enumerate(combos)}
     feats = FeatureMap(data.space, one_hot=True).numpy(data.space.encode([dict(zip(data.space.names, c))
@@ -195,7 +235,7 @@ def run_pooled(job: ReactionJob, data: ReactionData) -> dict[str, Any]:
             obs[i].append((k, y))
 
     for i in range(L):
-        for combo in initial_design(data, i, job.seed, job.n_init):
+        for combo in initial_design(data, i, job.seed, job.n_init, stocks[i]):
             evaluate(i, index[combo])
     track.mark(0)
     ask_s = []
@@ -206,7 +246,8 @@ def run_pooled(job: ReactionJob, data: ReactionData) -> dict[str, Any]:
         model = fit_multitask_gp(np.array([r for r, _ in rows]), Y, int_seed(job.seed, 0, t, "pooled-fit"))
         picks = []
         for i in range(L):
-            cand = [k for k in range(len(combos)) if k not in tried[i]]
+            cand = [k for k in range(len(combos)) if k not in tried[i]
+                    and (have[i] is None or combos[k] in have[i])]
             best = max((y for _, y in obs[i]), default=float(Y.min()))
             w = torch.zeros(L, dtype=torch.float64)
             w[i] = 1.0
@@ -221,13 +262,18 @@ def run_pooled(job: ReactionJob, data: ReactionData) -> dict[str, Any]:
             "ask_seconds": float(np.mean(ask_s)), "bytes_up_per_site_round": float("nan")}
 
 
-def random_regret(data: ReactionData, n_init: int, budget: int) -> np.ndarray:
+def random_regret(data: ReactionData, n_init: int, budget: int, stock: str | None = None) -> np.ndarray:
     r"""Exact expected regret ``(labs, budget + 1)`` of sampling combinations without
     replacement: with the values sorted :math:`v_1 \ge \dots \ge v_M` (a missing combination
     counts 0), :math:`P(\text{best of } n \text{ is } v_k) = \binom{M-k}{n-1} / \binom{M}{n}`."""
+    data, stocks = stocked(data, stock)
     out = np.zeros((len(data.labs), budget + 1))
     for i in range(len(data.labs)):
-        v = np.sort(np.nan_to_num(data.yields(i), nan=0.0).clip(min=0.0))[::-1]
+        v = np.nan_to_num(data.yields(i), nan=0.0).clip(min=0.0)
+        if stocks[i] is not None:  # sampled among what the lab stocks
+            have = set(stocks[i])
+            v = v[[c in have for c in data.combos()]]
+        v = np.sort(v)[::-1]
         M = len(v)
         for t in range(budget + 1):
             n = min(n_init + t, M)
@@ -252,8 +298,8 @@ def run_reaction_job(job: ReactionJob) -> str:
 
 
 def jobs(out: str, scenarios: dict[str, tuple[str, ...]], methods: Sequence[str], seeds: Sequence[int],
-         budget: int = 20, data: str | None = None) -> list[ReactionJob]:
-    tag = "shipped" if data is None else Path(data).stem
+         budget: int = 20, data: str | None = None, stock: str | None = None) -> list[ReactionJob]:
+    tag = ("shipped" if data is None else Path(data).stem) + ("" if stock is None else f"-stock-{stock}")
     return [ReactionJob(path=str(Path(out) / tag / name / m / f"seed{s}.json"), scenario=name, labs=labs,
-                        method=m, seed=s, budget=budget, data=data)
+                        method=m, seed=s, budget=budget, data=data, stock=stock)
             for name, labs in scenarios.items() for m in methods if m != "random" for s in seeds]

@@ -35,10 +35,10 @@ def _cell(per_seed: np.ndarray) -> str:
 
 
 def scenario_table(data: ReactionData, name: str, labs: tuple[str, ...], recs: dict[tuple[str, str], list],
-                   methods: Sequence[str], n_init: int, budget: int) -> str:
+                   methods: Sequence[str], n_init: int, budget: int, stock: str | None = None) -> str:
     sub = data.subset(labs)
     marks = [c for c in rx.CHECKPOINTS if c <= budget] or [budget]
-    rand = rx.random_regret(sub, n_init, budget)
+    rand = rx.random_regret(sub, n_init, budget, stock)
     mean_at: dict[str, np.ndarray] = {}
     lab_at: dict[str, np.ndarray] = {}
     for m in methods:
@@ -50,7 +50,9 @@ def scenario_table(data: ReactionData, name: str, labs: tuple[str, ...], recs: d
             + f" | transfer eff. @{marks[1] if len(marks) > 1 else marks[0]} | transfer eff. @{marks[-1]}"
             + " | worst lab vs alone " + " / ".join(f"@{c}" for c in marks)
             + " | s / ask | bytes up / site-round | failed |")
-    lines = [f"**({name})** {len(labs)} labs, {describe(data, labs)}: " + ", ".join(labs), "", head,
+    stocked = "" if stock is None else (f"; each lab lacks a different quarter of the {stock} choices (its own "
+                                        "allowed=), regret against the best it stocks")
+    lines = [f"**({name})** {len(labs)} labs, {describe(data, labs)}: " + ", ".join(labs) + stocked, "", head,
              "|---|---:|" + "---:|" * (len(marks) + 6)]
     alone, pooled = mean_at.get("independent"), mean_at.get("pooled")
     for m in methods:
@@ -78,13 +80,15 @@ def scenario_table(data: ReactionData, name: str, labs: tuple[str, ...], recs: d
         up = f"{np.mean([r['bytes_up_per_site_round'] for r in rs]):.0f}" if rs and m != "pooled" else (
             "raw data" if m == "pooled" else "0")
         failed = f"{np.mean([np.sum(r['failed']) for r in rs]):.1f}" if rs else "—"
+        if any(sum(r.get("out_of_stock", [])) for r in rs):
+            failed += f" ({sum(sum(r['out_of_stock']) for r in rs)} out of stock)"
         seeds = "exact" if m == "random" else str(len(A))
         lines.append(f"| {m} | {seeds} | " + " | ".join(cells) + f" | {te[0]} | {te[1]} | {worst} | {s_ask} | {up} | {failed} |")
     return "\n".join(lines)
 
 
 def plot(data: ReactionData, scen: dict[str, tuple[str, ...]], recs: dict, methods: Sequence[str], n_init: int,
-         budget: int, path: Path) -> None:
+         budget: int, path: Path, stock: str | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -94,7 +98,7 @@ def plot(data: ReactionData, scen: dict[str, tuple[str, ...]], recs: dict, metho
     x = n_init + np.arange(budget + 1)
     for ax, (name, labs) in zip(axes[0], scen.items()):
         for m in methods:
-            C = rx.random_regret(data.subset(labs), n_init, budget)[None] if m == "random" else curves(recs.get((name, m), []))
+            C = rx.random_regret(data.subset(labs), n_init, budget, stock)[None] if m == "random" else curves(recs.get((name, m), []))
             if len(C):
                 ax.plot(x, C.mean(axis=(0, 1)), label=m, ls="--" if m in ("random", "pooled") else "-")
         ax.set_title(f"({name}) {len(labs)} labs")
@@ -115,17 +119,18 @@ def run(args: argparse.Namespace) -> int:
     names = ["a"] if args.quick and not args.scenarios else (args.scenarios or list(every))
     scen = {n: every[n] for n in names}
     seeds = list(range(args.seeds if args.seeds is not None else (3 if args.quick else 5)))
-    jobs = rx.jobs(args.out, scen, args.methods, seeds, budget=args.budget, data=args.data)
+    jobs = rx.jobs(args.out, scen, args.methods, seeds, budget=args.budget, data=args.data, stock=args.stock)
     cmd = "labfbo bench reactions " + " ".join(sys.argv[3:])
     todo = sum(not Path(j.path).exists() for j in jobs)
     print(f"{cmd}\n{data.source}\n{len(jobs)} campaigns ({todo} to do), cache: {args.out}")
     run_with_progress(jobs, rx.run_reaction_job, args.workers, "reactions", args.report_only)
     recs = _load(jobs)
-    text = "\n\n".join(scenario_table(data, n, labs, recs, args.methods, 3, args.budget) for n, labs in scen.items())
+    text = "\n\n".join(scenario_table(data, n, labs, recs, args.methods, 3, args.budget, args.stock)
+                       for n, labs in scen.items())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     png = out / "reactions.png"
-    plot(data, scen, recs, args.methods, 3, args.budget, png)
+    plot(data, scen, recs, args.methods, 3, args.budget, png, args.stock)
     (out / "summary.md").write_text(f"# reactions suite\n\n`{cmd}`\n\n{data.source}\n\n{text}\n\nplot: {png}\n")
     print(text + f"\n\nplot: {png}")
     return 0
@@ -146,6 +151,8 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                     "variants studied: " + ", ".join(rx.VARIANTS))
     rp.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 5; 3 with --quick)")
     rp.add_argument("--budget", type=int, default=20, help="BO iterations per lab after 3 initial experiments")
+    rp.add_argument("--stock", default=None, metavar="PARAM", help="labs with different stock: each lacks a different "
+                    "quarter of PARAM's choices (lab i quarter i mod 4; e.g. ligand), passing its own allowed=")
     rp.add_argument("--workers", type=int, default=2)
     rp.add_argument("--report-only", action="store_true", help="run nothing; report the cached runs")
     rp.add_argument("--out", default="runs/bench/reactions")

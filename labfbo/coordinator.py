@@ -119,7 +119,8 @@ class Coordinator:
         self.horizon = horizon
         self.study = study
         # the shared space only: a site's own nonlinear constraints (code) never reach the coordinator
-        self.space = None if space is None else SearchSpace.model_validate(space.model_dump(mode="json"))
+        # the study's part of a space: a lab's stock (allowed) and nonlinear constraints stay with the lab
+        self.space = None if space is None else space.shared()
         self.space_set_by: str | None = None  # the site whose join set the space (None: pinned or none yet)
         if space is not None:
             self.protocol_cls.check_space(space)
@@ -156,10 +157,11 @@ class Coordinator:
         Every check comes first (protocol, shared options, space, privacy floor, horizon,
         membership): a refused site changes nothing, not even the space of a study that has
         none pinned yet (the first site admitted sets it)."""
-        space = SearchSpace.model_validate(request.space)
-        if request.space_hash != space.fingerprint():
+        sent = SearchSpace.model_validate(request.space)
+        if request.space_hash != sent.fingerprint():
             raise FederationError(f"site {request.site!r}: the space it sent does not match its space_hash "
                                   "(a join is checked against the space it carries)")
+        space = sent.shared()  # a join from an older site may carry its stock: the study never keeps it
         if request.protocol != self.protocol:
             raise FederationError(f"site {request.site!r} runs protocol {request.protocol!r}, "
                                   f"the study runs {self.protocol!r}")
@@ -168,7 +170,7 @@ class Coordinator:
             self.protocol_cls.check_space(space)
             study_space = space
         self._check_options(request)
-        if request.space_hash != study_space.fingerprint():
+        if space.fingerprint() != study_space.fingerprint():
             raise FederationError(self._space_refusal(request, space, study_space))
         if self.privacy_floor is not None:
             self.privacy_floor.check(request.site, request.privacy)
@@ -242,9 +244,6 @@ class Coordinator:
 
     def _space_refusal(self, request: JoinRequest, space: SearchSpace, study: SearchSpace) -> str:
         """Why ``request``'s space is not the study's: each difference, the study's side and the lab's."""
-        if space.fingerprint() != request.space_hash:
-            return (f"site {request.site!r} sent a space that does not match its own hash ({request.space_hash} "
-                    f"!= {space.fingerprint()}): a damaged or altered join")
         if self.space_set_by is None:
             origin = "the study's space is pinned in its configuration (space: in consortium.yaml, or Coordinator(space=...))"
         else:
@@ -253,7 +252,7 @@ class Coordinator:
                       "--space`, or Coordinator(space=...))")
         return (f"site {request.site!r} has a different search space than the study: {study_difference(study, space)}"
                 f". Change this lab's space to the study's, or ask the operator; {origin} "
-                f"(space hash: the study {study.fingerprint()}, this lab {request.space_hash})")
+                f"(space hash: the study {study.fingerprint()}, this lab {space.fingerprint()})")
 
     def _check_horizon(self, site: str, privacy: PrivacyDeclaration | None) -> None:
         """A site whose DP budget is yet to be calibrated plans its releases over a horizon: its own

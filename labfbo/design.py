@@ -1,9 +1,11 @@
 """The study's initial design: one scrambled Latin hypercube dealt to its sites.
 
-The coordinator deals it at join (:func:`collaborative_design`); a site recomputes the
-whole of it from the study's seed when its protocol needs the others' rows
-(:func:`study_design`), and repairs its own rows to its local constraints
-(:func:`design_rows`). A site on its own draws its own hypercube.
+The coordinator deals it at join (:func:`collaborative_design`, over the study's shared
+space); a site recomputes the whole of it from the study's seed when its protocol needs the
+others' rows (:func:`study_design`), and fits its own rows to what it can run
+(:func:`design_rows`): a lab with its own stock (``allowed``) takes its cells of the same
+hypercube snapped to that stock, and any lab repairs them to its nonlinear constraints. A
+site on its own draws its own hypercube.
 """
 
 from __future__ import annotations
@@ -39,12 +41,23 @@ def study_design(space: SearchSpace, n_init: int, join_reply: Any) -> np.ndarray
     not say its seed or dealt this site other rows."""
     if join_reply is None or join_reply.study_seed is None or n_init <= 0:
         return None
-    shared = SearchSpace.model_validate(space.model_dump(mode="json"))  # as the coordinator holds it: no local constraints
+    shared = space.shared()  # as the coordinator holds it: no stock, no local constraints
     full = collaborative_design(shared, join_reply.n_sites, n_init, join_reply.study_seed)
     mine = join_reply.design.numpy().reshape(-1, space.dim)
     if mine.shape != full[join_reply.site_index].shape or not np.allclose(mine, full[join_reply.site_index]):
         return None
     return full
+
+
+def stocked_rows(space: SearchSpace, rows: np.ndarray, join_reply: Any, seed: int) -> np.ndarray:
+    """A lab's dealt design cells fitted to its own stock: its rows of the study's hypercube laid
+    out again over the space with the lab's ``allowed`` table (the same points, snapped to what it
+    stocks, repeats replaced — with every lab's stock alike, exactly the cells the coordinator
+    dealt before stock was site-local); without the study's seed, the dealt rows snapped."""
+    if join_reply.study_seed is None or not len(rows):
+        return space.design(rows, seed)
+    stock = SearchSpace.model_validate(space.model_dump(mode="json"))  # the stock, no nonlinear constraints
+    return collaborative_design(stock, join_reply.n_sites, len(rows), join_reply.study_seed)[join_reply.site_index]
 
 
 def design_rows(space: SearchSpace, n_init: int, seed: int, join_reply: Any, repair_seed: int) -> np.ndarray:
@@ -53,6 +66,8 @@ def design_rows(space: SearchSpace, n_init: int, seed: int, join_reply: Any, rep
     hypercube of ``n_init`` points drawn from ``(seed, 0, 0, "design")``."""
     if join_reply is not None:
         rows = join_reply.design.numpy().reshape(-1, space.dim)
+        if space.allowed is not None:
+            rows = stocked_rows(space, rows, join_reply, repair_seed)
         return space.repair(rows, repair_seed) if space.local_constraints else rows
     if not n_init:
         return np.zeros((0, space.dim))

@@ -7,13 +7,15 @@ parameter**, in the order the parameters were declared (each parameter's coding 
 the grid, and :meth:`SearchSpace.snap` rounds any point onto it.
 
 ``allowed`` (optional) lists the combinations of discrete parameters a lab can run (the
-reagents in stock, the plate layouts that exist): every proposal is one of them.
+reagents in stock, the plate layouts that exist): every proposal is one of them. It is the
+lab's own stock: partners may stock different combinations of the same parameters.
 ``constraints`` (optional, :mod:`labfbo.constraints`): linear constraints over real
 parameters, forbidden combinations, and site-local nonlinear constraints. Forbidden
 combinations and ``allowed`` compile into one table of feasible combinations (the
-*table*); every grid method below reads it. ``allowed``, linear constraints and forbidden
-combinations are part of the study's identity (:meth:`SearchSpace.fingerprint`): partners
-must agree on them; nonlinear constraints are not (they stay with their site).
+*table*); every grid method below reads it. The study's identity is :meth:`SearchSpace.shared`
+(parameters, linear constraints, forbidden combinations): partners must agree on it; a lab's
+``allowed`` stock and its nonlinear constraints are not part of it and stay with their site
+(never sent). :meth:`SearchSpace.fingerprint` is the whole space's (a journal's) identity.
 
 Decoding clamps to the box, so ``decode`` always returns valid params in user units.
 """
@@ -269,8 +271,22 @@ class SearchSpace(_Checked):
         free = [j for j in grids if j not in self.allowed_dims()]
         return (len(self._table or ()) or 1) * math.prod(len(grids[j]) for j in free)
 
+    def shared(self) -> "SearchSpace":
+        """The study's part of this space: its parameters and shared constraints (linear,
+        forbidden), without the lab's stock (``allowed``) or its nonlinear constraints. A site sends
+        only this at join; the coordinator, the study's design and every public seed a protocol
+        derives from the space (a Fourier basis, a codebook) read only this, so labs with other
+        stock share them. A space without ``allowed`` has the same fingerprint as its shared part."""
+        if self.allowed is None and not self._local:
+            return self
+        data = self.model_dump(mode="json", exclude_none=True)
+        data.pop("allowed", None)
+        data.pop("allowed_names", None)
+        return SearchSpace.model_validate(data)
+
     def fingerprint(self) -> str:
-        """A stable hash of the space's canonical JSON (used when a site joins)."""
+        """A stable hash of the space's canonical JSON, stock included (a journal's space; the
+        study's identity is ``shared().fingerprint()``)."""
         canon = json.dumps(self.model_dump(mode="json", exclude_none=True), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 

@@ -62,6 +62,19 @@ def _set_difference(what: str, a: Sequence[Any], b: Sequence[Any], sa: str, sb: 
     return " and ".join(parts) + f" ({sa} has {_listed(a)}, {sb} {_listed(b)})"
 
 
+def _choice_difference(a: Sequence[Any], b: Sequence[Any], sa: str, sb: str) -> str:
+    """How two choice lists differ; with no choice in common said so, and a list that is part of
+    the other's told how a lab stocks only some choices (``allowed=``, which stays with the lab)."""
+    only_a, only_b = _only(a, b)
+    if len(only_a) == len(a) and len(only_b) == len(b):
+        return f"{sa} and {sb} have no choice in common ({sa}: {_listed(a)}, {sb}: {_listed(b)})"
+    text = _set_difference("choices", a, b, sa, sb)
+    if bool(only_a) != bool(only_b):
+        text += (" - a lab that stocks only some choices lists them all, in the same order, and gives its "
+                 "stock with allowed= (the stock stays with the lab, partners may stock others)")
+    return text
+
+
 def _describe(p: Any) -> str:
     """A parameter's type and range, in a few words (``real [150.0, 250.0]``)."""
     if p.type == "categorical":
@@ -83,7 +96,7 @@ def param_differences(a: Any, b: Any, sa: str, sb: str) -> list[str]:
     out = []
     if a.type == "categorical":
         if a.choices != b.choices:
-            out.append(f"{head}: {_set_difference('choices', a.choices, b.choices, sa, sb)}")
+            out.append(f"{head}: {_choice_difference(a.choices, b.choices, sa, sb)}")
         elif a.descriptors != b.descriptors:
             if a.descriptors is None or b.descriptors is None:
                 has, lacks = (sa, sb) if b.descriptors is None else (sb, sa)

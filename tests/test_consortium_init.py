@@ -62,6 +62,14 @@ def test_init_writes_a_config_that_loads_with_the_space_pinned_and_tokens_apart(
     assert cfg.coordinator().space.fingerprint() == SPACE.fingerprint()
 
 
+def test_init_from_a_lab_space_with_stock_pins_the_parameters_only(tmp_path, capsys) -> None:
+    stock = labfbo.SearchSpace(list(SPACE.params), allowed=[{"ligand": "XPhos"}, {"ligand": "SPhos"}])
+    assert _init(tmp_path, "--horizon", "20", space=stock) == 0
+    assert "a lab's stock, which stays with the lab" in capsys.readouterr().out
+    cfg = ServerConfig.load(tmp_path / "consortium.yaml")
+    assert "allowed" not in cfg.space and cfg.coordinator().space.fingerprint() == SPACE.fingerprint()
+
+
 def test_init_refuses_to_overwrite_without_force_and_force_makes_new_tokens(tmp_path, capsys) -> None:
     assert _init(tmp_path) == 0
     before = (tmp_path / "consortium.yaml").read_text()

@@ -103,14 +103,6 @@ def test_bad_allowed_tables_are_refused() -> None:
         SearchSpace([Categorical("c", ["a", "b"])], allowed=[])
 
 
-def test_a_partner_with_other_allowed_combinations_is_refused_naming_the_difference() -> None:
-    coord = labfbo.Coordinator("distribution", sites=["a", "b"], seed=0, horizon=3)
-    labfbo.Optimizer(_reagents(allowed=STOCK), protocol="distribution", coordinator=coord, site="a", seed=0)
-    with pytest.raises(labfbo.FederationError, match=r"allowed combinations \(over \['base', 'ligand'\]\) differ: 1 "
-                       r"only in the study's space .*, 0 only in this lab's space"):
-        labfbo.Optimizer(_reagents(allowed=STOCK[:2]), protocol="distribution", coordinator=coord, site="b", seed=0)
-
-
 def test_feature_map_uses_scaled_descriptors_or_one_hot() -> None:
     space = _reagents()
     X = space.encode([{"base": "DBU", "ligand": "SPhos", "conc": 0.1, "T": 45.0}])

@@ -163,9 +163,11 @@ def _smiles_of(df: "pd.DataFrame", params: Sequence[str], smiles: str | Path | N
     return out
 
 
-def initial_design(data: ReactionData, lab: int, seed: int, n: int) -> list[tuple]:
-    """The lab's ``n`` initial combinations (distinct; the same for every method)."""
-    combos = data.combos()
+def initial_design(data: ReactionData, lab: int, seed: int, n: int,
+                   stock: Sequence[tuple] | None = None) -> list[tuple]:
+    """The lab's ``n`` initial combinations (distinct; the same for every method), drawn from
+    ``stock`` (the combinations it can run) when given, else from the whole space."""
+    combos = data.combos() if stock is None else list(stock)
     pick = rng(seed, lab, 0, "reaction-design").choice(len(combos), size=n, replace=False)
     return [combos[int(k)] for k in pick]
 

@@ -87,7 +87,8 @@ class SurfaceFeatures:
         d_o = len(self.ordered)
         self.pairs = [(a, b) for i, a in enumerate(self.ordered) for b in self.ordered[i + 1:]]
         m = fourier if d_o else 0
-        gen = rng(int(space.fingerprint()[:15], 16), 0, 0, "surface-fourier-basis")  # a function of the space
+        # a function of the study's space alone (not of a lab's stock): every lab draws the same basis
+        gen = rng(int(space.shared().fingerprint()[:15], 16), 0, 0, "surface-fourier-basis")
         self.omega = torch.as_tensor(gen.normal(0.0, 1.0 / lengthscale, (d_o, m)), dtype=DTYPE)
         self.phase = torch.as_tensor(gen.uniform(0.0, 2 * math.pi, m), dtype=DTYPE)
         #: the Fourier features' amplitude sqrt(2/F) (Rahimi & Recht): with unit-variance weights their sum

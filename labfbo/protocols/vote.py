@@ -120,9 +120,10 @@ def codebook(space: SearchSpace, size: int) -> np.ndarray:
     """The study's public codebook: ``size`` scrambled Sobol points of the unit cube, snapped to
     the space, from a seed that is a function of the space alone. Never a sample of the feasible
     set: a site's own nonlinear constraints would then give it other points than the others'."""
-    seed = int_seed(int(space.fingerprint()[:15], 16), 0, 0, "vote-codebook")
+    shared = space.shared()  # not a lab's stock: every lab names the same points
+    seed = int_seed(int(shared.fingerprint()[:15], 16), 0, 0, "vote-codebook")
     m = int(np.ceil(np.log2(max(size, 2))))
-    return space.snap(qmc.Sobol(space.dim, scramble=True, seed=np.random.default_rng(seed)).random_base2(m)[:size])
+    return shared.snap(qmc.Sobol(space.dim, scramble=True, seed=np.random.default_rng(seed)).random_base2(m)[:size])
 
 
 def choice_set(space: SearchSpace, size: int | str, context: Any) -> tuple[np.ndarray | None, np.ndarray]:

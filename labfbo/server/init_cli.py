@@ -67,7 +67,7 @@ def build(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
         config["options"] = dict(_option(o) for o in args.option)
     if args.privacy_floor is not None:
         config["privacy_floor"] = {"epsilon": args.privacy_floor}
-    config["space"] = space.model_dump(mode="json", exclude_none=True)
+    config["space"] = space.shared().model_dump(mode="json", exclude_none=True)  # a lab's stock stays with it
     config["admin_token_sha256"] = admin_digest
     config["sites"] = {s: digest for s, (_, digest) in tokens.items()}
     if args.state:
@@ -133,9 +133,9 @@ def run(args: argparse.Namespace) -> int:
           f"({n} parameter{'s' * (n != 1)})")
     print(f"wrote {tokens_out} (mode 0600): each site's token and the admin token, shown nowhere else; "
           "give each lab its own token over a private channel")
-    if "allowed" in config["space"]:
-        print("note: the space lists allowed combinations: they are part of the study's space, so every lab "
-              "must list the same ones")
+    if read_space(args.space).allowed is not None:
+        print(f"note: {args.space} lists allowed combinations: a lab's stock, which stays with the lab; the "
+              "study pins the parameters only, and each lab gives its own allowed= (partners may stock others)")
     print(f"next: labfbo coordinator serve --config {out}")
     return 0
 

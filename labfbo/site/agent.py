@@ -91,8 +91,9 @@ class SiteAgent:
         s, st, protocol = self.setup, self.store.state, self.setup.protocol
         kind = type(protocol)
         if self.link is not None:
-            req = JoinRequest(site=s.site, protocol=protocol.name, study="", space_hash=s.space.fingerprint(),
-                              space=s.space.model_dump(mode="json"), n_init=s.n_init,
+            shared = s.space.shared()  # the study's part: the lab's stock (allowed) is never sent
+            req = JoinRequest(site=s.site, protocol=protocol.name, study="", space_hash=shared.fingerprint(),
+                              space=shared.model_dump(mode="json"), n_init=s.n_init,
                               local_constraints=[g.name for g in s.space.local_constraints],
                               privacy=declaration(protocol.privacy, self.horizon), shared_options=protocol.shared)
             self.ledger.record_sent(req)
