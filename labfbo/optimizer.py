@@ -447,6 +447,8 @@ class Optimizer:
             X = np.asarray(self.agent.logic.propose(data, guidance, m, t), dtype=np.float64)
         if X.shape != (m, self.space.dim):
             raise LabFBOError(f"protocol {self.protocol!r} proposed shape {X.shape}, expected {(m, self.space.dim)}")
+        if (transfer := self.agent.logic.transfer()) is not None:
+            clock = {**clock, "transfer": transfer}
         gen = rng(self.seed, self.context.site_index, t, "dedupe" if not uses else f"dedupe/{uses}")
         X = dedupe(self.space, self.space.snap(X), data.pending, gen)
         if self.space.local_constraints:  # the protocol's own points (e.g. a consensus average) meet them too

@@ -18,7 +18,8 @@ Versions:
   ``traffic`` (each message's direction, kind, round and size) and ``guidance`` (the
   guidance a federated site received, summarized) — what a campaign report reads; and
   a ``release``'s ``reported`` (the option a randomized response reported: a restarted
-  ``vote`` site repeats it instead of voting again); ``retract`` (a told result withdrawn).
+  ``vote`` site repeats it instead of voting again); ``retract`` (a told result withdrawn);
+  an ``ask``'s ``transfer`` (:class:`TransferEstimate`).
 """
 
 from __future__ import annotations
@@ -75,14 +76,28 @@ class TrialEntry(BaseModel):
     metadata: Metadata = {}
 
 
+class TransferEstimate(BaseModel):
+    """What the partners' information was worth to this lab when it proposed
+    (:mod:`labfbo.models.transfer`): its held-out prediction error without and with it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    n: Count  # the lab's results it is estimated from
+    alone: FiniteFloat  # leave-one-out RMSE on a constant prior mean (standardized units)
+    shared: FiniteFloat  # ... with the partners' information in the prior mean
+    gain: FiniteFloat  # 1 - shared / alone: the share of the held-out error it removes
+    scale: FiniteFloat | None = None  # surface: the agreement scale c the lab's GP fitted
+
+
 class Ask(_Record):
-    """A batch of trials from ``ask()``; federated asks add the clock's fields."""
+    """A batch of trials from ``ask()``; federated asks add the clock's fields, and a protocol
+    that estimates what the partners' information is worth adds ``transfer``."""
 
     op: Literal["ask"] = "ask"
     trials: list[TrialEntry]
     model_round: bool = False
     guidance_round: Count | None = None  # present (maybe None) on federated asks since the site clock
     seen: Count | None = None
+    transfer: TransferEstimate | None = None
 
 
 class Enqueue(_Record):

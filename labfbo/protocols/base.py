@@ -30,6 +30,7 @@ from labfbo.exceptions import ConfigurationError, ProtocolError
 from labfbo.messages import Abstain, Message
 from labfbo.privacy.dp import DP
 from labfbo.privacy.release import Release
+from labfbo.records import TransferEstimate
 from labfbo.seeding import int_seed, stable_hash
 from labfbo.space import SearchSpace
 from labfbo.suggest import did_you_mean
@@ -127,6 +128,12 @@ class SiteLogic(ABC):
 
     def expect(self, n: int) -> None:
         """The site is about to ask for ``n`` points (called before its round's guidance)."""
+
+    def transfer(self) -> TransferEstimate | None:
+        """What the partners' information was worth to the last proposal, estimated from this
+        site's data (:mod:`labfbo.models.transfer`), journaled with the ask and shown in the
+        campaign report; None: this protocol does not estimate it, or the proposal used none."""
+        return None
 
     def answer(self, request: Message, data: SiteData, round: int) -> Message:
         """Answer one coordinator request from local data only."""

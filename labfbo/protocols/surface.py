@@ -64,6 +64,7 @@ from pydantic import BaseModel, Field, model_validator
 from labfbo.exceptions import ConfigurationError
 from labfbo.messages import Abstain, Array, Message
 from labfbo.models.gp import fit_local_gp, predict
+from labfbo.models.transfer import held_out_gain
 from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, packed_size, private_statistics,
                                    ridge_weights, site_statistics, symmetric)
 from labfbo.privacy import DP, secagg
@@ -75,6 +76,7 @@ from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.protocols.secure_sum import (MIN_COHORT, KeyRequest, MaskedScores, PublicKeyShare, UnmaskRequest,
                                          check_cohort, reveal, upload)
 from labfbo.protocols.surface_messages import SurfaceRequest, SurfaceStats, SurfaceTotals
+from labfbo.records import TransferEstimate
 from labfbo.protocols.surface_secure import (MECHANISM, SURFACE_CONTEXT, UNMASKED_2_SITES, Mode, SecureRounds,
                                              as_summed, contribution, leave_out, masked_study)
 from labfbo.space import SearchSpace
@@ -141,6 +143,7 @@ class SurfaceSite(LocalGPSite):
     _surface_key: bytes | None = None
     _surface_model: Model | None = None
     _weights: np.ndarray | None = None  # the surface of the last proposal (predictions use the same model)
+    _transfer: TransferEstimate | None = None  # what that surface was worth to the lab's held-out predictions
 
     def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
         super().__init__(space, options, context)
@@ -332,12 +335,20 @@ class SurfaceSite(LocalGPSite):
         if isinstance(guidance, SurfaceTotals) and guidance.members is not None:
             guidance = self.others(guidance, data, round)
         w = self._weights = self.weights(guidance, m) if isinstance(guidance, SurfaceTotals) else None
+        self._transfer = None
         if w is None or data.n < 2:
             self._weights = None
             return self.propose_local(data, n, round)
         if m > 1:  # qLogNEHVI over the objectives' GPs on their surfaces (outcome_model)
             return self.propose_local(data, n, round)
-        return self.propose_with(self.surface_model(data, w), data, n, round)
+        model = self.surface_model(data, w)
+        self._transfer = held_out_gain(model, float(model.mean_module.scale.detach()))
+        return self.propose_with(model, data, n, round)
+
+    def transfer(self) -> TransferEstimate | None:
+        """The last proposal's surface against none: the lab's held-out error with and without
+        it, and its agreement scale (:mod:`labfbo.models.transfer`); None when it proposed alone."""
+        return self._transfer
 
     def outcome_model(self, data: SiteData, j: int) -> Model:
         """With one surface per objective: objective ``j``'s GP with its surface as prior mean

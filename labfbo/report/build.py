@@ -117,6 +117,18 @@ def _insights_child(campaign: Campaign, conn: Any) -> None:
         conn.close()
 
 
+def _transfer(campaign: Campaign) -> dict[str, Any] | None:
+    """What the partners' information was worth to this lab, as its protocol estimated it at each
+    proposal (:mod:`labfbo.models.transfer`): the latest estimate and the last rounds'."""
+    marks = campaign.state.transfer
+    if not marks:
+        return None
+    rounds = [{"round": r, "gain": e.gain, "alone": e.alone, "shared": e.shared, "n": e.n, "scale": e.scale}
+              for r, e in marks[-12:]]
+    gains = [e.gain for _, e in marks]
+    return {"last": rounds[-1], "rounds": rounds, "mean": sum(gains) / len(gains), "count": len(gains)}
+
+
 def _start_insights(campaign: Campaign, fork: bool) -> Callable[[], Insights]:
     """Start the model's work; returns the call that waits for it. ``fork``: in a forked process
     (the other core), while this one draws — only for a single-threaded process (the command
@@ -194,7 +206,7 @@ def build(campaign: Campaign, path: str | os.PathLike[str], objective_label: str
                 "infeasible": sum(e.state == "complete" and not e.feasible for e in exps),
                 "initial": sum(e.initial for e in exps), "historical": sum(e.source == "historical" for e in exps)},
         traffic=_traffic(campaign), dp_rows=dp_rows, guidance=_guidance(campaign), privacy=disclosure(campaign),
-        budget=_budget(campaign),
+        budget=_budget(campaign), transfer=_transfer(campaign),
         outcome_names=campaign.spec.names if campaign.spec is not None else [],
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     path.parent.mkdir(parents=True, exist_ok=True)

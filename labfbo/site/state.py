@@ -19,7 +19,7 @@ from labfbo.exceptions import JournalError
 from labfbo.messages import JoinReply
 from labfbo.privacy.release import Release
 from labfbo.records import (Ask, Enqueue, Fail, GuidanceReceived, Header, Historical, Join, LegacyRelease, MessageEntry,
-                            Note, Released, Retract, Tell, Traffic, Withheld)
+                            Note, Released, Retract, Tell, Traffic, TransferEstimate, Withheld)
 from labfbo.site.clock import SiteClock
 from labfbo.space import SearchSpace
 from labfbo.trial import Observation, TrialRecord, parse_value
@@ -45,6 +45,7 @@ class SiteState:
     traffic: list[MessageEntry] = field(default_factory=list)  # every message journaled, in order
     guidance: list[GuidanceReceived] = field(default_factory=list)  # each round's guidance received
     withheld: list[Withheld] = field(default_factory=list)  # answers held back by the privacy budget
+    transfer: list[tuple[int, TransferEstimate]] = field(default_factory=list)  # (round, estimate) per ask that made one
 
     def apply(self, rec: Any, replay: bool = False) -> None:
         """Apply one typed record. ``replay``: it comes from storage, so check what a live call
@@ -104,6 +105,8 @@ class SiteState:
             self.design_used += t.source == "design"
         if isinstance(rec, Enqueue):
             return
+        if rec.transfer is not None and rec.trials:
+            self.transfer.append((int(rec.trials[-1].round), rec.transfer))
         if self.federated:
             self.clock.replay(rec.model_dump(exclude_unset=True))
             self.round = self.clock.next_round

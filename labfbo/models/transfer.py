@@ -1,0 +1,55 @@
+r"""What a lab's shared information is worth to it: held-out predictive error with and without.
+
+A GP whose prior mean carries what the partners shared (``surface``'s
+:math:`m(x) = a + c\,\phi(x)^\top w`) is compared with the same GP on a constant mean, both at
+the lab's fitted kernel and noise, by leave-one-out prediction of the lab's own results
+(closed form, Rasmussen & Williams §5.4.2): with :math:`K` the training covariance plus
+noise, :math:`r = y - m(X)` and :math:`\alpha = K^{-1} r`, the prediction of :math:`y_i` from
+the other results misses by :math:`\alpha_i / [K^{-1}]_{ii}`. "Alone" uses the best constant
+mean, :math:`a_0 = 1^\top K^{-1} y / 1^\top K^{-1} 1`.
+
+The estimate is **gain** :math:`= 1 - \text{RMSE}_\text{shared} / \text{RMSE}_\text{alone}`:
+the share of the lab's held-out prediction error the partners' information removes (negative:
+it adds error — a partner unlike this lab). Both errors are in the model's standardized
+units. Computed from the lab's data alone, kept in its journal (the campaign report), never
+sent unless the protocol says so.
+"""
+
+from __future__ import annotations
+
+import torch
+from botorch.models.model import Model
+
+from labfbo.records import TransferEstimate
+
+MIN_POINTS = 3  # fewer results predict nothing held out
+
+
+def held_out_gain(model: Model, scale: float | None = None) -> TransferEstimate | None:
+    """The transfer estimate of a fitted single-output exact GP whose mean module carries the
+    shared information (None: too few results, or not such a model)."""
+    X = model.train_inputs[0] if getattr(model, "train_inputs", None) else None
+    y = getattr(model, "train_targets", None)
+    if X is None or y is None or y.dim() != 1 or len(y) < MIN_POINTS:
+        return None
+    with torch.no_grad():
+        n = len(y)
+        noise = torch.broadcast_to(model.likelihood.noise.reshape(-1), (n,))
+        K = model.covar_module(X).to_dense() + torch.diag(noise)
+        L, info = torch.linalg.cholesky_ex(K)
+        if int(info) != 0:
+            return None
+        Kinv = torch.cholesky_inverse(L)
+        d = Kinv.diagonal()
+        ones = torch.ones_like(y)
+        a0 = (ones @ Kinv @ y) / (ones @ Kinv @ ones)
+        shared = _loo_rmse(Kinv, d, y - model.mean_module(X).reshape(-1))
+        alone = _loo_rmse(Kinv, d, y - a0)
+    if not (alone > 0):
+        return None
+    return TransferEstimate(n=n, alone=alone, shared=shared, gain=1.0 - shared / alone,
+                            scale=None if scale is None else float(scale))
+
+
+def _loo_rmse(Kinv: torch.Tensor, d: torch.Tensor, r: torch.Tensor) -> float:
+    return float(((Kinv @ r) / d).pow(2).mean().sqrt())
