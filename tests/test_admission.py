@@ -121,6 +121,42 @@ def test_gradient_leaves_out_scores_of_another_shape_or_step() -> None:
         _same_for_the_others("gradient", honest, hostile, **options)
 
 
+def _stats(s: str, count: int = 8) -> Message:
+    from labfbo.models.surface import SurfaceFeatures, site_statistics
+    from labfbo.protocols.surface_messages import SurfaceStats
+
+    gen = np.random.default_rng(SITES.index(s))
+    X = gen.random((count, 2))
+    gram, moment = site_statistics(SurfaceFeatures(SPACE, 100, 0.2).of_unit(X), np.sin(3 * X).sum(1))
+    return SurfaceStats(count=count, gram=Array.of(gram), moment=Array.of(moment))
+
+
+def test_surface_leaves_out_statistics_no_site_data_can_produce() -> None:
+    honest = _stats("c")
+    far = honest.gram.numpy().copy()
+    far[3] = 1e300  # finite: the schema passes
+    for hostile in (honest.model_copy(update={"gram": Array.of(far)}),
+                    honest.model_copy(update={"moment": Array.of(50.0 * honest.moment.numpy())}),
+                    _stats("c").model_copy(update={"gram": Array.of(far[:-1])})):
+        coord = _same_for_the_others("surface", lambda s, m: _stats(s), hostile, secure_aggregation="off")
+        assert "surface statistics" in coord.rejected[0]["c"]
+    noisy = honest.model_copy(update={"moment": Array.of(3.0 * honest.moment.numpy()), "dp_clip": 2.0,
+                                      "dp_noise_multiplier": 1.0, "dp_sensitivity": 1.0})
+    assert _coordinator("surface", secure_aggregation="off").aggregator().admit("c", noisy) is noisy  # DP noise
+
+
+def test_surface_caps_a_stated_count_at_the_rounds_median() -> None:
+    """A member stating a huge count weighs as one at the median count, not more."""
+    huge, _ = _round("surface", lambda s, m: _stats(s).model_copy(update={"count": 10**6}) if s == "c" else _stats(s),
+                     secure_aggregation="off")
+    fair, _ = _round("surface", lambda s, m: _stats(s), secure_aggregation="off")
+    for s in ("a", "b"):
+        assert huge[s].model_dump(mode="json") == fair[s].model_dump(mode="json")
+    raw, _ = _round("surface", lambda s, m: _stats(s).model_copy(update={"count": 10**6}) if s == "c" else _stats(s),
+                    secure_aggregation="off", count_cap="off")
+    assert raw["a"].count == 10**6 + 8  # without the cap the member owns the others' totals
+
+
 def test_every_builtin_aggregator_admits_what_its_honest_sites_send() -> None:
     """The default is to admit: a protocol that declares no range changes nothing."""
     from labfbo.protocols.base import Aggregator

@@ -75,6 +75,7 @@ from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteDa
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.protocols.secure_sum import (MIN_COHORT, KeyRequest, MaskedScores, PublicKeyShare, UnmaskRequest,
                                          check_cohort, reveal, upload)
+from labfbo.protocols.surface_admission import admit_stats, capped_counts
 from labfbo.protocols.surface_messages import SurfaceRequest, SurfaceStats, SurfaceTotals
 from labfbo.records import TransferEstimate
 from labfbo.protocols.surface_secure import (MECHANISM, SURFACE_CONTEXT, UNMASKED_2_SITES, Mode, SecureRounds,
@@ -107,6 +108,9 @@ class SurfaceOptions(ModelOptions):
         "auto", description="auto: the statistics leave a site only masked into the cohort's sum in a study of "
         ">= 3 sites, in the clear (with a warning) in one of 2; on: always masked (a study of fewer than 3 is "
         "refused); off: in the clear (labfbo.protocols.surface_secure)")
+    count_cap: Literal["median", "off"] = Field(
+        "median", description="clear statistics: cap each member's count at the round's median count, so no member "
+        "can own the surface by stating a huge count (labfbo.protocols.surface_admission)")
     dp_colluders: int = Field(0, ge=0, description="secure aggregation under DP: how many other sites may collude "
                               "with the coordinator; each member adds 1/max(n - dp_colluders, 1) of the noise variance")
     multi_objective: Literal["hypervolume", "parego"] = Field(
@@ -421,6 +425,10 @@ class SurfaceAggregator(SecureRounds, ReusesReleases, Aggregator):
         self.reuse.restore(state)
         self.secure_restore(state)
 
+    def admit(self, site: str, message: Message) -> Message:
+        """Clear statistics in the range a site's data allow (:mod:`~labfbo.protocols.surface_admission`)."""
+        return admit_stats(message, self._features()) if isinstance(message, SurfaceStats) else message
+
     def open_round(self, t: int) -> Step:
         if not self.masked:
             return Exchange({s: SurfaceRequest() for s in self.sites})
@@ -440,6 +448,7 @@ class SurfaceAggregator(SecureRounds, ReusesReleases, Aggregator):
                           f"{common}: one per objective)", stacklevel=2)
             stats = {s: m for s, m in stats.items() if s not in wrong}
         stats = self.reuse.merge(t, stats)
+        stats = capped_counts(stats) if self.options.count_cap == "median" else stats
         return Finish(leave_one_out(stats, self.sites) if stats else {})
 
     def _features(self) -> int | None:
