@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import warnings
 
 import numpy as np
@@ -227,7 +228,7 @@ def test_a_client_that_trickles_its_headers_is_cut_off(tmp_path) -> None:
 
     tokens = {"a": new_token()}
     cfg = ServerConfig(protocol="distribution", sites={"a": tokens["a"][1]}, space=SPACE.model_dump(mode="json"),
-                       poll_wait_max=1.0, keep_alive=2.0, options={**FAST, **EXTRA["distribution"]})
+                       poll_wait_max=1.0, keep_alive=2.0, header_timeout=2.0, options={**FAST, **EXTRA["distribution"]})
     with pytest.raises(ValueError, match="keep_alive"):
         ServerConfig(protocol="distribution", sites={"a": tokens["a"][1]}, keep_alive=10.0)  # poll_wait_max 30
     with ServerThread(CoordinatorServer(cfg)) as srv:
@@ -251,6 +252,66 @@ def test_a_client_that_trickles_its_headers_is_cut_off(tmp_path) -> None:
             for _ in range(3):
                 assert session.get(f"{srv.url}/v1/health", timeout=10).status_code == 200
                 time.sleep(0.5)
+
+
+def test_one_address_holds_at_most_its_connections_and_the_others_are_served() -> None:
+    import socket
+
+    tokens = {"a": new_token()}
+    cfg = ServerConfig(protocol="distribution", sites={"a": tokens["a"][1]}, space=SPACE.model_dump(mode="json"),
+                       max_connections_per_address=5, options={**FAST, **EXTRA["distribution"]})
+    with ServerThread(CoordinatorServer(cfg)) as srv:
+        host, port = srv.url.removeprefix("http://").split(":")
+
+        def connect(source: str) -> socket.socket:
+            s = socket.socket()
+            s.settimeout(10)
+            s.bind((source, 0))
+            s.connect((host, int(port)))
+            return s
+
+        held = [connect("127.0.0.2") for _ in range(5)]
+        for s in held:
+            s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+        extra = connect("127.0.0.2")
+        answer = extra.recv(200)
+        assert answer.startswith(b"HTTP/1.1 503") and b"too many connections" in extra.recv(200) + answer
+        # another address is served at once, and the held ones still count
+        assert requests.get(f"{srv.url}/v1/health", timeout=10).status_code == 200
+        for s in [*held, extra]:
+            s.close()
+        time.sleep(0.5)
+        again = connect("127.0.0.2")  # closed connections free their address's slots
+        again.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert again.recv(200).startswith(b"HTTP/1.1 200")
+        again.close()
+
+
+def test_an_address_flooding_without_a_token_is_shut_out_unaudited_and_the_sites_are_served(tmp_path) -> None:
+    import socket
+
+    tokens = {"a": new_token()}
+    audit = tmp_path / "audit.jsonl"
+    cfg = ServerConfig(protocol="distribution", sites={"a": tokens["a"][1]}, space=SPACE.model_dump(mode="json"),
+                       tokenless_per_minute=5, audit_log=str(audit), options={**FAST, **EXTRA["distribution"]})
+    with ServerThread(CoordinatorServer(cfg)) as srv:
+        host, port = srv.url.removeprefix("http://").split(":")
+
+        def get(path: str) -> bytes:
+            with socket.socket() as s:
+                s.settimeout(10)
+                s.bind(("127.0.0.4", 0))
+                s.connect((host, int(port)))
+                s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+                return s.recv(200)
+
+        codes = [get("/v1/sites/a/work")[9:12] for _ in range(8)]
+        assert codes == [b"401"] * 5 + [b"429"] * 3
+        assert get("/v1/health").startswith(b"HTTP/1.1 429")  # shut out at its connections, whatever it asks
+        r = requests.get(f"{srv.url}/v1/sites/a/work", params={"wait": 0}, headers=_h(tokens["a"][0]), timeout=10)
+        assert r.status_code == 409 and "join" in r.text  # a site at another address passes the guard (not yet joined)
+        refused = [ln for ln in audit.read_text().splitlines() if '"decision": 401' in ln]
+        assert len(refused) == 5  # the flood past the limit leaves no audit line
 
 
 def test_token_rotation_without_restart(study) -> None:

@@ -41,6 +41,7 @@ from labfbo.messages import Array, JoinRequest, Message, PrivacyDeclaration, par
 from labfbo.server.config import ServerConfig, TokenBook, new_token
 from labfbo.server.engine import Conflict, RoundEngine
 from labfbo.server.store import AuditLog, Store
+from labfbo.server.throttle import AddressThrottle
 from labfbo.space import MAX_PARAMS
 
 
@@ -68,6 +69,7 @@ def _answers(*codes: int) -> dict[int | str, dict[str, Any]]:
     out: dict[int | str, dict[str, Any]] = {c: {"model": Problem, "description": _WHY[c]}
                                             for c in sorted({*codes, 408, 413, 422})}
     out[503] = {"description": "over max_connections (plain text)", "content": {"text/plain": {}}}
+    out[429] = {"model": Problem, "description": "too many requests without a known token from this address"}
     return out
 
 
@@ -177,6 +179,8 @@ class CoordinatorServer:
         self.store = Store(config.state)
         self.audit = AuditLog(config.audit_log, config.audit_retention_days,
                               max_bytes=int(config.audit_max_mb * 2**20))
+        # an address refused for a missing or unknown token this often in a minute is shut out for the rest of it
+        self.tokenless = AddressThrottle(limit=config.tokenless_per_minute, window=60.0)
         # a token rotated through the API outlives a restart, unless the operator has since
         # changed that site's digest in the config (the config then wins: revocation works)
         rotated = {site: d for site, (d, base) in self.store.tokens().items()
@@ -357,7 +361,7 @@ class CoordinatorServer:
                      route_limits={"/v1/join": cfg.max_join_bytes,
                                    **dict.fromkeys(dashboard.PATHS, dashboard.MAX_BODY)},
                      known_token=lambda t: self.tokens.site_of(t) is not None or self.tokens.is_admin(t),
-                     own_auth=dashboard.PATHS, secret_bodies=dashboard.SECRET_BODIES)
+                     own_auth=dashboard.PATHS, secret_bodies=dashboard.SECRET_BODIES, tokenless=self.tokenless)
 
     def _join(self, body: bytes, site: str) -> Envelope:
         """A join (in a worker thread): its size is checked on the raw JSON, before any message
@@ -383,10 +387,11 @@ class CoordinatorServer:
 
     def uvicorn_limits(self) -> dict[str, Any]:
         """The operator's connection limits, as uvicorn settings."""
-        from labfbo.server.connections import HeaderDeadlineProtocol
+        from labfbo.server.connections import limited
 
-        return {"limit_concurrency": self.config.max_connections, "timeout_keep_alive": self.config.keep_alive,
-                "http": HeaderDeadlineProtocol}
+        cfg = self.config
+        return {"limit_concurrency": cfg.max_connections, "timeout_keep_alive": cfg.keep_alive,
+                "http": limited(cfg.header_timeout, cfg.max_connections_per_address, self.tokenless)}
 
     def close(self) -> None:
         self.engine.stop()

@@ -78,8 +78,16 @@ class ServerConfig(BaseModel):
                                 "body (slower: 408)")
     max_connections: int = Field(1000, ge=8, description="concurrent connections; beyond: 503 (uvicorn's "
                                  "limit_concurrency)")
-    keep_alive: float = Field(65.0, ge=1.0, description="seconds an idle connection is kept, and a request's "
+    keep_alive: float = Field(65.0, ge=1.0, description="seconds an idle connection is kept, and a later request's "
                               "headers may take (longer than poll_wait_max)")
+    header_timeout: float = Field(10.0, gt=0, description="seconds a fresh connection may take to send its first "
+                                  "request's headers (slower: closed)")
+    tokenless_per_minute: int = Field(120, ge=1, description="requests without a known token one client address "
+                                      "may make in a minute; beyond: 429 at its connections, unparsed and unaudited, "
+                                      "for the rest of the minute")
+    max_connections_per_address: int = Field(100, ge=1, description="connections one client address may hold at "
+                                             "once; beyond: 503 at once (a host trickling headers over many "
+                                             "connections cannot take the others' slots)")
     dashboard_secure_cookie: bool | None = Field(None, description="the dashboard cookie's Secure flag (None: when "
                                                  "the request came over TLS; true behind a TLS-terminating proxy)")
     dashboard_session: float = Field(8 * 3600, gt=0, le=7 * 86400, description="seconds a dashboard login "

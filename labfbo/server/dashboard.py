@@ -36,6 +36,7 @@ from pydantic import BaseModel
 from labfbo.progress import human_bytes
 from labfbo.server.dashboard_privacy import PrivacyView
 from labfbo.server.served import Served
+from labfbo.server.throttle import AddressThrottle
 
 
 COOKIE = "labfbo_dashboard"
@@ -125,34 +126,6 @@ def _seconds(s: float) -> str:
     return f"{s:.2f} s" if s < 60 else f"{s / 60:.1f} min"
 
 
-class LoginThrottle:
-    """At most ``limit`` refused logins per client address in ``window`` seconds; beyond, every
-    login from that address is refused (429) until the window has passed (memory only, bounded)."""
-
-    def __init__(self, limit: int = 5, window: float = 60.0, addresses: int = 10_000) -> None:
-        self.limit, self.window, self.addresses = limit, window, addresses
-        self.lock = threading.Lock()
-        self.refused: dict[str, list[float]] = {}  # address -> times of its refused logins in the window
-
-    def blocked(self, address: str) -> float:
-        """Seconds until ``address`` may try again (0: it may)."""
-        now = time.time()
-        with self.lock:
-            recent = [t for t in self.refused.get(address, ()) if t > now - self.window]
-            if recent:
-                self.refused[address] = recent
-            else:  # an address without refusals in the window takes no memory
-                self.refused.pop(address, None)
-            return recent[0] + self.window - now if len(recent) >= self.limit else 0.0
-
-    def refuse(self, address: str) -> None:
-        now = time.time()
-        with self.lock:
-            if len(self.refused) >= self.addresses:  # forget the addresses whose window has passed
-                self.refused = {a: ts for a, ts in self.refused.items() if ts and ts[-1] > now - self.window}
-            self.refused.setdefault(address, []).append(now)
-
-
 class Sessions:
     """Dashboard logins: random ids, kept as their SHA-256 with an expiry (memory only)."""
 
@@ -193,7 +166,7 @@ class Dashboard:
 
         self.server = server
         self.sessions = Sessions(server.config.dashboard_session)
-        self.throttle = LoginThrottle()
+        self.throttle = AddressThrottle(limit=5)
         self.privacy = PrivacyView(server)  # the coordinator accounts every accepted answer (its ledger)
         self.templates = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html"]))
 

@@ -1,7 +1,8 @@
 """ASGI guard around the routes: token, body-size and body-time limits, and the audit log.
 
 A pure ASGI wrapper (not ``BaseHTTPMiddleware``). Before reading a body it refuses a
-request without a known bearer token (401; the routes then check which site it is) and
+request without a known bearer token (401; the routes then check which site it is; an
+address refused so too often is refused 429, unaudited, :mod:`labfbo.server.throttle`) and
 one whose ``Content-Length`` is over the limit (413); while reading, a body that grows
 over the limit (413) or whose next part takes longer than ``body_timeout`` seconds
 (408). It reads the body once and replays it to the routes.
@@ -19,6 +20,7 @@ from typing import Any, Awaitable, Callable
 from urllib.parse import parse_qs
 
 from labfbo.server.store import AuditLog
+from labfbo.server.throttle import AddressThrottle
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -30,12 +32,14 @@ class Guard:
 
     def __init__(self, app: Any, max_body_bytes: int, audit: AuditLog, known_token: Callable[[str], bool],
                  body_timeout: float = 30.0, route_limits: dict[str, int] | None = None,
-                 own_auth: frozenset[str] = frozenset(), secret_bodies: frozenset[str] = frozenset()) -> None:
+                 own_auth: frozenset[str] = frozenset(), secret_bodies: frozenset[str] = frozenset(),
+                 tokenless: AddressThrottle | None = None) -> None:
         self.app, self.max_body_bytes, self.audit = app, max_body_bytes, audit
         self.known_token, self.body_timeout = known_token, body_timeout
         self.route_limits = route_limits or {}  # path -> a tighter body limit
         self.own_auth = own_auth            # paths that check their own credentials (the dashboard's cookie)
         self.secret_bodies = secret_bodies  # paths whose body is never audited, not even its digest or size
+        self.tokenless = tokenless          # refusals for a missing or unknown token, per client address
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         auth = headers.get(b"authorization", b"").decode("latin-1")
@@ -58,8 +62,14 @@ class Guard:
         headers = dict(scope.get("headers", []))
         path = scope["path"]
         if path not in self.OPEN and path not in self.own_auth and not self._authorized(headers):  # before any body
+            address = str((scope.get("client") or ("?",))[0])
+            if self.tokenless is not None and self.tokenless.blocked(address):
+                await self._refuse(send, 429, "too many requests without a known token from this address")
+                return  # its connections are refused before parsing from now on: one audit line per refusal was enough
             await self._refuse(send, 401, "missing or unknown bearer token")
             self.audit.write(None, route, None, b"", 401)
+            if self.tokenless is not None:
+                self.tokenless.refuse(address)
             return
         limit = min(self.max_body_bytes, self.route_limits.get(scope["path"], self.max_body_bytes))
         declared = headers.get(b"content-length")
