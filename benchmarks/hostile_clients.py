@@ -46,10 +46,10 @@ async def _slowloris(port: int, n: int, stop: float, counts: dict[str, int]) -> 
             try:
                 reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
             except OSError:
-                counts["connect_failed"] += 1
+                counts["slow: connect failed"] += 1
                 await asyncio.sleep(0.2)
                 continue
-            counts["opened"] += 1
+            counts["slow: connections"] += 1
             try:
                 writer.write(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")
                 while time.monotonic() < stop:
@@ -60,13 +60,13 @@ async def _slowloris(port: int, n: int, stop: float, counts: dict[str, int]) -> 
                     except asyncio.TimeoutError:
                         continue  # held: trickle the next line
                     if data.startswith(b"HTTP/1.1 503"):
-                        counts["refused"] += 1
+                        counts["slow: 503 at connect"] += 1
                         break
                     if not data:
-                        counts["cut"] += 1
+                        counts["slow: closed by the server"] += 1
                         break
             except OSError:
-                counts["cut"] += 1
+                counts["slow: closed by the server"] += 1
             finally:
                 writer.close()
             await asyncio.sleep(0.2)
@@ -84,10 +84,10 @@ async def _flood(port: int, n: int, stop: float, counts: dict[str, int]) -> None
                 writer.write(request)
                 await writer.drain()
                 head = await asyncio.wait_for(reader.read(64), timeout=10.0)
-                counts[f"status {head[9:12].decode(errors='replace')}"] += 1
+                counts[f"flood: {head[9:12].decode(errors='replace')}"] += 1
                 writer.close()
             except (OSError, asyncio.TimeoutError):
-                counts["flood_failed"] += 1
+                counts["flood: failed"] += 1
 
     await asyncio.gather(*(one() for _ in range(n)))
 
