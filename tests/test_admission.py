@@ -157,6 +157,18 @@ def test_surface_caps_a_stated_count_at_the_rounds_median() -> None:
     assert raw["a"].count == 10**6 + 8  # without the cap the member owns the others' totals
 
 
+def test_vote_leaves_out_a_vote_over_another_codebook_and_weighs_each_vote_one_count() -> None:
+    from labfbo.protocols.vote_messages import OptimumVote
+
+    def honest(s: str, m: Message) -> Message:
+        return OptimumVote(index=SITES.index(s), codebook=8)
+
+    coord = _same_for_the_others("vote", honest, OptimumVote(index=12, codebook=16), sealed=False, codebook=8)
+    assert "codebook of 16" in coord.rejected[0]["c"]
+    replies, _ = _round("vote", honest, sealed=False, codebook=8)
+    assert replies["a"].counts.numpy().sum() == 2  # the others' two votes, one count each
+
+
 def test_every_builtin_aggregator_admits_what_its_honest_sites_send() -> None:
     """The default is to admit: a protocol that declares no range changes nothing."""
     from labfbo.protocols.base import Aggregator

@@ -71,7 +71,7 @@ import numpy as np
 from pydantic import Field, model_validator
 from scipy.stats import qmc
 
-from labfbo.exceptions import ConfigurationError
+from labfbo.exceptions import ConfigurationError, Inadmissible
 from labfbo.messages import Abstain, Array, Message
 from labfbo.models.gp import predict
 from labfbo.priors import CellPrior, prior_exponent
@@ -414,6 +414,14 @@ class VoteAggregator(ReusesReleases, Aggregator):
         self.sealed = SealedRelay(self.sites, self.reuse,
                                   lambda cohort: VoteRequest(cohort=cohort, roster=list(self.sites))) \
             if self.options.sealed else None
+
+    def admit(self, site: str, message: Message) -> Message:
+        """A clear vote over the study's public codebook of ``codebook`` points (with ``"design"`` the
+        size follows the sites' ``n_init``: checked per round). A vote weighs one count, whatever it says."""
+        size = self.options.codebook
+        if isinstance(message, OptimumVote) and size != "design" and message.codebook != int(size):
+            raise Inadmissible(f"a vote over a codebook of {message.codebook} points; the study's has {size}")
+        return message
 
     def open_round(self, t: int) -> Step:
         if self.sealed is not None:
