@@ -317,6 +317,11 @@ class Optimizer:
         """Exactly what this site has sent across its boundary, in order."""
         return list(self.ledger.sent)
 
+    def transfer_estimates(self) -> list[tuple[int, Any]]:
+        """``(round, TransferEstimate)`` for each proposal whose protocol estimated what the partners'
+        information was worth to this lab (``surface``; :mod:`labfbo.models.transfer`)."""
+        return list(self.state.transfer)
+
     def received_messages(self) -> list[Message]:
         """Everything this site received from the coordinator (requests and guidance), in order."""
         return list(self.ledger.received)

@@ -86,6 +86,7 @@ class TransferEstimate(BaseModel):
     shared: FiniteFloat  # ... with the partners' information in the prior mean
     gain: FiniteFloat  # 1 - shared / alone: the share of the held-out error it removes
     scale: FiniteFloat | None = None  # surface: the agreement scale c the lab's GP fitted
+    agreement: FiniteFloat | None = None  # GLS coefficient of the lab's results on the partners' prediction
 
 
 class Ask(_Record):

@@ -121,14 +121,14 @@ def test_a_surface_sites_report_estimates_what_its_partners_surface_was_worth(tm
     assert [r for r, _ in marks] == [0, 1, 2, 3], marks  # every proposal on the partners' surface
     for _, e in marks:
         assert e.alone > 0 and e.shared > 0 and e.gain == pytest.approx(1 - e.shared / e.alone)
-        assert e.n >= 4 and e.scale is not None
+        assert e.n >= 4 and e.scale is not None and e.agreement is not None
     rep = write_report(tmp_path / "fed" / "site-1.journal", tmp_path / "site-1.html")
     errors, page = _page(rep.html.as_uri(), tmp_path / "site-1.png")
     assert errors == [] and res is not None
     last = marks[-1][1]
     said = f"{'removed' if last.gain >= 0 else 'added'} {abs(100 * last.gain):.0f} %"
     assert said in page["contribution"] and "held-out prediction error" in page["contribution"]
-    assert "Not estimated" not in page["contribution"]
+    assert "Not estimated" not in page["contribution"] and f"weight {last.agreement:.2f}" in page["contribution"]
 
 
 def test_every_png_is_readable_with_labels_and_legends_off_the_data(lab_journal: Path, tmp_path: Path) -> None:

@@ -256,3 +256,37 @@ def test_sites_must_agree_on_how_several_objectives_federate() -> None:
         replies = agg.on_responses(0, {**two, "lab-c": one}).replies
     assert replies["lab-c"].sites == 2 and replies["lab-c"].moment.shape == (2, p)
     assert replies["lab-a"].sites == 1
+
+
+@pytest.mark.integration  # three 20-round campaigns of five labs on real data (about 45 s)
+def test_the_agreement_estimate_ranks_each_harmful_partner_below_every_related_lab() -> None:
+    """Buchwald-Hartwig scenario (b): 3 related labs and 2 dissimilar ones; each lab's agreement with
+    its partners' surface (journaled with its asks), at the end of the campaign, mean over 3 seeds."""
+    from labfbo.datasets import initial_design, load_reactions, scenarios
+
+    data = load_reactions()
+    labs = scenarios(data)["b"]
+    d = data.subset(labs)
+    names = [f"lab{i}" for i in range(len(labs))]
+    agreement = np.zeros((3, len(labs)))
+    for seed in range(3):
+        coord = labfbo.Coordinator("surface", sites=names, space=d.space, seed=seed, horizon=20)
+        opts = [labfbo.Optimizer(d.space, objective="maximize", protocol="surface", coordinator=coord, site=n,
+                                 seed=seed, n_init=3, horizon=20) for n in names]
+
+        def run(i: int, trial) -> None:
+            y = d.tables[i].get(tuple(trial.params[n] for n in d.space.names))
+            opts[i].tell(trial, y) if y is not None else opts[i].tell_failed(trial, "not in the data")
+
+        for i, o in enumerate(opts):
+            for combo in initial_design(d, i, seed, 3):
+                run(i, o.enqueue(dict(zip(d.space.names, combo))))
+        for _ in range(20):
+            for i, trial in enumerate([o.ask() for o in opts]):
+                run(i, trial)
+        agreement[seed] = [o.transfer_estimates()[-1][1].agreement for o in opts]
+        for o in opts:
+            o.close()
+    mean = agreement.mean(0)
+    related, harmful = mean[:3], mean[3:]  # scenario (b): the 3 related labs first
+    assert harmful.max() < related.min(), (related, harmful)

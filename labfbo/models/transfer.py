@@ -11,7 +11,11 @@ mean, :math:`a_0 = 1^\top K^{-1} y / 1^\top K^{-1} 1`.
 The estimate is **gain** :math:`= 1 - \text{RMSE}_\text{shared} / \text{RMSE}_\text{alone}`:
 the share of the lab's held-out prediction error the partners' information removes (negative:
 it adds error — a partner unlike this lab). Both errors are in the model's standardized
-units. Computed from the lab's data alone, kept in its journal (the campaign report), never
+units. With the partners' prediction :math:`s(X)` at the lab's inputs, **agreement** is the
+generalized-least-squares coefficient of the lab's results on it under the same covariance,
+:math:`\hat c` of :math:`y = a + c\,s(X) + \varepsilon`, :math:`\varepsilon \sim N(0, K)`:
+how strongly the partners' surface explains this lab's results, with no prior on it (1: as the
+partners see it, 0: not at all, negative: the opposite way). Computed from the lab's data alone, kept in its journal (the campaign report), never
 sent unless the protocol says so.
 """
 
@@ -25,9 +29,11 @@ from labfbo.records import TransferEstimate
 MIN_POINTS = 3  # fewer results predict nothing held out
 
 
-def held_out_gain(model: Model, scale: float | None = None) -> TransferEstimate | None:
+def held_out_gain(model: Model, scale: float | None = None,
+                  shared: torch.Tensor | None = None) -> TransferEstimate | None:
     """The transfer estimate of a fitted single-output exact GP whose mean module carries the
-    shared information (None: too few results, or not such a model)."""
+    shared information, ``shared`` the partners' prediction at its training inputs (for the
+    agreement; None: not estimated) — None: too few results, or not such a model."""
     X = model.train_inputs[0] if getattr(model, "train_inputs", None) else None
     y = getattr(model, "train_targets", None)
     if X is None or y is None or y.dim() != 1 or len(y) < MIN_POINTS:
@@ -43,12 +49,23 @@ def held_out_gain(model: Model, scale: float | None = None) -> TransferEstimate 
         d = Kinv.diagonal()
         ones = torch.ones_like(y)
         a0 = (ones @ Kinv @ y) / (ones @ Kinv @ ones)
-        shared = _loo_rmse(Kinv, d, y - model.mean_module(X).reshape(-1))
+        with_it = _loo_rmse(Kinv, d, y - model.mean_module(X).reshape(-1))
         alone = _loo_rmse(Kinv, d, y - a0)
+        agreement = None if shared is None else _gls_slope(Kinv, y, shared.reshape(-1).to(y))
     if not (alone > 0):
         return None
-    return TransferEstimate(n=n, alone=alone, shared=shared, gain=1.0 - shared / alone,
-                            scale=None if scale is None else float(scale))
+    return TransferEstimate(n=n, alone=alone, shared=with_it, gain=1.0 - with_it / alone,
+                            scale=None if scale is None else float(scale), agreement=agreement)
+
+
+def _gls_slope(Kinv: torch.Tensor, y: torch.Tensor, s: torch.Tensor) -> float | None:
+    """:math:`\hat c` of :math:`y = a + c s` by generalized least squares under :math:`K` (None: ``s`` constant)."""
+    A = torch.stack([torch.ones_like(s), s], dim=1)
+    M = A.T @ Kinv @ A
+    if float(torch.linalg.det(M)) <= 1e-12 * float(M.diagonal().prod()):
+        return None
+    beta = torch.linalg.solve(M, A.T @ Kinv @ y)
+    return float(beta[1])
 
 
 def _loo_rmse(Kinv: torch.Tensor, d: torch.Tensor, r: torch.Tensor) -> float:

@@ -346,7 +346,8 @@ class SurfaceSite(LocalGPSite):
         if m > 1:  # qLogNEHVI over the objectives' GPs on their surfaces (outcome_model)
             return self.propose_local(data, n, round)
         model = self.surface_model(data, w)
-        self._transfer = held_out_gain(model, float(model.mean_module.scale.detach()))
+        partners = model.mean_module.surface(model.train_inputs[0]).detach()  # their prediction at the lab's inputs
+        self._transfer = held_out_gain(model, float(model.mean_module.scale.detach()), partners)
         return self.propose_with(model, data, n, round)
 
     def transfer(self) -> TransferEstimate | None:

@@ -123,8 +123,8 @@ def _transfer(campaign: Campaign) -> dict[str, Any] | None:
     marks = campaign.state.transfer
     if not marks:
         return None
-    rounds = [{"round": r, "gain": e.gain, "alone": e.alone, "shared": e.shared, "n": e.n, "scale": e.scale}
-              for r, e in marks[-12:]]
+    rounds = [{"round": r, "gain": e.gain, "alone": e.alone, "shared": e.shared, "n": e.n, "scale": e.scale,
+               "agreement": e.agreement} for r, e in marks[-12:]]
     gains = [e.gain for _, e in marks]
     return {"last": rounds[-1], "rounds": rounds, "mean": sum(gains) / len(gains), "count": len(gains)}
 
