@@ -279,6 +279,11 @@ class Coordinator:
     def _stamp(self, msg: Message, t: int) -> Message:
         return msg.model_copy(update={"round": t, "study": self.study})
 
+    def site_reports(self) -> dict[str, str]:
+        """What sites chose to tell the operator (the protocol's :meth:`Aggregator.site_reports`; empty
+        before round 0)."""
+        return {} if self._aggregator is None else dict(self._aggregator.site_reports())
+
     def aggregator(self) -> Any:
         if self._aggregator is None:
             if self.protocol_cls.aggregator is None:

@@ -23,7 +23,7 @@ from xdist.scheduler import LoadScopeScheduling
 WAITERS = ("test_flower_dropout", "test_flower_gradient_vote", "test_flower", "test_flower_example")
 """Modules that spend most of their time waiting on other processes: one unit, run in this order."""
 
-LONG = ("test_constraints", "test_examples", "test_http", "test_outcomes", "test_mpi", "test_site_run",
+LONG = ("test_constraints", "test_surface", "test_examples", "test_http", "test_outcomes", "test_mpi", "test_site_run",
         "test_chaos", "test_protocol_conformance", "test_vote", "test_distribution", "test_report",
         "test_report_privacy_truth", "test_engine_bench", "test_privacy_budget", "test_golden")
 """The CPU-bound modules that take longest, longest first (``make test``'s durations)."""

@@ -275,8 +275,9 @@ def test_the_dashboard_follows_a_live_campaign_in_chromium(toy, tmp_path) -> Non
             _wait(browser, lambda o=o: _text(browser, f"#site-{o.site} .epsilon_text")
                   == f"{o.epsilon():.3g} at δ = 1e-06 (1 release)", f"site {o.site}'s epsilon")
         # site a's budget, spent and remaining as the coordinator accounts them; b declared none
-        assert [th.get_attribute("data-key") for th in browser.find_elements(By.CSS_SELECTOR, "#sites th")][-3:] \
-            == ["budget_text", "remaining_text", "discarded"]
+        assert [th.get_attribute("data-key") for th in browser.find_elements(By.CSS_SELECTOR, "#sites th")][-4:] \
+            == ["budget_text", "remaining_text", "discarded", "reported"]
+        assert _text(browser, "#site-a .reported") == "kept at the lab"  # the toy protocol estimates nothing
         _wait(browser, lambda: _text(browser, "#site-a .remaining_text") == f"{5.0 - opts[0].epsilon():.3g}",
               "site a's remaining budget")
         assert _text(browser, "#site-a .budget_text") == "ε ≤ 5 at δ = 1e-06"
@@ -419,3 +420,34 @@ def test_a_study_whose_only_site_left_before_any_round_has_ended_and_a_partial_o
         server.engine.leave(s)
     assert server.dashboard.status().current.state == "idle"
     server.close()
+
+
+def test_the_dashboard_shows_the_agreement_a_lab_chose_to_share_in_chromium(tmp_path) -> None:
+    """A surface study of three labs over HTTP (secure sums): a and b share their agreement with the
+    partners' surface (share_agreement=True), c keeps it; the operator's page shows what each chose."""
+    fast = {"num_restarts": 2, "raw_samples": 32, "fourier_features": 4}
+    cfg, tokens, admin = _config(tmp_path, protocol="surface", options=fast)
+    with ServerThread(CoordinatorServer(cfg)) as srv, chromium(width=1280, height=900) as browser, \
+            ThreadPoolExecutor(3) as pool:
+        opts = [labfbo.Optimizer(SPACE, protocol="surface", site=s, seed=0, n_init=3, share_agreement=s != "c",
+                                 coordinator=HTTPCoordinator(srv.url, tokens[s]), **fast) for s in SITES]
+        for i, o in enumerate(opts):
+            for t in o.ask(n=3):
+                o.tell(t, (t.params["x"] - 0.2 * i) ** 2 + t.params["y"] ** 2)
+        for _ in range(2):
+            trials = list(pool.map(lambda o: o.ask(timeout=90), opts))
+            for i, (o, t) in enumerate(zip(opts, trials)):
+                o.tell(t, (t.params["x"] - 0.2 * i) ** 2 + t.params["y"] ** 2)
+        shared = {o.site: o.transfer_estimates()[-2][1].agreement for o in opts[:2]}  # sent with the last upload
+        sent = [m for m in opts[2].sent_messages() if m.kind == "masked_score"]
+        assert sent and all(m.agreement is None for m in sent)  # c keeps its estimate
+        _login(browser, srv.url, admin)
+        _wait(browser, lambda: _text(browser, "#site-a .reported").startswith("agreement"), "site a's agreement")
+        for s in ("a", "b"):
+            assert _text(browser, f"#site-{s} .reported") == f"agreement {shared[s]:.2f}"
+        assert _text(browser, "#site-c .reported") == "kept at the lab"
+        browser.save_screenshot(str(tmp_path / "agreement.png"))
+        assert console_errors(browser) == []
+        for o in opts:
+            o.close()
+

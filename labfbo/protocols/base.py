@@ -214,6 +214,12 @@ class Aggregator(ABC):
         The default admits everything (a protocol's message schemas check what they can alone)."""
         return message
 
+    def site_reports(self) -> dict[str, str]:
+        """What sites chose to tell the operator about the federation's worth to them (site -> a
+        short text for the coordinator's dashboard; a lab's opt-in, e.g. ``surface``'s
+        ``share_agreement``); empty by default."""
+        return {}
+
     def retire(self, site: str) -> None:
         """``site`` has spent its privacy budget and will release nothing more: leave it out of
         what needs every member (e.g. a secure sum's cohort). Nothing by default."""

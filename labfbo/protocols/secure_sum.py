@@ -57,7 +57,7 @@ class MaskedScores(Message):
 
     In the clear, configuration only: the DP clip and noise multiplier (and the l2 sensitivity
     the release states), and ``surface``'s schedule ``release_every`` (the coordinator may reuse
-    the sum for ``k - 1`` rounds). Fields left unset are left off the wire (``gradient``'s
+    the sum for ``k - 1`` rounds) — and, only if the lab opts in, ``surface``'s agreement. Fields left unset are left off the wire (``gradient``'s
     uploads are byte for byte as before)."""
 
     kind: Literal["masked_score"] = "masked_score"
@@ -67,12 +67,14 @@ class MaskedScores(Message):
     dp_noise_multiplier: float | None = None
     dp_sensitivity: float | None = Field(None, gt=0, allow_inf_nan=False)
     release_every: int | None = Field(None, ge=1)
+    agreement: float | None = Field(None, allow_inf_nan=False, description="surface, when the lab opts in "
+                                    "(share_agreement): its agreement with the partners' surface, in the clear")
 
     @model_serializer(mode="wrap")
     def _unset_left_off(self, handler: Any) -> Any:
         out = handler(self)
         if isinstance(out, dict):
-            for name in ("dp_sensitivity", "release_every"):
+            for name in ("dp_sensitivity", "release_every", "agreement"):
                 if getattr(self, name) is None:
                     out.pop(name, None)
         return out

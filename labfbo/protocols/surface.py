@@ -65,7 +65,7 @@ from labfbo.exceptions import ConfigurationError
 from labfbo.messages import Abstain, Array, Message
 from labfbo.models.gp import fit_local_gp, predict
 from labfbo.models.transfer import held_out_gain
-from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, packed_size, private_statistics,
+from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, private_statistics,
                                    ridge_weights, site_statistics, symmetric)
 from labfbo.privacy import DP, secagg
 from labfbo.privacy.distributed import honest_members, share_purpose
@@ -75,7 +75,7 @@ from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteDa
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.protocols.secure_sum import (MIN_COHORT, KeyRequest, MaskedScores, PublicKeyShare, UnmaskRequest,
                                          check_cohort, reveal, upload)
-from labfbo.protocols.surface_admission import admit_stats, capped_counts
+from labfbo.protocols.surface_aggregate import admit_stats, capped_counts, leave_one_out
 from labfbo.protocols.surface_messages import SurfaceRequest, SurfaceStats, SurfaceTotals
 from labfbo.records import TransferEstimate
 from labfbo.protocols.surface_secure import (MECHANISM, SURFACE_CONTEXT, UNMASKED_2_SITES, Mode, SecureRounds,
@@ -108,9 +108,11 @@ class SurfaceOptions(ModelOptions):
         "auto", description="auto: the statistics leave a site only masked into the cohort's sum in a study of "
         ">= 3 sites, in the clear (with a warning) in one of 2; on: always masked (a study of fewer than 3 is "
         "refused); off: in the clear (labfbo.protocols.surface_secure)")
+    share_agreement: bool = Field(False, description="send the coordinator this lab's agreement with its partners' "
+                                  "surface with each upload, in the clear, for the operator's dashboard (never under DP)")
     count_cap: Literal["median", "off"] = Field(
         "median", description="clear statistics: cap each member's count at the round's median count, so no member "
-        "can own the surface by stating a huge count (labfbo.protocols.surface_admission)")
+        "can own the surface by stating a huge count (labfbo.protocols.surface_aggregate)")
     dp_colluders: int = Field(0, ge=0, description="secure aggregation under DP: how many other sites may collude "
                               "with the coordinator; each member adds 1/max(n - dp_colluders, 1) of the noise variance")
     multi_objective: Literal["hypervolume", "parego"] = Field(
@@ -193,7 +195,13 @@ class SurfaceSite(LocalGPSite):
         self._mine = {r: v for r, v in self._mine.items() if r > round - 2 * k} | {round: (tuple(sorted(request.cohort)),
                                                                                             vector)}
         masked = upload(vector, ctx.site, ctx.key_seed, request.cohort, request.study, round, 0, SURFACE_CONTEXT)
-        return MaskedScores(step=0, masked=masked, **dp, release_every=None if k == 1 else k)
+        return MaskedScores(step=0, masked=masked, **dp, release_every=None if k == 1 else k,
+                            agreement=self._shared_agreement())
+
+    def _shared_agreement(self) -> float | None:
+        """The last proposal's agreement, if the lab opted in (``share_agreement``) and runs no DP."""
+        t = self._transfer
+        return t.agreement if self.options.share_agreement and self.options.privacy is None and t else None
 
     def _warn_unmasked(self) -> None:
         n = self.context.n_sites
@@ -238,7 +246,7 @@ class SurfaceSite(LocalGPSite):
                             dp_clip=None if dp is None else dp.clip,
                             dp_noise_multiplier=None if dp is None else dp.sigma,
                             dp_sensitivity=delta,
-                            release_every=None if k == 1 else k)
+                            release_every=None if k == 1 else k, agreement=self._shared_agreement())
 
     def contribution(self, data: SiteData, round: int, cohort: int) -> tuple[np.ndarray, dict[str, Any]]:
         """This member's vector for a secure sum of ``cohort`` members (:func:`~labfbo.protocols.surface_secure.contribution`)
@@ -383,27 +391,6 @@ def features(space: SearchSpace, options: SurfaceOptions) -> SurfaceFeatures:
     return SurfaceFeatures(space, options.fourier_features, options.fourier_lengthscale)
 
 
-def leave_one_out(stats: Mapping[str, SurfaceStats], sites: list[str]) -> dict[str, SurfaceTotals]:
-    """Each site's totals over the *other* contributors (count-weighted sums of their averages),
-    summed in roster order whatever order the answers arrived in (the same bits on every transport)."""
-    shape = tuple(next(iter(stats.values())).moment.shape) if stats else (0,)
-    p = shape[-1]
-    G = {s: stats[s].count * stats[s].gram.numpy() for s in sites if s in stats}
-    h = {s: stats[s].count * stats[s].moment.numpy() for s in sites if s in stats}
-    out = {}
-    for s in sites:
-        others = [o for o in G if o != s]
-        gram, moment = np.zeros(packed_size(p)), np.zeros(shape)
-        for o in others:
-            gram, moment = gram + G[o], moment + h[o]
-        noised = [(stats[o].count * stats[o].dp_noise_multiplier * stats[o].dp_sensitivity) ** 2 for o in others
-                  if stats[o].dp_noise_multiplier is not None and stats[o].dp_sensitivity is not None]
-        out[s] = SurfaceTotals(sites=len(others), count=sum(stats[o].count for o in others),
-                               gram=Array.of(gram), moment=Array.of(moment),
-                               noise_sd=float(np.sqrt(sum(noised))) if noised else None)
-    return out
-
-
 class SurfaceAggregator(SecureRounds, ReusesReleases, Aggregator):
     """Also keeps each site's last statistics sent with ``release_every = k > 1`` (:attr:`held`:
     site -> (round, statistics)) and reuses them in the rounds :math:`r < t < r + k` the site sends none.
@@ -417,6 +404,7 @@ class SurfaceAggregator(SecureRounds, ReusesReleases, Aggregator):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.reuse: HeldReleases[SurfaceStats] = HeldReleases(self.sites, SurfaceStats, "stats")
+        self.shared_agreement: dict[str, float] = {}  # site -> the agreement it last chose to share
         self.start_secure(self.options.secure_aggregation)
 
     def state(self) -> dict[str, Any]:
@@ -427,8 +415,16 @@ class SurfaceAggregator(SecureRounds, ReusesReleases, Aggregator):
         self.secure_restore(state)
 
     def admit(self, site: str, message: Message) -> Message:
-        """Clear statistics in the range a site's data allow (:mod:`~labfbo.protocols.surface_admission`)."""
-        return admit_stats(message, self._features()) if isinstance(message, SurfaceStats) else message
+        """Clear statistics in the range a site's data allow (:mod:`~labfbo.protocols.surface_aggregate`);
+        an agreement a lab chose to share is kept for the operator (:meth:`site_reports`)."""
+        if isinstance(message, SurfaceStats):
+            message = admit_stats(message, self._features())
+        if isinstance(message, (SurfaceStats, MaskedScores)) and message.agreement is not None:
+            self.shared_agreement[site] = float(message.agreement)
+        return message
+
+    def site_reports(self) -> dict[str, str]:
+        return {s: f"agreement {a:.2f}" for s, a in self.shared_agreement.items()}
 
     def open_round(self, t: int) -> Step:
         if not self.masked:

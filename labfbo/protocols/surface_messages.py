@@ -9,7 +9,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, model_serializer, model_validator
 
-from labfbo.messages import Array, Message, register
+from labfbo.messages import Array, Message, omit_unset, register
 from labfbo.models.surface import packed_size
 
 
@@ -76,13 +76,13 @@ class SurfaceStats(Message):
     dp_sensitivity: float | None = None
     release_every: int | None = Field(None, ge=1, description="the site's schedule: the coordinator may reuse these "
                                       "statistics for the next k - 1 rounds (None: 1; left off the wire)")
+    agreement: float | None = Field(None, allow_inf_nan=False, description="only if the lab opts in "
+                                    "(share_agreement): its agreement with the partners' surface (left off the wire)")
 
     @model_serializer(mode="wrap")
     def _no_default_schedule(self, handler: Any) -> Any:
-        out = handler(self)
-        if self.release_every is None and isinstance(out, dict):
-            out.pop("release_every", None)  # the messages of release_every=1 are byte for byte as before
-        return out
+        # the messages of release_every=1 without a shared agreement are byte for byte as before
+        return omit_unset(handler(self), self, "release_every", "agreement")
 
     @model_validator(mode="after")
     def _shapes(self) -> "SurfaceStats":

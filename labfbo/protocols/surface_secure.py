@@ -14,7 +14,7 @@ nothing else, and sends every site :math:`V` and the member list :math:`S`
 **Leave-one-out at the site.** A member subtracts exactly what it uploaded (its fixed-point
 encoding, so the difference is :math:`\sum_{j\ne i}` of the others' encoded vectors, exact in
 float64): :math:`\sum_{j\ne i} n_j \bar G_j`, :math:`\sum_{j\ne i} n_j \bar h_j`, their count
-and :math:`|S| - 1` — today's :func:`~labfbo.protocols.surface.leave_one_out` to fixed-point
+and :math:`|S| - 1` — today's :func:`~labfbo.protocols.surface_aggregate.leave_one_out` to fixed-point
 precision (:math:`2^{-32}` per entry and site). A site not in :math:`S` uses :math:`V` as it is.
 The site keeps its upload in memory; after a restart it recomputes it from the data of the
 round (the data it proposes from for that round is the data it answered from: the round's cut)

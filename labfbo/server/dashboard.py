@@ -51,7 +51,8 @@ TEMPLATES = Path(__file__).parent / "templates"
 COLUMNS = {
     "sites": [("name", "site"), ("state", "state"), ("detail", "detail"), ("received_text", "received"),
               ("sent_text", "sent"), ("answers", "answers"), ("epsilon_text", "cumulative ε"),
-              ("budget_text", "budget"), ("remaining_text", "remaining ε"), ("discarded", "discarded")],
+              ("budget_text", "budget"), ("remaining_text", "remaining ε"), ("discarded", "discarded"),
+              ("reported", "what it gains (its own estimate)")],
     "rounds": [("round", "round"), ("status", "status"), ("started", "started (UTC)"), ("duration", "duration"),
                ("participants", "participants")],
     "events": [("time", "time (UTC)"), ("site", "site"), ("route", "route"), ("round", "round"),
@@ -76,6 +77,7 @@ class SiteView(BaseModel):
     remaining: float | None = None  # budget - epsilon (None: no budget, or not known yet)
     remaining_text: str = "—"
     discarded: int = 0              # releases the coordinator discarded: beyond the budget
+    reported: str = "kept at the lab"  # what the site chose to share of the federation's worth to it (opt-in)
 
 
 class RoundView(BaseModel):
@@ -192,10 +194,12 @@ class Dashboard:
             rounds = [self._round(t, tm.start, tm.end, tm.status, tm.participants, eng.errors.get(t))
                       for t, tm in timings]
             last = coord.last_round
+            reports = coord.site_reports()
         for row in sites:
             b = self.privacy.budget(row.name)
             row.epsilon, row.epsilon_text, row.budget, row.budget_text = b.epsilon, b.epsilon_text, b.budget, b.budget_text
             row.remaining, row.remaining_text, row.discarded = b.remaining, b.remaining_text, b.discarded
+            row.reported = reports.get(row.name, row.reported)
         with srv.audit.lock:
             recent = list(srv.audit.recent)
         events = [EventView(time=_clock(e["time"]), site=e["site"], route=e["route"],

@@ -1,5 +1,5 @@
-r"""What the ``surface`` coordinator admits: statistics a site's data can produce, and counts no
-member can inflate.
+r"""The ``surface`` coordinator's side: what it admits (statistics a site's data can produce,
+counts no member can inflate) and each site's totals over the others (:func:`leave_one_out`).
 
 **Range** (:func:`admit_stats`, per message, clear statistics). A site's features lie in
 :math:`[-1, 1]` and its standardized values have :math:`\overline{z^2} = (n - 1)/n < 1`, so every
@@ -31,8 +31,9 @@ from typing import Mapping
 import numpy as np
 
 from labfbo.exceptions import Inadmissible
+from labfbo.messages import Array
 from labfbo.models.surface import packed_size
-from labfbo.protocols.surface_messages import SurfaceStats
+from labfbo.protocols.surface_messages import SurfaceStats, SurfaceTotals
 
 NOISE_SLACK = 10.0  # noise stds of slack under DP: a false rejection has probability < 1e-22 per entry
 TOLERANCE = 1e-9
@@ -59,3 +60,24 @@ def capped_counts(stats: Mapping[str, SurfaceStats]) -> dict[str, SurfaceStats]:
         return dict(stats)
     cap = int(np.median([m.count for m in stats.values()]))
     return {s: m if m.count <= cap else m.model_copy(update={"count": cap}) for s, m in stats.items()}
+
+
+def leave_one_out(stats: Mapping[str, SurfaceStats], sites: list[str]) -> dict[str, SurfaceTotals]:
+    """Each site's totals over the *other* contributors (count-weighted sums of their averages),
+    summed in roster order whatever order the answers arrived in (the same bits on every transport)."""
+    shape = tuple(next(iter(stats.values())).moment.shape) if stats else (0,)
+    p = shape[-1]
+    G = {s: stats[s].count * stats[s].gram.numpy() for s in sites if s in stats}
+    h = {s: stats[s].count * stats[s].moment.numpy() for s in sites if s in stats}
+    out = {}
+    for s in sites:
+        others = [o for o in G if o != s]
+        gram, moment = np.zeros(packed_size(p)), np.zeros(shape)
+        for o in others:
+            gram, moment = gram + G[o], moment + h[o]
+        noised = [(stats[o].count * stats[o].dp_noise_multiplier * stats[o].dp_sensitivity) ** 2 for o in others
+                  if stats[o].dp_noise_multiplier is not None and stats[o].dp_sensitivity is not None]
+        out[s] = SurfaceTotals(sites=len(others), count=sum(stats[o].count for o in others),
+                               gram=Array.of(gram), moment=Array.of(moment),
+                               noise_sd=float(np.sqrt(sum(noised))) if noised else None)
+    return out
