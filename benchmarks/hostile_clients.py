@@ -192,8 +192,11 @@ def _cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+BENCH_ORDER = 85  # where `labfbo bench --help` lists it
+
+
 def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type-arg]
-    """``labfbo bench http-hostile`` (registered by :mod:`labfbo_bench.join_flood`)."""
+    """``labfbo bench http-hostile``."""
     hp = bsub.add_parser("http-hostile", help="a site's round latency under slow-header connections and a "
                          "tokenless flood")
     hp.add_argument("--sites", type=int, default=10)

@@ -136,6 +136,3 @@ def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type
     hj.add_argument("--params", type=int, nargs="+", default=[2, 10_000, 40_000])
     hj.add_argument("--seconds", type=float, default=5.0)
     hj.set_defaults(func=_cmd)
-    from labfbo_bench import hostile_clients
-
-    hostile_clients.add_parser(bsub)

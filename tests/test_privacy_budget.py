@@ -63,6 +63,14 @@ def test_calibration_is_within_the_budget_and_tight(epsilon, delta, counts, fact
     assert planned_epsilon(kinds, plan, sigma * 0.98, delta) > epsilon  # no noise wasted beyond 2 %
 
 
+def test_calibration_across_the_reports_rdp_threshold() -> None:
+    """A plan whose exact multiplier lies below the report's PLD range (accounted by RDP there):
+    calibrated on the report's own accountant, within the budget and tight (hypothesis found it)."""
+    kinds, plan = {"k0": 0.05}, {"k0": 1}
+    sigma = calibrate(kinds, plan, 8.0, 1e-3)
+    assert planned_epsilon(kinds, plan, sigma, 1e-3) <= 8.0 < planned_epsilon(kinds, plan, 0.98 * sigma, 1e-3)
+
+
 def _release(m: float, private: bool = True) -> Release:
     if not private:
         return Release.unprotected("x", 0)

@@ -88,13 +88,32 @@ def calibrate(factors: Mapping[str, float], counts: Mapping[str, int], epsilon: 
                                  f"{sum(n for _, n in items)} planned releases even at noise multiplier {SIGMA_MAX:g}")
     if planned_epsilon(factors, counts, exact, delta) <= epsilon:
         return exact
-    sigma = float(calibrate_dp_mechanism(lambda: PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION),
-                                         event, epsilon, delta, ExplicitBracketInterval(exact, 2 * exact),
-                                         tol=1e-5 * exact))
+    try:
+        sigma = float(calibrate_dp_mechanism(lambda: PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION),
+                                             event, epsilon, delta, ExplicitBracketInterval(exact, 2 * exact),
+                                             tol=1e-5 * exact))
+    except ValueError:  # no PLD solution in [exact, 2 exact]: the report accounts multipliers below
+        sigma = _bisect(lambda s: planned_epsilon(factors, counts, s, delta) <= epsilon, exact, epsilon, delta)
     # Brent's method returns a point within tol of the boundary: step up until the report agrees
     while planned_epsilon(factors, counts, sigma, delta) > epsilon:
         sigma *= 1.0001
     return sigma
+
+
+def _bisect(fits: Callable[[float], bool], lo: float, epsilon: float, delta: float) -> float:
+    """The smallest multiplier above ``lo`` (which does not fit) that ``fits``, within 1e-5 relative:
+    for plans whose report accounts some multipliers by RDP (below ``PLD_MIN_SIGMA``), where PLD's
+    calibration and the report disagree on which side of the budget a multiplier lies."""
+    hi = 2.0 * lo
+    while not fits(hi):
+        lo, hi = hi, 2.0 * hi
+        if hi > SIGMA_MAX:
+            raise ConfigurationError(f"a budget of epsilon={epsilon:g} at delta={delta:g} cannot cover the planned "
+                                     f"releases even at noise multiplier {SIGMA_MAX:g}")
+    while hi / lo > 1.0 + 1e-5:
+        mid = math.sqrt(hi * lo)
+        hi, lo = (mid, lo) if fits(mid) else (hi, mid)
+    return hi
 
 
 def calibrate_events(events_at: Callable[[float], Mapping[Any, int]], epsilon: float, delta: float) -> float:
