@@ -87,6 +87,7 @@ class TransferEstimate(BaseModel):
     gain: FiniteFloat  # 1 - shared / alone: the share of the held-out error it removes
     scale: FiniteFloat | None = None  # surface: the agreement scale c the lab's GP fitted
     agreement: FiniteFloat | None = None  # GLS coefficient of the lab's results on the partners' prediction
+    agreement_se: FiniteFloat | None = None  # its standard error
 
 
 class Ask(_Record):

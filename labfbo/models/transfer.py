@@ -51,21 +51,23 @@ def held_out_gain(model: Model, scale: float | None = None,
         a0 = (ones @ Kinv @ y) / (ones @ Kinv @ ones)
         with_it = _loo_rmse(Kinv, d, y - model.mean_module(X).reshape(-1))
         alone = _loo_rmse(Kinv, d, y - a0)
-        agreement = None if shared is None else _gls_slope(Kinv, y, shared.reshape(-1).to(y))
+        fit = None if shared is None else _gls_slope(Kinv, y, shared.reshape(-1).to(y))
     if not (alone > 0):
         return None
     return TransferEstimate(n=n, alone=alone, shared=with_it, gain=1.0 - with_it / alone,
-                            scale=None if scale is None else float(scale), agreement=agreement)
+                            scale=None if scale is None else float(scale), agreement=None if fit is None else fit[0],
+                            agreement_se=None if fit is None else fit[1])
 
 
-def _gls_slope(Kinv: torch.Tensor, y: torch.Tensor, s: torch.Tensor) -> float | None:
-    """:math:`\hat c` of :math:`y = a + c s` by generalized least squares under :math:`K` (None: ``s`` constant)."""
+def _gls_slope(Kinv: torch.Tensor, y: torch.Tensor, s: torch.Tensor) -> tuple[float, float] | None:
+    """:math:`\hat c` of :math:`y = a + c s` by generalized least squares under :math:`K`, and its
+    standard error (None: ``s`` constant)."""
     A = torch.stack([torch.ones_like(s), s], dim=1)
     M = A.T @ Kinv @ A
     if float(torch.linalg.det(M)) <= 1e-12 * float(M.diagonal().prod()):
         return None
     beta = torch.linalg.solve(M, A.T @ Kinv @ y)
-    return float(beta[1])
+    return float(beta[1]), float(torch.linalg.inv(M)[1, 1].clamp_min(0.0).sqrt())
 
 
 def _loo_rmse(Kinv: torch.Tensor, d: torch.Tensor, r: torch.Tensor) -> float:

@@ -124,7 +124,7 @@ def _transfer(campaign: Campaign) -> dict[str, Any] | None:
     if not marks:
         return None
     rounds = [{"round": r, "gain": e.gain, "alone": e.alone, "shared": e.shared, "n": e.n, "scale": e.scale,
-               "agreement": e.agreement} for r, e in marks[-12:]]
+               "agreement": e.agreement, "agreement_se": e.agreement_se} for r, e in marks[-12:]]
     gains = [e.gain for _, e in marks]
     return {"last": rounds[-1], "rounds": rounds, "mean": sum(gains) / len(gains), "count": len(gains)}
 
