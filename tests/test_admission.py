@@ -169,6 +169,23 @@ def test_vote_leaves_out_a_vote_over_another_codebook_and_weighs_each_vote_one_c
     assert replies["a"].counts.numpy().sum() == 2  # the others' two votes, one count each
 
 
+def test_gradient_caps_a_members_scores_at_ten_times_the_steps_median_norm() -> None:
+    """A member sending huge (finite, well-shaped) scores weighs as one sending them at the cap."""
+    options = {"warmup_steps": 1, "svgd_steps": 1, "n_particles": 2}
+    K, P = tuple(_coordinator("gradient", **options).aggregator().particles.shape)
+    A = {s: np.random.default_rng(SITES.index(s)).normal(size=(K, P)) for s in SITES}
+    cap = 10.0 * sorted(np.linalg.norm(A[s]) for s in SITES)[1]  # the median of three
+
+    def answers(c_scores: np.ndarray) -> Callable[[str, Message], Message]:
+        return lambda s, m: ScoreResponse(step=m.step, scores=Array.of(c_scores if s == "c" else A[s]), n_obs=5)
+
+    huge, _ = _round("gradient", answers(1e6 * A["c"]), **options)
+    capped, _ = _round("gradient", answers(A["c"] * cap / np.linalg.norm(A["c"])), **options)
+    raw, _ = _round("gradient", answers(1e6 * A["c"]), score_clip=None, **options)
+    assert huge["a"].particles.numpy() == pytest.approx(capped["a"].particles.numpy(), rel=1e-9, abs=1e-12)
+    assert not np.allclose(raw["a"].particles.numpy(), huge["a"].particles.numpy())  # without the cap it owns the step
+
+
 def test_every_builtin_aggregator_admits_what_its_honest_sites_send() -> None:
     """The default is to admit: a protocol that declares no range changes nothing."""
     from labfbo.protocols.base import Aggregator

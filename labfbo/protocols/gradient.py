@@ -77,6 +77,9 @@ class GradientOptions(ModelOptions, PacohConfig):
         "(labfbo.privacy.distributed)")
     dp_colluders: int = Field(0, ge=0, description="distributed DP: how many other sites may collude with the "
                               "coordinator (subtract their own noise); each site's share grows with it")
+    score_clip: float | None = Field(10.0, gt=1, description="coordinator, clear scores of 3 sites or more: cap each "
+                                     "site's score matrix at this many times the step's median norm, so one member "
+                                     "cannot own the step (None: off; under secure sums the norms are not seen)")
     wire: Literal["lossless", "compact"] = Field(
         "lossless", description="compact: 8-bit stochastically rounded scores up and particle changes down, about "
         "an eighth of the bytes (labfbo.protocols.gradient_wire); lossless: float64")
@@ -112,6 +115,16 @@ def meta_step(particles: torch.Tensor, scores: Sequence[torch.Tensor], n_obs: Se
     for A in scores:
         G = G + A
     return svgd_step(particles, meta_score(particles, G, len(scores), cfg, n_points=list(n_obs)), cfg, state)
+
+
+def capped_norms(scores: list[torch.Tensor], factor: float | None) -> list[torch.Tensor]:
+    """Each site's scores scaled down to at most ``factor`` times the median Frobenius norm of the
+    step's (3 sites or more; ``None``: as sent): a member sending huge scores weighs as one at the cap."""
+    if factor is None or len(scores) < 3:
+        return scores
+    norms = torch.stack([torch.linalg.norm(A) for A in scores])
+    cap = factor * float(norms.median())
+    return [A * (cap / float(n)) if float(n) > cap > 0 else A for A, n in zip(scores, norms)]
 
 
 def secure_meta_step(particles: torch.Tensor, total: np.ndarray, cfg: PacohConfig,
@@ -386,8 +399,9 @@ class GradientAggregator(Aggregator):
             return self._request()
         if answers:
             self._noised([(a.dp_noise_multiplier, a.dp_clip) for a in answers])
-            self.particles, self.adam = meta_step(self.particles, [torch.as_tensor(a.values()) for a in answers],
-                                                  [a.n_obs for a in answers], self.cfg, self.adam)
+            scores = capped_norms([torch.as_tensor(a.values()) for a in answers], self.options.score_clip)
+            self.particles, self.adam = meta_step(self.particles, scores, [a.n_obs for a in answers], self.cfg,
+                                                  self.adam)
         return self._next(bool(answers))
 
     def _next(self, updated: bool) -> Step:
