@@ -170,8 +170,9 @@ def test_vote_leaves_out_a_vote_over_another_codebook_and_weighs_each_vote_one_c
 
 
 def test_gradient_caps_a_members_scores_at_ten_times_the_steps_median_norm() -> None:
-    """A member sending huge (finite, well-shaped) scores weighs as one sending them at the cap."""
-    options = {"warmup_steps": 1, "svgd_steps": 1, "n_particles": 2}
+    """With ``score_clip=10``, a member sending huge (finite, well-shaped) scores weighs as one sending
+    them at the cap."""
+    options = {"warmup_steps": 1, "svgd_steps": 1, "n_particles": 2, "score_clip": 10.0}
     K, P = tuple(_coordinator("gradient", **options).aggregator().particles.shape)
     A = {s: np.random.default_rng(SITES.index(s)).normal(size=(K, P)) for s in SITES}
     cap = 10.0 * sorted(np.linalg.norm(A[s]) for s in SITES)[1]  # the median of three
@@ -181,7 +182,7 @@ def test_gradient_caps_a_members_scores_at_ten_times_the_steps_median_norm() -> 
 
     huge, _ = _round("gradient", answers(1e6 * A["c"]), **options)
     capped, _ = _round("gradient", answers(A["c"] * cap / np.linalg.norm(A["c"])), **options)
-    raw, _ = _round("gradient", answers(1e6 * A["c"]), score_clip=None, **options)
+    raw, _ = _round("gradient", answers(1e6 * A["c"]), **{**options, "score_clip": None})
     assert huge["a"].particles.numpy() == pytest.approx(capped["a"].particles.numpy(), rel=1e-9, abs=1e-12)
     assert not np.allclose(raw["a"].particles.numpy(), huge["a"].particles.numpy())  # without the cap it owns the step
 

@@ -77,9 +77,10 @@ class GradientOptions(ModelOptions, PacohConfig):
         "(labfbo.privacy.distributed)")
     dp_colluders: int = Field(0, ge=0, description="distributed DP: how many other sites may collude with the "
                               "coordinator (subtract their own noise); each site's share grows with it")
-    score_clip: float | None = Field(10.0, gt=1, description="coordinator, clear scores of 3 sites or more: cap each "
+    score_clip: float | None = Field(None, gt=1, description="coordinator, clear scores of 3 sites or more: cap each "
                                      "site's score matrix at this many times the step's median norm, so one member "
-                                     "cannot own the step (None: off; under secure sums the norms are not seen)")
+                                     "cannot own the step (None: off, the default: honest sites reach 40x the median "
+                                     "in early steps; under secure sums the norms are not seen)")
     wire: Literal["lossless", "compact"] = Field(
         "lossless", description="compact: 8-bit stochastically rounded scores up and particle changes down, about "
         "an eighth of the bytes (labfbo.protocols.gradient_wire); lossless: float64")
