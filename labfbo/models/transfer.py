@@ -15,8 +15,8 @@ units. With the partners' prediction :math:`s(X)` at the lab's inputs, **agreeme
 generalized-least-squares coefficient of the lab's results on it under the same covariance,
 :math:`\hat c` of :math:`y = a + c\,s(X) + \varepsilon`, :math:`\varepsilon \sim N(0, K)`:
 how strongly the partners' surface explains this lab's results, with no prior on it (1: as the
-partners see it, 0: not at all, negative: the opposite way). Computed from the lab's data alone, kept in its journal (the campaign report), never
-sent unless the protocol says so.
+partners see it, 0: not at all, negative: the opposite way). Computed from the lab's data
+alone and kept in its journal (the campaign report); sent only if the lab opts in.
 """
 
 from __future__ import annotations

@@ -52,13 +52,18 @@ SIGMA_MAX = 1e6
 """The largest noise multiplier calibration searches (a budget needing more is refused)."""
 
 
-def planned_epsilon(factors: Mapping[str, float], counts: Mapping[str, int], sigma: float, delta: float) -> float:
-    """Epsilon of the planned releases at noise multiplier ``sigma`` (``factors[kind] * sigma`` each)."""
+def planned_multipliers(factors: Mapping[str, float], counts: Mapping[str, int], sigma: float) -> Counter[float]:
+    """The planned releases at noise multiplier ``sigma``: effective multiplier -> count."""
     mult: Counter[float] = Counter()
     for kind, n in counts.items():
         if n:
             mult[sigma * factors[kind]] += int(n)
-    return composed_epsilon(mult, delta)
+    return mult
+
+
+def planned_epsilon(factors: Mapping[str, float], counts: Mapping[str, int], sigma: float, delta: float) -> float:
+    """Epsilon of the planned releases at noise multiplier ``sigma`` (``factors[kind] * sigma`` each)."""
+    return composed_epsilon(planned_multipliers(factors, counts, sigma), delta)
 
 
 def calibrate(factors: Mapping[str, float], counts: Mapping[str, int], epsilon: float, delta: float) -> float:
@@ -93,27 +98,12 @@ def calibrate(factors: Mapping[str, float], counts: Mapping[str, int], epsilon: 
                                              event, epsilon, delta, ExplicitBracketInterval(exact, 2 * exact),
                                              tol=1e-5 * exact))
     except ValueError:  # no PLD solution in [exact, 2 exact]: the report accounts multipliers below
-        sigma = _bisect(lambda s: planned_epsilon(factors, counts, s, delta) <= epsilon, exact, epsilon, delta)
+        # PLD_MIN_SIGMA by RDP, so calibrate on the report's own accountant
+        sigma = calibrate_events(lambda s: planned_multipliers(factors, counts, s), epsilon, delta)
     # Brent's method returns a point within tol of the boundary: step up until the report agrees
     while planned_epsilon(factors, counts, sigma, delta) > epsilon:
         sigma *= 1.0001
     return sigma
-
-
-def _bisect(fits: Callable[[float], bool], lo: float, epsilon: float, delta: float) -> float:
-    """The smallest multiplier above ``lo`` (which does not fit) that ``fits``, within 1e-5 relative:
-    for plans whose report accounts some multipliers by RDP (below ``PLD_MIN_SIGMA``), where PLD's
-    calibration and the report disagree on which side of the budget a multiplier lies."""
-    hi = 2.0 * lo
-    while not fits(hi):
-        lo, hi = hi, 2.0 * hi
-        if hi > SIGMA_MAX:
-            raise ConfigurationError(f"a budget of epsilon={epsilon:g} at delta={delta:g} cannot cover the planned "
-                                     f"releases even at noise multiplier {SIGMA_MAX:g}")
-    while hi / lo > 1.0 + 1e-5:
-        mid = math.sqrt(hi * lo)
-        hi, lo = (mid, lo) if fits(mid) else (hi, mid)
-    return hi
 
 
 def calibrate_events(events_at: Callable[[float], Mapping[Any, int]], epsilon: float, delta: float) -> float:

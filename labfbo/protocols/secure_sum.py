@@ -57,8 +57,8 @@ class MaskedScores(Message):
 
     In the clear, configuration only: the DP clip and noise multiplier (and the l2 sensitivity
     the release states), and ``surface``'s schedule ``release_every`` (the coordinator may reuse
-    the sum for ``k - 1`` rounds) — and, only if the lab opts in, ``surface``'s agreement. Fields left unset are left off the wire (``gradient``'s
-    uploads are byte for byte as before)."""
+    the sum for ``k - 1`` rounds) — and, only if the lab opts in, ``surface``'s agreement. Fields
+    left unset are left off the wire (``gradient``'s uploads are byte for byte as before)."""
 
     kind: Literal["masked_score"] = "masked_score"
     step: int

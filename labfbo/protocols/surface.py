@@ -64,9 +64,9 @@ from pydantic import BaseModel, Field, model_validator
 from labfbo.exceptions import ConfigurationError
 from labfbo.messages import Abstain, Array, Message
 from labfbo.models.gp import fit_local_gp, predict
-from labfbo.models.transfer import held_out_gain
 from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, private_statistics,
                                    ridge_weights, site_statistics, symmetric)
+from labfbo.models.transfer import held_out_gain
 from labfbo.privacy import DP, secagg
 from labfbo.privacy.distributed import honest_members, share_purpose
 from labfbo.privacy.release import Release
@@ -77,9 +77,9 @@ from labfbo.protocols.secure_sum import (MIN_COHORT, KeyRequest, MaskedScores, P
                                          check_cohort, reveal, upload)
 from labfbo.protocols.surface_aggregate import admit_stats, capped_counts, leave_one_out
 from labfbo.protocols.surface_messages import SurfaceRequest, SurfaceStats, SurfaceTotals
-from labfbo.records import TransferEstimate
 from labfbo.protocols.surface_secure import (MECHANISM, SURFACE_CONTEXT, UNMASKED_2_SITES, Mode, SecureRounds,
                                              as_summed, contribution, leave_out, masked_study)
+from labfbo.records import TransferEstimate
 from labfbo.space import SearchSpace
 
 
@@ -108,8 +108,9 @@ class SurfaceOptions(ModelOptions):
         "auto", description="auto: the statistics leave a site only masked into the cohort's sum in a study of "
         ">= 3 sites, in the clear (with a warning) in one of 2; on: always masked (a study of fewer than 3 is "
         "refused); off: in the clear (labfbo.protocols.surface_secure)")
-    share_agreement: bool = Field(False, description="send the coordinator this lab's agreement with its partners' "
-                                  "surface with each upload, in the clear, for the operator's dashboard (never under DP)")
+    share_agreement: bool = Field(False, description="send the coordinator this lab's agreement with its "
+                                  "partners' surface with each upload, in the clear, for the operator's dashboard "
+                                  "(never under DP)")
     count_cap: Literal["median", "off"] = Field(
         "median", description="clear statistics: cap each member's count at the round's median count, so no member "
         "can own the surface by stating a huge count (labfbo.protocols.surface_aggregate)")

@@ -49,12 +49,13 @@ def read_space(path: str | os.PathLike[str]) -> Any:
         raise ConfigurationError(f"{path}: not a valid search space: {exc}") from None
 
 
-def build(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+def build(args: argparse.Namespace, space: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(config, tokens)``: the configuration (checked as ``coordinator serve`` will load it)
-    and the tokens it was made for (``{"admin": ..., "sites": {name: token}}``)."""
+    and the tokens it was made for (``{"admin": ..., "sites": {name: token}}``); ``space``: the
+    space of ``args.space`` when the caller has read it already."""
     from labfbo.server.config import ServerConfig, new_token
 
-    space = read_space(args.space)
+    space = read_space(args.space) if space is None else space
     sites = list(args.sites)
     if len(set(sites)) != len(sites):
         raise ConfigurationError(f"--sites: site names must be unique, got {sites}")
@@ -119,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
     if tokens_out.resolve() == out.resolve():
         raise ConfigurationError("--tokens-out must differ from --out: the tokens stay out of the configuration")
     _refuse_existing([out, tokens_out], args.force)
-    config, tokens = build(args)
+    space = read_space(args.space)
+    config, tokens = build(args, space)
     head = (f"# labfbo consortium configuration, written by `labfbo coordinator init --space {args.space}`.\n"
             "# `space:` is the study's search space: every lab joins with exactly this space (a lab whose space\n"
             "# differs is refused, each difference named). Tokens are stored as SHA-256 digests only.\n")
@@ -133,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
           f"({n} parameter{'s' * (n != 1)})")
     print(f"wrote {tokens_out} (mode 0600): each site's token and the admin token, shown nowhere else; "
           "give each lab its own token over a private channel")
-    if read_space(args.space).allowed is not None:
+    if space.allowed is not None:
         print(f"note: {args.space} lists allowed combinations: a lab's stock, which stays with the lab; the "
               "study pins the parameters only, and each lab gives its own allowed= (partners may stock others)")
     print(f"next: labfbo coordinator serve --config {out}")
