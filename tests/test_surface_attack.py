@@ -104,6 +104,12 @@ def test_privacy_audit_surface_cli_attacks_a_campaign_and_resumes(tmp_path, caps
     # a real campaign on Buchwald–Hartwig labs: the coordinator reads every lab's experiments and results
     assert [r["recall"] for r in plain["coordinator"]] == [1.0, 1.0, 1.0]
     assert all(r["rmse"] < 1e-6 for r in plain["coordinator"])
+    # the sum a coordinator unmasks gives the cohort's experiments away; the sealed one it holds by default,
+    # nothing beyond chance — and the campaign at the defaults proposed what the clear one did
+    assert [r["recall"] for r in plain["sum"]] == [1.0, 1.0, 1.0] and "| no DP | sealed | 3 |" in report
+    sealed = plain["sealed"]
+    assert len(sealed) == 3 and np.mean([r["recall"] for r in sealed]) <= np.mean([r["recall_chance"] for r in sealed]) + 0.15
+    assert all(r["same_proposals"] for r in data["results"])
     capsys.readouterr()
     assert main(args) == 0
     assert "(0 to do)" in capsys.readouterr().out

@@ -15,6 +15,15 @@ from labfbo.messages import Array
 from labfbo.privacy import secagg
 from labfbo.protocols.secure_sum import MaskedScores
 from labfbo.protocols.surface import SurfaceStats, SurfaceTotals
+from labfbo.protocols.surface_messages import SealedTotals
+from labfbo.protocols.surface_secure import as_summed, open_totals
+
+
+def _opened(o) -> list[SurfaceTotals]:
+    """The sums a site received, opened as it opens them."""
+    logic = o.agent.logic
+    return [open_totals(m, o.site, logic.context.key_seed, logic.features.p) if isinstance(m, SealedTotals) else m
+            for m in o.received_messages() if isinstance(m, (SealedTotals, SurfaceTotals))]
 
 #: a small categorical space like the Buchwald-Hartwig one (base x ligand x additive)
 SPACE = labfbo.SearchSpace([labfbo.Categorical("base", ["P2Et", "BTMG", "MTBD"]),
@@ -24,7 +33,7 @@ EFFECT = {"P2Et": 0.0, "BTMG": 0.6, "MTBD": 0.3, "XPhos": 0.0, "t-BuXPhos": 0.5,
           "AdBrettPhos": 0.2, "a0": 0.0, "a1": -0.4, "a2": 0.3, "a3": -0.1, "a4": 0.2}
 FAST = {"num_restarts": 2, "raw_samples": 32}
 SITES = ["lab-a", "lab-b", "lab-c"]
-KEY_KINDS = {"join", "secagg_public_key", "masked_score", "secagg_self_mask"}
+KEY_KINDS = {"join", "secagg_public_key", "masked_score", "secagg_sealed_seeds"}
 
 
 def _f(i: int, p: dict) -> float:
@@ -57,8 +66,9 @@ def test_uploads_look_uniform_and_no_statistics_leave_in_the_clear() -> None:
         assert stats.chisquare(np.bincount(words.view(np.uint8), minlength=256)).pvalue > 1e-4
         assert stats.chisquare(np.bincount((words >> np.uint64(60)).astype(np.int64), minlength=16)).pvalue > 1e-4
         assert all(r.message == "masked_score" and r.secure_aggregation for r in o.releases())
-        got = [m for m in o.received_messages() if isinstance(m, SurfaceTotals)]
-        assert got and got[-1].members == SITES and got[-1].sites == 3  # the cohort's sum, not a leave-one-out
+        got = [m for m in o.received_messages() if isinstance(m, (SurfaceTotals, SealedTotals))]
+        assert got and all(isinstance(m, SealedTotals) for m in got)  # the sum reaches a site only sealed
+        assert _opened(o)[-1].members == SITES and _opened(o)[-1].sites == 3  # the cohort's sum, not a leave-one-out
     # the last upload says nothing of the vector it carries (round 2: 3 design points and 2 results)
     mine = sites[0].agent.logic._mine[2][1]
     up = [m for m in sites[0].sent_messages() if isinstance(m, MaskedScores)][-1].masked.numpy()
@@ -129,8 +139,7 @@ def test_a_member_that_drops_out_is_left_out_and_the_round_completes() -> None:
     assert agg.redone == 2 and declined == [0, 1]  # each round asked again of the other three
     assert agg.held_sum.members == tuple(SITES)
     assert [p[:3] for p in p_on] == [p[:3] for p in p_off]
-    got = [m for m in on[3].received_messages() if isinstance(m, SurfaceTotals)]
-    assert got[-1].members == SITES  # lab-d, not in the cohort, uses the others' sum as it is
+    assert _opened(on[3])[-1].members == SITES  # lab-d, not in the cohort, opens the others' sum and uses it as it is
 
 
 def test_a_cohort_below_three_ends_the_round_without_a_sum_and_nothing_in_the_clear() -> None:
@@ -139,7 +148,8 @@ def test_a_cohort_below_three_ends_the_round_without_a_sum_and_nothing_in_the_cl
     agg = coord.aggregator()
     assert agg.held_sum is None and declined and agg.redone >= 1
     for o in sites:
-        assert not any(isinstance(m, (SurfaceStats, SurfaceTotals)) for m in o.sent_messages() + o.received_messages())
+        assert not any(isinstance(m, (SurfaceStats, SurfaceTotals, SealedTotals))
+                       for m in o.sent_messages() + o.received_messages())
         assert o.agent.logic._weights is None  # each proposed from its own GP
 
 
@@ -166,7 +176,7 @@ def test_a_restarted_site_recomputes_its_upload_and_proposes_the_same(tmp_path: 
         for o in sites:
             o.ask()  # round 3: the data now is the round's
     logic, data = again.agent.logic, again.site_data()
-    total = [m for m in again.received_messages() if isinstance(m, SurfaceTotals)][-1]
+    total = _opened(again)[-1]
     kept = logic.others(total, data, total.summed_round)
     logic._mine.clear()
     recomputed = logic.others(total, data, total.summed_round)
@@ -215,3 +225,59 @@ def test_a_cohort_stating_different_dp_noise_is_not_unmasked() -> None:
     with pytest.warns(UserWarning, match="different DP noise"):
         done = agg.on_responses(0, ups)
     assert done.replies == {} and agg.held_sum is None
+
+
+def test_the_coordinator_holds_only_a_masked_sum_that_the_members_open() -> None:
+    """By default (sum_seen_by="members") the self-mask seeds go sealed to the members: what the
+    coordinator holds of the sum is uniform words, and each member opens the exact sum of the
+    members' uploads (the same bits as a sum the coordinator unmasks)."""
+    coord, sites, props = _run(rounds=2)
+    held = coord.aggregator().held_sum
+    assert held.sealed is not None and held.total.dtype == np.uint64
+    truth = sum(as_summed(o.agent.logic._mine[1][1], 3) for o in sites)  # round 1's uploads, as they entered the sum
+    assert abs(np.corrcoef(secagg.decode(held.total), truth)[0, 1]) < 0.3  # decoded, the coordinator's sum says nothing
+    assert stats.chisquare(np.bincount(held.total.view(np.uint8), minlength=256)).pvalue > 1e-4
+    for o in sites:
+        assert not any(m.kind == "secagg_self_mask" for m in o.sent_messages())
+        opened = _opened(o)[-1]
+        assert opened.summed_round == 1 and opened.count == int(truth[-2]) and opened.sites == 3
+        assert np.array_equal(opened.gram.numpy(), truth[:opened.gram.numpy().size])
+    c_vis, vis, p_vis = _run(rounds=2, sum_seen_by="coordinator")
+    assert c_vis.aggregator().held_sum.sealed is None and p_vis == props  # the same proposals either way
+    assert any(m.kind == "secagg_self_mask" for m in vis[0].sent_messages())
+
+
+def test_a_seed_that_does_not_open_or_a_sum_out_of_range_leaves_the_site_on_its_own_gp() -> None:
+    coord, sites, _ = _run(rounds=1)
+    o = sites[0]
+    logic = o.agent.logic
+    msg = [m for m in o.received_messages() if isinstance(m, SealedTotals)][-1]
+    forged = msg.model_copy(update={"seeds": {**msg.seeds, "lab-b": msg.seeds["lab-c"]}})  # lab-c's seed as lab-b's
+    with pytest.raises(labfbo.exceptions.ProtocolError, match="does not open"):
+        open_totals(forged, o.site, logic.context.key_seed, logic.features.p)
+    with pytest.raises(labfbo.exceptions.ProtocolError, match="no sealed seed from"):
+        open_totals(msg.model_copy(update={"seeds": {}}), o.site, logic.context.key_seed, logic.features.p)
+    # a member that adds a huge vector spoils the sum: each member refuses it (nobody can be named)
+    spoiled = msg.masked.numpy() + secagg.encode(np.full(msg.masked.numpy().size, 1e3) * (np.arange(msg.masked.numpy().size)
+                                                                                          < logic.features.p), 3)
+    bad = msg.model_copy(update={"masked": Array.of(spoiled, dtype="uint64")})
+    with pytest.raises(labfbo.exceptions.ProtocolError, match="outside what"):
+        open_totals(bad, o.site, logic.context.key_seed, logic.features.p)
+    with pytest.warns(UserWarning, match="outside what .* own GP"):
+        o.agent.logic.propose(o.site_data(), bad, 1, 1)
+    assert logic._weights is None
+
+
+def test_a_site_that_keeps_its_sum_from_the_coordinator_never_reveals_its_seed() -> None:
+    from labfbo.protocols.secure_sum import SelfMaskSeed, UnmaskRequest, reveal
+
+    keys = {s: secagg.public_key(bytes([i + 1]) * 32) for i, s in enumerate(SITES)}
+    req = UnmaskRequest(step=0, cohort=keys, particles_sha256="0" * 64)
+    assert isinstance(reveal(req, "lab-a", bytes([1]) * 32, "s", 0), SelfMaskSeed)
+    refused = reveal(req, "lab-a", bytes([1]) * 32, "s", 0, members_only=True)
+    assert refused.kind == "abstain" and "never to the coordinator" in refused.reason
+    sealed = reveal(req.model_copy(update={"to_members": True, "recipients": {"lab-d": keys["lab-c"]}}),
+                    "lab-a", bytes([1]) * 32, "s", 0, members_only=True)
+    assert set(sealed.sealed) == {"lab-b", "lab-c", "lab-d"}
+    assert "to_members" not in req.model_dump_json()  # gradient's request reads as before
+

@@ -27,7 +27,7 @@ def run_vote(args: argparse.Namespace) -> int:
 
 
 def run_surface(args: argparse.Namespace) -> int:
-    """The ``surface`` audit: the coordinator's, a peer's and the secure sum's reconstruction of each lab's
+    """The ``surface`` audit: the coordinator's, a peer's, the secure sum's and the sealed sum's reconstruction of each lab's
     combinations and standardized results (Buchwald–Hartwig labs), with and without DP; cached, resumable."""
     import json
 
@@ -57,7 +57,9 @@ def run_surface(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     bar.close()
-    text = surface_audit.table(results)
+    same = [r["same_proposals"] for r in results if "same_proposals" in r]
+    text = surface_audit.table(results) + (f"\n\nThe campaigns at the defaults (sums sealed to the members) proposed "
+                                           f"what the clear ones did in {sum(same)} of {len(same)}." if same else "")
     png = surface_audit.plot(results, out)
     head = (f"# Surface audit: {len(labs)} Buchwald–Hartwig labs ({', '.join(labs)}), {budget} rounds, "
             f"seeds {', '.join(map(str, seeds))}\n\n`{cmd}`\n\n")

@@ -22,6 +22,12 @@ release arrived. If a member drops out, the coordinator redoes the step with the
 under a new context; the first attempt's uploads stay hidden behind their self masks,
 so even a late upload of the dropped site cannot be isolated by subtracting two sums.
 
+**Seeds sealed to the members** (:func:`seal`, :func:`unseal`). A site may instead hand its
+self-mask seed to the other members only, each copy sealed (ChaCha20-Poly1305) under a key it
+shares with that member alone: the coordinator then holds :math:`\sum_i y_i = \sum_i
+\mathrm{enc}(x_i) + \sum_i b_i`, uniformly distributed, and only the members can remove the
+self masks. The coordinator learns nothing of the sum either.
+
 What is *not* here: the secret sharing of each site's mask seeds that lets Bonawitz et
 al. finish a round *without* redoing it. The key material is 32 random bytes per site,
 kept in its journal.
@@ -156,6 +162,43 @@ def mask(encoded: np.ndarray, me: str, key_seed: bytes, cohort: Mapping[str, str
     return out.reshape(np.shape(encoded))
 
 
+def _aead(key_seed: bytes, peer_public: str, info: bytes):
+    from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+
+    return ChaCha20Poly1305(shared_key(key_seed, peer_public, b"seal/" + info))
+
+
+def seal(seed: bytes, key_seed: bytes, peer_public: str, info: bytes, sender: str, recipient: str) -> str:
+    """``seed`` sealed for the owner of ``peer_public`` (base64): ChaCha20-Poly1305 under a key only the two
+    derive for this release (``info``); the key is used once, so the nonce is fixed. The sender and the
+    recipient are authenticated with it."""
+    _crypto()
+    aad = json.dumps([sender, recipient]).encode()
+    return base64.b64encode(_aead(key_seed, peer_public, info).encrypt(b"\x00" * 12, seed, aad)).decode("ascii")
+
+
+def unseal(sealed: str, key_seed: bytes, sender_public: str, info: bytes, sender: str, recipient: str) -> bytes:
+    """The seed ``sender`` sealed for this site (:func:`seal`); :class:`ProtocolError` if it does not open."""
+    from cryptography.exceptions import InvalidTag
+
+    _crypto()
+    aad = json.dumps([sender, recipient]).encode()
+    try:
+        return _aead(key_seed, sender_public, info).decrypt(b"\x00" * 12, base64.b64decode(sealed, validate=True), aad)
+    except (InvalidTag, ValueError) as exc:
+        raise ProtocolError(f"secure aggregation: the seed {sender!r} sealed for {recipient!r} does not open "
+                            f"({type(exc).__name__}: tampered, or another release's)") from None
+
+
+def remove_self_masks(total: np.ndarray, seeds: list[bytes]) -> np.ndarray:
+    """A sum in Z_{2^64} less the self masks of ``seeds``."""
+    out = np.asarray(total, dtype=np.uint64).reshape(-1).copy()
+    with np.errstate(over="ignore"):
+        for seed in seeds:
+            out = out - _stream(seed, out.size)
+    return out
+
+
 def aggregate(masked: list[np.ndarray], self_seeds: list[bytes]) -> np.ndarray:
     """The sum of the sites' masked vectors in Z_{2^64}, less their revealed self masks (the pairwise
     masks cancel in the sum)."""
@@ -163,6 +206,4 @@ def aggregate(masked: list[np.ndarray], self_seeds: list[bytes]) -> np.ndarray:
     with np.errstate(over="ignore"):
         for y in masked:
             total = total + np.asarray(y, dtype=np.uint64).reshape(-1)
-        for seed in self_seeds:
-            total = total - _stream(seed, total.size)
-    return total
+    return remove_self_masks(total, self_seeds)

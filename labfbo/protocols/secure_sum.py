@@ -9,6 +9,11 @@ takes two exchanges with the *cohort* (the members with known keys):
 2. once every member's upload arrived, ``UnmaskRequest`` -> each member reveals the seed of
    its self mask (``SelfMaskSeed``), and the coordinator removes the self masks from the sum.
 
+With ``to_members`` (``surface``'s default) step 2 hands each self-mask seed to the other
+members only, sealed (``SealedSeeds``): the coordinator then holds the masked sum, uniformly
+distributed, and forwards each member the seeds sealed for it; the members remove the self masks
+(:func:`open_sum`). The coordinator learns nothing of the sum.
+
 If a member is missing at either exchange, the step is redone with those that answered,
 under a new context (the cohort is part of it): fresh masks, and the abandoned attempt's
 uploads stay hidden behind self masks that were never revealed. Public keys are asked of
@@ -20,6 +25,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import warnings
+from dataclasses import dataclass
 from typing import Callable, Literal, Mapping
 
 import numpy as np
@@ -92,6 +98,19 @@ class UnmaskRequest(Message):
     step: int
     cohort: dict[str, str]
     particles_sha256: str
+    to_members: bool = Field(False, description="hand the seed to the other members only, sealed for each "
+                             "(SealedSeeds): the coordinator never learns the sum")
+    recipients: dict[str, str] | None = Field(None, description="with to_members: the sites outside the cohort "
+                                              "(-> public key) that receive the sum too, so also get the seed")
+
+    @model_serializer(mode="wrap")
+    def _default_left_off(self, handler: Any) -> Any:
+        out = handler(self)
+        if isinstance(out, dict):
+            for name in ("to_members", "recipients"):
+                if not getattr(self, name):
+                    out.pop(name, None)  # gradient's requests are byte for byte as before
+        return out
 
 
 @register
@@ -101,6 +120,26 @@ class SelfMaskSeed(Message):
     kind: Literal["secagg_self_mask"] = "secagg_self_mask"
     step: int
     seed: str = Field(min_length=44, max_length=44)
+
+
+@register
+class SealedSeeds(Message):
+    """Site -> coordinator -> members: the site's self-mask seed for one release, sealed for each other
+    member (member -> base64 ChaCha20-Poly1305 ciphertext under a key only the two share,
+    :func:`labfbo.privacy.secagg.seal`). The coordinator forwards each member its own copy and cannot
+    open any."""
+
+    kind: Literal["secagg_sealed_seeds"] = "secagg_sealed_seeds"
+    step: int
+    sealed: dict[str, str] = Field(max_length=100_000)
+
+
+@dataclass(frozen=True)
+class SealedSum:
+    """The coordinator's masked sum (uniform in Z_{2^64}) and, per member, the seeds sealed for it (sender -> ciphertext)."""
+
+    masked: np.ndarray
+    sealed: dict[str, dict[str, str]]
 
 
 def digest(particles: Array) -> str:
@@ -134,12 +173,40 @@ def upload(values: np.ndarray, me: str, key_seed: bytes, cohort: Mapping[str, st
     return Array.of(secagg.mask(secagg.encode(values, len(cohort)), me, key_seed, cohort, info), dtype="uint64")
 
 
-def reveal(request: UnmaskRequest, me: str, key_seed: bytes, study: str, round: int) -> Message:
-    """The self mask's seed of the release ``request`` names (only for a cohort this site is in)."""
+def reveal(request: UnmaskRequest, me: str, key_seed: bytes, study: str, round: int,
+           members_only: bool = False) -> Message:
+    """The self mask's seed of the release ``request`` names (only for a cohort this site is in): to the
+    coordinator, or sealed for each other member (``request.to_members``). A site that hands its seeds to
+    the members only (``members_only``) never reveals one to the coordinator."""
     if me not in request.cohort:
         return Abstain(reason=f"{me!r} is not in that cohort")
     info = secagg.context(study, round, request.step, list(request.cohort), request.particles_sha256.encode())
-    return SelfMaskSeed(step=request.step, seed=base64.b64encode(secagg.self_mask_seed(key_seed, info)).decode())
+    seed = secagg.self_mask_seed(key_seed, info)
+    if request.to_members:
+        to = {**(request.recipients or {}), **request.cohort}
+        return SealedSeeds(step=request.step, sealed={peer: secagg.seal(seed, key_seed, public, info, me, peer)
+                                                      for peer, public in sorted(to.items()) if peer != me})
+    if members_only:
+        return Abstain(reason="this site hands its self-mask seed to the other members only, never to the coordinator")
+    return SelfMaskSeed(step=request.step, seed=base64.b64encode(seed).decode())
+
+
+def open_sum(masked: np.ndarray, sealed: Mapping[str, str], me: str, key_seed: bytes, cohort: Mapping[str, str],
+             study: str, round: int, step: int, context_sha256: str) -> np.ndarray:
+    """The decoded sum of a release whose seeds were sealed to the members (and the recipients outside
+    the cohort): ``masked`` less every member's self mask (this site's own, if a member, and each other's
+    from the seed it sealed for this site). Raises :class:`ProtocolError` if a seed is missing or does not
+    open, or the sum does not check out."""
+    info = secagg.context(study, round, step, list(cohort), context_sha256.encode())
+    missing = sorted(set(cohort) - {me} - set(sealed))
+    if missing:
+        raise ProtocolError(f"secure aggregation: no sealed seed from {missing} for {me!r}")
+    seeds = [secagg.self_mask_seed(key_seed, info)] * (me in cohort) + [
+        secagg.unseal(sealed[peer], key_seed, cohort[peer], info, peer, me) for peer in sorted(cohort) if peer != me]
+    total = secagg.decode(secagg.remove_self_masks(masked, seeds))
+    if abs(total[-1] - len(cohort)) > 1e-6:  # every member counts 1: anything else is a corrupt sum
+        raise ProtocolError("secure aggregation: the sum does not check out (a stale key or a wrong upload)")
+    return total
 
 
 # -- coordinator side --------------------------------------------------------------------------------
@@ -192,9 +259,11 @@ class SecureSum:
         return {s: self.keys[s] for s in self.cohort}
 
     def on_responses(self, step: int, particles_sha256: str, size: int | None,
-                     responses: Mapping[str, Message]) -> dict[str, Message] | np.ndarray | str:
-        """The next exchange, the decoded sum (``size`` floats), ``"redo"`` (ask the step again of
-        the smaller cohort) or ``"stop"`` (no secure sum possible this round).
+                     responses: Mapping[str, Message], to_members: bool = False
+                     ) -> dict[str, Message] | np.ndarray | SealedSum | str:
+        """The next exchange, the decoded sum (``size`` floats; ``to_members``: the masked sum and the
+        sealed seeds, :class:`SealedSum`), ``"redo"`` (ask the step again of the smaller cohort) or
+        ``"stop"`` (no secure sum possible this round).
 
         ``size=None``: the uploads' size is not known in advance (``surface``: one moment per
         objective); the most frequent size among the cohort's uploads (the first in roster order
@@ -204,7 +273,7 @@ class SecureSum:
         if self.phase == "keys":
             self.phase, self.cohort = "upload", []
             return "redo"
-        want = MaskedScores if self.phase == "upload" else SelfMaskSeed
+        want = MaskedScores if self.phase == "upload" else SealedSeeds if to_members else SelfMaskSeed
         if self.phase == "upload" and size is None:
             sizes = [responses[s].masked.n_scalars for s in self.cohort  # type: ignore[union-attr]
                      if isinstance(responses.get(s), MaskedScores)]
@@ -216,7 +285,8 @@ class SecureSum:
                               f"{common}: another basis or number of objectives)", stacklevel=3)
                 responses = {s: r for s, r in responses.items() if s not in odd}
             size = common
-        answered = [s for s in self.cohort if isinstance(responses.get(s), want)]
+        answered = [s for s in self.cohort if isinstance(responses.get(s), want)
+                    and (want is not SealedSeeds or set(self.cohort) - {s} <= set(responses[s].sealed))]  # type: ignore[union-attr]
         if len(answered) < len(self.cohort):  # a dropout: its masks would not cancel
             self.cohort, self.redone, self.phase, self.uploads = answered, self.redone + 1, "upload", {}
             return "redo" if len(answered) >= MIN_COHORT else "stop"
@@ -225,8 +295,18 @@ class SecureSum:
             if size is not None and any(u.size != size for u in self.uploads.values()):
                 raise ProtocolError(f"masked uploads must have {size} entries")
             self.phase = "unmask"
-            req = UnmaskRequest(step=step, cohort=self.cohort_keys(), particles_sha256=particles_sha256)
+            others = {s: k for s, k in self.keys.items() if s in self.sites and s not in self.cohort
+                      and s not in self.retired} if to_members else None
+            req = UnmaskRequest(step=step, cohort=self.cohort_keys(), particles_sha256=particles_sha256,
+                                to_members=to_members, recipients=others or None)
             return {s: req for s in self.cohort}
+        if to_members:
+            masked = secagg.aggregate([self.uploads[s] for s in answered], [])
+            self.phase, self.uploads = "upload", {}
+            sealed = {r: {s: responses[s].sealed[r] for s in answered  # type: ignore[union-attr]
+                          if s != r and r in responses[s].sealed}  # type: ignore[union-attr]
+                      for r in self.sites if r in self.keys and r not in self.retired}
+            return SealedSum(masked=masked, sealed=sealed)
         seeds = [base64.b64decode(responses[s].seed) for s in answered]  # type: ignore[union-attr]
         total = secagg.decode(secagg.aggregate([self.uploads[s] for s in answered], seeds))
         self.phase, self.uploads = "upload", {}

@@ -21,9 +21,9 @@ get the Gaussian mechanism (:func:`~labfbo.models.surface.private_statistics`, i
 counted twice.
 
 **Secure aggregation** (``secure_aggregation="auto"``, the default: on from 3 sites). The
-statistics leave a site only masked (``MaskedScores``): the coordinator learns the cohort's sum
-:math:`\sum_i [n_i\bar G_i, n_i\bar h_i, n_i, 1]` and sends it with the member list; each site
-subtracts its own upload itself (:mod:`labfbo.protocols.surface_secure`, which states the dropout
+statistics leave a site only masked (``MaskedScores``) and the sites alone open the cohort's sum
+:math:`\sum_i [n_i\bar G_i, n_i\bar h_i, n_i, 1]` (``sum_seen_by="members"``: the coordinator holds
+it still masked; ``"coordinator"``: it unmasks it); each site subtracts its own upload itself (:mod:`labfbo.protocols.surface_secure`, which states the dropout
 rule, the reuse of a sum under ``release_every`` and the distributed DP noise). A study of two sites
 runs in the clear with a warning (a sum minus one's own would be the other's statistics); ``"on"``
 refuses it; ``"off"``: the statistics in the clear, as above.
@@ -76,9 +76,9 @@ from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.protocols.secure_sum import (MIN_COHORT, KeyRequest, MaskedScores, PublicKeyShare, UnmaskRequest,
                                          check_cohort, reveal, upload)
 from labfbo.protocols.surface_aggregate import admit_stats, capped_counts, leave_one_out
-from labfbo.protocols.surface_messages import SurfaceRequest, SurfaceStats, SurfaceTotals
-from labfbo.protocols.surface_secure import (MECHANISM, SURFACE_CONTEXT, UNMASKED_2_SITES, Mode, SecureRounds,
-                                             as_summed, contribution, leave_out, masked_study)
+from labfbo.protocols.surface_messages import SealedTotals, SurfaceRequest, SurfaceStats, SurfaceTotals
+from labfbo.protocols.surface_secure import (MECHANISM, SURFACE_CONTEXT, UNMASKED_2_SITES, Mode, Reader, SecureRounds,
+                                             as_summed, contribution, leave_out, masked_study, opened)
 from labfbo.records import TransferEstimate
 from labfbo.space import SearchSpace
 
@@ -108,6 +108,9 @@ class SurfaceOptions(ModelOptions):
         "auto", description="auto: the statistics leave a site only masked into the cohort's sum in a study of "
         ">= 3 sites, in the clear (with a warning) in one of 2; on: always masked (a study of fewer than 3 is "
         "refused); off: in the clear (labfbo.protocols.surface_secure)")
+    sum_seen_by: Reader = Field("members", description="secure aggregation: who learns the cohort's sum. members: "
+                                "the self-mask seeds are sealed for the other members, the coordinator holds only "
+                                "the masked sum; coordinator: it unmasks the sum (labfbo.protocols.surface_secure)")
     share_agreement: bool = Field(False, description="send the coordinator this lab's agreement with its "
                                   "partners' surface with each upload, in the clear, for the operator's dashboard "
                                   "(never under DP)")
@@ -177,7 +180,7 @@ class SurfaceSite(LocalGPSite):
         if isinstance(request, KeyRequest):
             return PublicKeyShare(public_key=secagg.public_key(ctx.key_seed))
         if isinstance(request, UnmaskRequest):
-            return reveal(request, ctx.site, ctx.key_seed, request.study, round)
+            return reveal(request, ctx.site, ctx.key_seed, request.study, round, self.options.sum_seen_by == "members")
         if not isinstance(request, SurfaceRequest):
             return super().answer(request, data, round)
         k = self.options.release_every
@@ -264,7 +267,7 @@ class SurfaceSite(LocalGPSite):
         sum (``masked_score``) the same, declared as secure-aggregated: with the noise shared among the
         cohort, the honest members' shares total ``sigma Delta`` whatever its size, so the declaration
         (and the accounting) is local mode's. Keys and self-mask seeds carry nothing of the data."""
-        if kind in ("secagg_public_key", "secagg_self_mask"):
+        if kind in ("secagg_public_key", "secagg_self_mask", "secagg_sealed_seeds"):
             return None
         dp, masked = self.options.privacy, kind == "masked_score"
         if kind not in ("surface_stats", "masked_score") or not noised or dp is None:
@@ -345,6 +348,8 @@ class SurfaceSite(LocalGPSite):
 
     def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
         m = self.objectives(data)
+        if isinstance(guidance, SealedTotals):
+            guidance = opened(guidance, self.context.site, self.context.key_seed, self.features.p)
         if isinstance(guidance, SurfaceTotals) and guidance.members is not None:
             guidance = self.others(guidance, data, round)
         w = self._weights = self.weights(guidance, m) if isinstance(guidance, SurfaceTotals) else None
@@ -406,7 +411,7 @@ class SurfaceAggregator(SecureRounds, ReusesReleases, Aggregator):
         super().__init__(*args, **kwargs)
         self.reuse: HeldReleases[SurfaceStats] = HeldReleases(self.sites, SurfaceStats, "stats")
         self.shared_agreement: dict[str, float] = {}  # site -> the agreement it last chose to share
-        self.start_secure(self.options.secure_aggregation)
+        self.start_secure(self.options.secure_aggregation, self.options.sum_seen_by)
 
     def state(self) -> dict[str, Any]:
         return {**self.reuse.state(), **self.secure_state()}
@@ -464,8 +469,8 @@ class Surface(Protocol):
     site_logic = SurfaceSite
     aggregator = SurfaceAggregator
     shared_options = ("fourier_features", "fourier_lengthscale", "multi_objective", "secure_aggregation",
-                      "dp_colluders")
-    later_shared_options = ("multi_objective", "secure_aggregation", "dp_colluders")
+                      "dp_colluders", "sum_seen_by")
+    later_shared_options = ("multi_objective", "secure_aggregation", "dp_colluders", "sum_seen_by")
 
     @property
     def dp_colluders(self) -> int:

@@ -16,9 +16,11 @@ its count; a member stating a huge count would own the surface. With ``count_cap
 most what a typical one does (:math:`1/n` when the others are alike). Labs with unequal data
 then weigh alike above the median; ``count_cap="off"`` keeps the counts as sent.
 
-**Under secure aggregation** (the default from 3 sites) the coordinator sees only the cohort's
-sum: neither a member's range nor its count can be checked, and one member can spoil the sum for
-the whole cohort (no one can be named). That is the cost of secure aggregation; each honest site
+**Under secure aggregation** (the default from 3 sites) the coordinator sees no member's
+statistics (by default not even their sum, which only the sites open): neither a member's range
+nor its count can be checked, and one member can spoil the sum for the whole cohort (no one can
+be named; each site refuses a sum outside what the cohort's count allows,
+:func:`~labfbo.protocols.surface_secure.open_totals`). That is the cost of secure aggregation; each honest site
 still bounds its own statistics (its features and standardized values), and a lab's own GP fits
 the agreement scale :math:`c` of the surface it receives, so a surface its data contradict weighs
 less in its model.

@@ -127,3 +127,26 @@ class SurfaceTotals(Message):
     def _shapes(self) -> "SurfaceTotals":
         _check_shapes(self.gram, self.moment, MAX_AVERAGE * MAX_COUNT * 10**4)
         return self
+
+
+@register
+class SealedTotals(Message):
+    """Coordinator -> member: the cohort's sum as the coordinator holds it, still under every member's self
+    mask (uniform in Z_{2^64}: it cannot read it), with the self-mask seeds the other members sealed for
+    this one (:class:`~labfbo.protocols.secure_sum.SealedSeeds`). The member opens it
+    (:func:`~labfbo.protocols.surface_secure.open_totals`): the sum of :class:`SurfaceTotals` with ``members``."""
+
+    kind: Literal["surface_sealed_totals"] = "surface_sealed_totals"
+    masked: Array
+    cohort: dict[str, str] = Field(description="the members whose sum this is -> their public keys")
+    seeds: dict[str, str] = Field(description="member -> the seed of its self mask, sealed for this recipient")
+    summed_round: int = Field(ge=0, description="the round of the sum (earlier than this one when the "
+                              "coordinator reuses it, release_every)")
+    averages: bool = Field(False, description="under DP: a sum of averages (weight 1)")
+
+    @model_validator(mode="after")
+    def _words(self) -> "SealedTotals":
+        if self.masked.dtype != "uint64" or len(self.masked.shape) != 1:
+            raise ValueError("a sealed sum is a vector of uint64 words")
+        return self
+

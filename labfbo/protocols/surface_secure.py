@@ -1,4 +1,4 @@
-r"""Secure aggregation for protocol ``surface``: the coordinator learns only the cohort's sums.
+r"""Secure aggregation for protocol ``surface``: the sites learn the cohort's sums, the coordinator nothing.
 
 **Upload.** A member :math:`i` of the round's cohort :math:`S` (the sites with known keys)
 uploads, masked (:mod:`labfbo.protocols.secure_sum`, :mod:`labfbo.privacy.secagg`),
@@ -6,10 +6,18 @@ uploads, masked (:mod:`labfbo.protocols.secure_sum`, :mod:`labfbo.privacy.secagg
 .. math:: v_i = [\,w_i\,\mathrm{upper}(\bar G_i),\; w_i\,\bar h_i,\; n_i,\; 1\,], \qquad
           w_i = n_i \text{ (no DP)}, \quad w_i = 1 \text{ (DP)},
 
-``p(p+1)/2 + m p + 2`` entries (:math:`m` moments, one per objective). Once every member's
-upload and self-mask seed arrived, the coordinator learns :math:`V = \sum_{i\in S} v_i` and
-nothing else, and sends every site :math:`V` and the member list :math:`S`
-(:class:`~labfbo.protocols.surface.SurfaceTotals` with ``members``).
+``p(p+1)/2 + m p + 2`` entries (:math:`m` moments, one per objective).
+
+**Who opens the sum** (``sum_seen_by``). ``"members"`` (the default): once every upload arrived,
+each member seals the seed of its self mask for every other site with a key
+(:class:`~labfbo.protocols.secure_sum.SealedSeeds`); the coordinator holds
+:math:`V + \sum_{i\in S} b_i` (uniform words) and sends each site the words, the members' keys and
+the seeds sealed for it (:class:`~labfbo.protocols.surface_messages.SealedTotals`); the site removes
+the self masks (:func:`open_totals`) and has :math:`V = \sum_{i\in S} v_i`. Nobody can check one
+upload inside it, so the site bounds the sum (without DP every entry at most the summed count) and
+refuses one outside. ``"coordinator"``: the members reveal their seeds to the coordinator, which
+learns :math:`V` and nothing else and sends every site :math:`V` and the member list :math:`S`
+(:class:`~labfbo.protocols.surface.SurfaceTotals` with ``members``). The same proposals either way.
 
 **Leave-one-out at the site.** A member subtracts exactly what it uploaded (its fixed-point
 encoding, so the difference is :math:`\sum_{j\ne i}` of the others' encoded vectors, exact in
@@ -61,10 +69,12 @@ from labfbo.messages import Array, Message
 from labfbo.models.surface import packed_size
 from labfbo.privacy import secagg
 from labfbo.protocols.base import Exchange, Finish, Step
-from labfbo.protocols.secure_sum import MIN_COHORT, MaskedScores, SecureSum, context_digest
-from labfbo.protocols.surface_messages import SurfaceRequest, SurfaceTotals
+from labfbo.exceptions import ProtocolError
+from labfbo.protocols.secure_sum import MIN_COHORT, MaskedScores, SealedSum, SecureSum, context_digest, open_sum
+from labfbo.protocols.surface_messages import SealedTotals, SurfaceRequest, SurfaceTotals
 
 Mode = Literal["auto", "on", "off"]
+Reader = Literal["members", "coordinator"]
 
 SURFACE_CONTEXT = context_digest("labfbo/surface/ridge-statistics")
 """The mask context's digest for ``surface`` (``gradient`` puts its particles' there)."""
@@ -119,25 +129,37 @@ def split(total: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, int, int]:
 
 @dataclass(frozen=True)
 class HeldSum:
-    """A cohort's sum the coordinator holds: from round ``round``, reused while ``round < t < round + every``."""
+    """A cohort's sum the coordinator holds: from round ``round``, reused while ``round < t < round + every``.
+    With ``sealed`` (``sum_seen_by="members"``) ``total`` is still masked (uint64 words) and ``sealed`` holds,
+    per member, the seeds sealed for it; ``keys``: the members' public keys."""
 
     round: int
     total: np.ndarray
     members: tuple[str, ...]
     every: int
     averaged: bool
+    sealed: dict[str, dict[str, str]] | None = None
+    keys: dict[str, str] | None = None
 
     def stands(self, t: int) -> bool:
         return t == self.round or self.round < t < self.round + self.every
 
     def state(self) -> dict[str, Any]:
-        return {"round": self.round, "total": Array.of(self.total).model_dump(mode="json"),
-                "members": list(self.members), "every": self.every, "averaged": self.averaged}
+        out = {"round": self.round, "members": list(self.members), "every": self.every, "averaged": self.averaged,
+               "total": Array.of(self.total, dtype="float64" if self.sealed is None else "uint64").model_dump(mode="json")}
+        return out if self.sealed is None else {**out, "sealed": self.sealed, "keys": self.keys}
 
     @classmethod
     def restore(cls, state: dict[str, Any]) -> "HeldSum":
         return cls(round=int(state["round"]), total=Array.model_validate(state["total"]).numpy(),
-                   members=tuple(state["members"]), every=int(state["every"]), averaged=bool(state["averaged"]))
+                   members=tuple(state["members"]), every=int(state["every"]), averaged=bool(state["averaged"]),
+                   sealed=state.get("sealed"), keys=state.get("keys"))
+
+    def sealed_for(self, site: str) -> SealedTotals:
+        """What member ``site`` receives of a sealed sum."""
+        assert self.sealed is not None and self.keys is not None
+        return SealedTotals(masked=Array.of(self.total, dtype="uint64"), cohort=self.keys, seeds=self.sealed[site],
+                            summed_round=self.round, averages=self.averaged)
 
 
 def leave_out(total: SurfaceTotals, mine: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int] | None:
@@ -148,6 +170,36 @@ def leave_out(total: SurfaceTotals, mine: np.ndarray) -> tuple[np.ndarray, np.nd
         return None
     return (gram - mine[:gram.size], moment - mine[gram.size:-2].reshape(moment.shape),
             total.count - int(np.rint(mine[-2])), total.sites - 1)
+
+
+def open_totals(msg: SealedTotals, me: str, key_seed: bytes, p: int) -> SurfaceTotals:
+    """The cohort's sum of a :class:`SealedTotals` (what the coordinator held masked), as
+    :class:`SurfaceTotals` with its members: every self mask removed with this member's own seed and
+    the seeds the others sealed for it. A sum no cohort's data can produce is refused — the coordinator
+    cannot check it, so each member bounds it: without DP every entry of :math:`\sum_j n_j \bar G_j`
+    and :math:`\sum_j n_j \bar h_j` is at most the summed count in magnitude (features in
+    :math:`[-1, 1]`, standardized values). :class:`ProtocolError` names what is wrong."""
+    total = open_sum(msg.masked.numpy(), msg.seeds, me, key_seed, msg.cohort, msg.study, msg.summed_round, 0,
+                     SURFACE_CONTEXT)
+    shape = features_of(total.size, p)
+    if shape is None:
+        raise ProtocolError(f"surface: a sealed sum of {total.size} entries does not fit {p} features")
+    gram, moment, count, members = split(total, p)
+    bound = (1.0 + 1e-6) * max(count, 0) + 1e-6
+    if not msg.averages and (count < 0 or max(np.abs(gram).max(), np.abs(moment).max()) > bound):
+        raise ProtocolError(f"surface: the cohort's sum of round {msg.summed_round} is outside what {count} "
+                            "observations can produce (a member sent statistics its data cannot give)")
+    return SurfaceTotals(sites=members, count=count, gram=Array.of(gram), moment=Array.of(moment),
+                         members=sorted(msg.cohort), summed_round=msg.summed_round, averages=msg.averages)
+
+
+def opened(msg: SealedTotals, me: str, key_seed: bytes, p: int) -> SurfaceTotals | None:
+    """:func:`open_totals`, or None with a warning (the site then proposes from its own GP)."""
+    try:
+        return open_totals(msg, me, key_seed, p)
+    except ProtocolError as exc:
+        warnings.warn(f"{exc}; proposing from this site's own GP this round", stacklevel=4)
+        return None
 
 
 class SecureRounds:
@@ -161,8 +213,9 @@ class SecureRounds:
         """The study's number of features (None before it is known): the aggregator defines it."""
         raise NotImplementedError("the aggregator that mixes in SecureRounds defines _features()")
 
-    def start_secure(self, mode: str) -> None:
+    def start_secure(self, mode: str, reader: Reader = "coordinator") -> None:
         self.masked = masked_study(mode, len(self.sites))
+        self.sealed = reader == "members"
         self.secure = SecureSum(self.sites)
         self.held_sum: HeldSum | None = None
         self._stated: tuple[Any, ...] = ()
@@ -208,13 +261,16 @@ class SecureRounds:
                 return self._finish(t, None)
             self._stated = next(iter(stated))
             self._every = min(m.release_every or 1 for m in uploads)  # type: ignore[union-attr]
-        out = self.secure.on_responses(0, SURFACE_CONTEXT, None, responses)
+        out = self.secure.on_responses(0, SURFACE_CONTEXT, None, responses, to_members=self.sealed)
         if isinstance(out, str):
             return self._ask(t) if out == "redo" else self._finish(t, None)
         if isinstance(out, dict):
             return Exchange(out)
-        self.held_sum = HeldSum(round=t, total=out, members=tuple(self.secure.cohort), every=self._every,
-                                averaged=self._stated[0] is not None)
+        sealed = out if isinstance(out, SealedSum) else None
+        self.held_sum = HeldSum(round=t, total=out.masked if sealed else out, members=tuple(self.secure.cohort),
+                                every=self._every, averaged=self._stated[0] is not None,
+                                sealed=sealed.sealed if sealed else None,
+                                keys=self.secure.cohort_keys() if sealed else None)
         return self._finish(t, self.held_sum)
 
     def _finish(self, t: int, fresh: HeldSum | None) -> Finish:
@@ -225,6 +281,8 @@ class SecureRounds:
             if held is not None and t >= held.round + held.every:
                 self.held_sum = None
             return Finish({})
+        if held.sealed is not None:  # only the members can open it
+            return Finish({s: held.sealed_for(s) for s in held.sealed if s in self.sites})
         shape = features_of(held.total.size, self._features())
         if shape is None:
             return Finish({})

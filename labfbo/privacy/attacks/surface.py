@@ -14,7 +14,10 @@ noise std of those sums:
 * ``coordinator`` (:func:`coordinator_view`): one lab's own statistics, :math:`C_t = \Phi_t^\top\Phi_t`;
 * ``peer`` (:func:`peer_view`): the leave-one-out totals a lab receives — every *other* lab summed;
 * ``sum`` (:func:`sum_view`, :func:`secure_sum_view`): the cohort's sum per round, all a
-  coordinator learns under secure aggregation (masked uploads whose masks cancel in the sum).
+  coordinator learns under secure aggregation when it unmasks the sum (``sum_seen_by="coordinator"``);
+* ``sealed`` (:func:`sealed_view`): what the coordinator holds by default (``sum_seen_by="members"``),
+  the sum of the round's masked uploads with every self mask still in it — read as a fixed-point sum
+  and attacked as one with a noise std equal to its values' spread, given the true counts.
 
 **Combinations** (categorical spaces, whose combinations :math:`c = 1..K` are enumerated with
 :math:`M_c = \mathrm{upper}(\phi_c\phi_c^\top)`). Rows are only appended, so the view at round
@@ -65,10 +68,10 @@ from labfbo.exceptions import ConfigurationError
 
 MAX_COMBINATIONS = 50_000
 CHANCE_DRAWS = 200
-VIEWS = ("coordinator", "peer", "sum")
+VIEWS = ("coordinator", "peer", "sum", "sealed")
 
 __all__ = ["Snapshot", "Candidates", "candidates", "coordinator_view", "peer_view", "sum_view",
-           "secure_sum_view", "reconstruct_rows", "reconstruct_values", "attack", "score", "VIEWS"]
+           "secure_sum_view", "sealed_view", "reconstruct_rows", "reconstruct_values", "attack", "score", "VIEWS"]
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,22 @@ def secure_sum_view(sums: Sequence[tuple[int, np.ndarray]], p: int, noise_sd: fl
         count, sites = int(round(V[-2])), int(round(V[-1]))
         scale = count / max(sites, 1) if noise_sd > 0 else 1.0
         out.append(Snapshot(int(r), count, scale * V[:K], scale * V[K:K + p], scale * noise_sd, sites))
+    return out
+
+
+def sealed_view(sent_by_lab: Sequence[Sequence[Any]], p: int, counts: dict[int, int]) -> list[Snapshot]:
+    """What the coordinator holds under sealed sums: per round every lab uploaded in, the sum of the
+    masked uploads (``masked_score``) in Z_{2^64}, decoded as if it were the sum; ``counts`` (round ->
+    the cohort's observations) is given to the attacker, which cannot read it there."""
+    from labfbo.privacy import secagg
+
+    ups = [{int(m.round): m.masked.numpy() for m in sent if getattr(m, "kind", None) == "masked_score"}
+           for sent in sent_by_lab]
+    K = p * (p + 1) // 2
+    out = []
+    for r in sorted(set.intersection(*(set(u) for u in ups)) & set(counts)):
+        V = secagg.decode(secagg.aggregate([u[r] for u in ups], []))
+        out.append(Snapshot(r, int(counts[r]), V[:K], V[K:K + p], float(np.std(V)), len(ups)))
     return out
 
 

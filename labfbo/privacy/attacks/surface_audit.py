@@ -5,7 +5,9 @@ One job is one campaign (labs, seed, experiments, privacy) of ``surface`` on the
 every lab from its initial combinations (enqueued, as in ``labfbo demo``) then ``budget``
 proposals, one per round; a combination missing from a lab's data fails there. Each lab is
 then attacked from the ``coordinator``'s view of its statistics, from a ``peer``'s (the next
-lab's leave-one-out totals) and from the cohort's ``sum`` (secure aggregation), and scored
+lab's leave-one-out totals), from the cohort's ``sum`` (secure aggregation with the sum unmasked by
+the coordinator) and from what the coordinator holds by default (``sealed``: a second campaign at the
+defaults, whose proposals are compared with the first's), and scored
 (:func:`labfbo.privacy.attacks.surface.score`). Each job's JSON is cached: an interrupted
 audit resumes, and a cache made with other settings is refused.
 """
@@ -23,7 +25,7 @@ import numpy as np
 
 from labfbo.exceptions import ConfigurationError
 from labfbo.privacy.attacks.surface import (VIEWS, attack, candidates, coordinator_view, peer_view,
-                                           reconstruct_values, score, secure_sum_view, sum_view)
+                                           reconstruct_values, score, sealed_view, secure_sum_view, sum_view)
 
 METRICS = ("recall", "precision", "pearson", "spearman", "rmse")
 KNOWN = ("spearman", "spearman_chance", "rmse", "rmse_chance")
@@ -40,6 +42,7 @@ class SurfaceJob:
     n_init: int = 3
     epsilon: float | None = None
     delta: float = 1e-5
+    sealed: bool = True  # also the campaign at the defaults (secure sums sealed to the members)
 
 
 def jobs(out: str, labs: Sequence[str], epsilons: Sequence[float | None], seeds: Sequence[int], budget: int,
@@ -104,20 +107,24 @@ def _truth(opt: Any, cand: Any, n: int) -> tuple[list[int], np.ndarray]:
     return cand.index(X), standardized(sign * np.asarray([o.value for o in obs], float))
 
 
-def audit_sites(sites: Sequence[Any], seed: int = 0) -> dict[str, list[dict[str, Any]]]:
-    """Every lab attacked from each view (:data:`~labfbo.privacy.attacks.surface.VIEWS`): per view, one row per lab."""
+def audit_sites(sites: Sequence[Any], seed: int = 0, sealed: Sequence[Any] | None = None
+                ) -> dict[str, list[dict[str, Any]]]:
+    """Every lab attacked from each view (:data:`~labfbo.privacy.attacks.surface.VIEWS`): per view, one row per
+    lab (``sealed``: the same labs' campaign at the defaults, for the coordinator's view of a sealed sum)."""
     opt0 = sites[0]
     cand = candidates(opt0.space, opt0.options.fourier_features, opt0.options.fourier_lengthscale)
     own = [coordinator_view(o.sent_messages()) for o in sites]
     counts = [{s.round: s.count for s in v} for v in own]
     summed = _secure_sum(sites, cand, counts, seed)
+    held = sealed_view([o.sent_messages() for o in sealed], cand.Phi.shape[1],
+                       {r: sum(c.get(r, 0) for c in counts) for r in counts[0]}) if sealed else []
     out: dict[str, list[dict[str, Any]]] = {v: [] for v in VIEWS}
     L = len(sites)
     for i in range(L):
         peer = (i + 1) % L
         views = {"coordinator": (own[i], [i]), "peer": (peer_view(sites[peer].received_messages()),
                                                         [k for k in range(L) if k != peer]),
-                 "sum": (summed, list(range(L)))}
+                 "sum": (summed, list(range(L))), "sealed": (held, list(range(L)))}
         for view, (snaps, summed_labs) in views.items():
             last = [s for s in snaps if s.round in counts[i]]
             if not last:
@@ -187,7 +194,12 @@ def run_job(job: SurfaceJob) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _, sites = campaign(job.labs, job.seed, job.budget, job.n_init, **options)
-    res = {"job": asdict(job), "epsilon": sites[0].epsilon(), "results": audit_sites(sites, seed=job.seed)}
+        sealed = campaign(job.labs, job.seed, job.budget, job.n_init, secure_aggregation="auto",
+                          **options)[1] if job.sealed else None
+    res = {"job": asdict(job), "epsilon": sites[0].epsilon(), "results": audit_sites(sites, job.seed, sealed)}
+    if sealed is not None:  # the sealed campaign proposed what the clear one did (its regret is the same)
+        res["same_proposals"] = all([t.params for t in a.trials] == [t.params for t in b.trials]
+                                    for a, b in zip(sites, sealed))
     path = Path(job.path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -264,7 +276,7 @@ def plot(results: Sequence[dict[str, Any]], out: Path) -> Path:
     for ax, metric, title in zip(axes, ("recall", "spearman"), ("lab's experiments recovered", "Spearman of "
                                                                  "recovered vs true results (none: < 3 recovered)")):
         for k, view in enumerate(VIEWS):
-            xs = np.arange(len(settings)) + (k - 1) * width
+            xs = np.arange(len(settings)) + (k - (len(VIEWS) - 1) / 2) * width
             vals = [_mean(c.get((s, view), {}).get(metric)) for s in settings]
             chance = [_mean(c.get((s, view), {}).get(metric + "_chance")) for s in settings]
             ax.bar(xs, np.nan_to_num(vals), width, label=view)
