@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -281,3 +282,23 @@ def test_a_site_that_keeps_its_sum_from_the_coordinator_never_reveals_its_seed()
     assert set(sealed.sealed) == {"lab-b", "lab-c", "lab-d"}
     assert "to_members" not in req.model_dump_json()  # gradient's request reads as before
 
+
+
+def test_a_restarted_coordinator_sends_the_sealed_sum_it_held() -> None:
+    """The held sum (masked words, sealed seeds, keys) is in the aggregator's snapshot: a coordinator
+    restored from it sends every member what it would have sent, and the member opens it."""
+    from labfbo.protocols.surface import SurfaceAggregator, SurfaceOptions
+
+    coord, sites, _ = _run(rounds=1, release_every=2)
+    agg = coord.aggregator()
+    state = json.loads(json.dumps(agg.state()))  # as the store keeps it
+    again = SurfaceAggregator(SurfaceOptions(release_every=2, **FAST), SITES, 5, None, SPACE)
+    again.restore(state)
+    h0, h1 = agg.held_sum, again.held_sum
+    assert np.array_equal(h1.total, h0.total) and (h1.sealed, h1.keys, h1.members) == (h0.sealed, h0.keys, h0.members)
+    sent = again._finish(1, None).replies  # round 1: round 0's sum still stands (release_every=2)
+    o = sites[1]
+    logic = o.agent.logic
+    opened = open_totals(sent[o.site].model_copy(update={"study": coord.study}), o.site, logic.context.key_seed,
+                         logic.features.p)
+    assert opened.summed_round == 0 and opened.sites == 3 and opened.members == SITES
