@@ -20,7 +20,8 @@ from typing import Any
 
 from xdist.scheduler import LoadScopeScheduling
 
-WAITERS = ("test_flower_dropout", "test_flower_gradient_vote", "test_flower", "test_flower_example")
+WAITERS = ("test_flower_dropout", "test_flower_gradient_vote", "test_flower", "test_flower_restart",
+           "test_flower_example")
 """Modules that spend most of their time waiting on other processes: one unit, run in this order."""
 
 LONG = ("test_constraints", "test_surface", "test_examples", "test_http", "test_outcomes", "test_mpi", "test_site_run",

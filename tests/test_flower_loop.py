@@ -241,3 +241,121 @@ def test_a_join_without_a_coordinator_times_out_and_frees_its_port() -> None:
     link = FlowerCoordinator(f"flower://127.0.0.1:{port}", "t").connect("a")
     link._start()  # the port is free again
     link.close()
+
+
+@pytest.fixture
+def serving():
+    """``serving(server)`` runs the server's loop in a thread and returns the function that stops it
+    (after its current poll); every loop still running stops at the end of the test."""
+    halts: list[Callable[[], None]] = []
+
+    def start(server: FlowerServer) -> Callable[[], None]:
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.is_set() and not server.done():
+                server.poll()
+                server.start_round()
+            if server.done() and server.pending:
+                server.poll()  # the last "bye" (as serve() does)
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+
+        def halt() -> None:
+            stop.set()
+            thread.join(30)
+            assert not thread.is_alive()
+        halts.append(halt)
+        return halt
+    yield start
+    for halt in halts:
+        halt()
+
+
+def test_a_server_restarted_on_its_store_resumes_the_study_and_hears_a_leave_made_while_it_was_away(
+        tmp_path, serving) -> None:
+    """The sites' bridges are told to join again, rejoin at their index, and the restored clock serves
+    the round they wait for: the same proposals as in-process; a site that left while the server was
+    away is heard, so the next server ends the study."""
+    from labfbo.server.store import AuditLog, Store
+
+    names = ["a", "b"]
+    tokens = {n: f"token-{n}" for n in names}
+    addresses = {n: f"127.0.0.1:{free_port()}" for n in names}
+    grid = bridged({n: (addresses[n], tokens[n]) for n in names})
+    state, log = str(tmp_path / "state.sqlite"), tmp_path / "audit.jsonl"
+
+    def server() -> FlowerServer:
+        return FlowerServer(Coordinator("consensus", sites=names, space=SPACE, seed=0, horizon=6), grid,
+                            tokens={n: hash_token(t) for n, t in tokens.items()}, poll_timeout=5,
+                            store=Store(state), audit=AuditLog(str(log)))
+
+    def f(i: int, t) -> float:
+        return (t.params["x"] - 0.3 * i) ** 2 + t.params["y"] ** 2
+
+    first = server()
+    halt = serving(first)
+    opts = [labfbo.Optimizer(SPACE, protocol="consensus", site=n, seed=0, n_init=3, **FAST,
+                             coordinator=FlowerCoordinator(f"flower://{addresses[n]}", tokens[n], linger=0.2,
+                                                           close_wait=30)) for n in names]
+    proposals = []
+    with ThreadPoolExecutor(2) as pool:
+        for i, o in enumerate(opts):
+            for t in o.ask(n=3):
+                o.tell(t, f(i, t))
+        for _ in range(2):  # rounds 0 and 1
+            got = list(pool.map(lambda o: o.ask(timeout=30), opts))
+            proposals.append([t.params for t in got])
+            for i, (o, t) in enumerate(zip(opts, got)):
+                o.tell(t, f(i, t))
+        waiting = pool.submit(opts[0].ask, timeout=60)  # a waits for round 2, b has not asked: the server stops
+        end = time.monotonic() + 30
+        while first.gate.wants.get("a") != 2 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert first.gate.wants.get("a") == 2
+        halt()
+        first.store.close()
+        second = server()
+        assert second.coord.members == {"a": 0, "b": 1} and second.coord.last_round == 1
+        assert sorted(second.coord.rounds) == [0, 1] and not second.node_of
+        halt = serving(second)
+        late = opts[1].ask(timeout=60)  # b asks: round 2 runs on the restored clock
+        got = [waiting.result(), late]
+        assert [t.metadata["round"] for t in got] == [2, 2] and {t.metadata["source"] for t in got} == {"model"}
+        proposals.append([t.params for t in got])
+        for i, (o, t) in enumerate(zip(opts, got)):
+            o.tell(t, f(i, t))
+        halt()
+        second.store.close()
+        link = opts[0].agent.link
+        leaving = pool.submit(opts[0].close)  # a leaves while no server runs: the next one hears it
+        third = server()
+        halt = serving(third)
+        leaving.result(timeout=30)
+        assert link.left_heard
+        opts[1].close()
+        halt()
+    assert third.done() and third.store.gone() == {"a", "b"}
+    third.store.close()
+    last = server()
+    assert last.done()  # every site has left: a server started again on the store ends at once
+    last.store.close()
+    # an uninterrupted in-process study proposes the same
+    coord = Coordinator("consensus", sites=names, space=SPACE, seed=0, horizon=6)
+    local = [labfbo.Optimizer(SPACE, protocol="consensus", site=n, seed=0, n_init=3, coordinator=coord, **FAST)
+             for n in names]
+    for i, o in enumerate(local):
+        for t in o.ask(n=3):
+            o.tell(t, f(i, t))
+    for r in range(3):
+        got = [o.ask() for o in local]
+        assert [t.params for t in got] == proposals[r]
+        for i, (o, t) in enumerate(zip(local, got)):
+            o.tell(t, f(i, t))
+    lines = [json.loads(ln) for ln in log.read_text().splitlines()]
+    seen = {(e["site"], e["route"], e["round"], e["decision"]) for e in lines}
+    assert {("a", "flower/join", None, 200), ("b", "flower/answer", 2, 200), ("a", "flower/want", 2, 202),
+            ("a", "flower/leave", None, 200), ("b", "flower/leave", None, 200)} <= seen
+    assert sum(e["route"] == "flower/join" and e["site"] == "a" for e in lines) == 2  # its join, its rejoin
+    assert not any(t in log.read_text() for t in tokens.values())

@@ -493,6 +493,23 @@ def test_coordinator_killed_and_restarted_loses_no_round(tmp_path) -> None:
     assert log == twin_log
 
 
+def test_a_restarted_server_does_not_wait_for_a_site_that_left_and_refuses_another_studys_state(tmp_path) -> None:
+    tokens = {s: new_token() for s in ("a", "b", "c")}
+    cfg = ServerConfig(protocol="distribution", seed=2, sites={s: h for s, (_, h) in tokens.items()},
+                       space=SPACE.model_dump(mode="json"), options={**FAST, **EXTRA["distribution"]},
+                       state=str(tmp_path / "coord.sqlite"))
+    with ServerThread(CoordinatorServer(cfg)) as srv:
+        opts = _sites(srv.url, tokens, tmp_path, "run")
+        _campaign(opts, range(1), [])
+        opts[2].close()  # c leaves
+    restarted = CoordinatorServer(cfg)
+    assert restarted.engine.gone == {"c"} and restarted.coordinator.last_round == 0
+    restarted.close()
+    other = ServerConfig(**{**cfg.model_dump(), "protocol": "consensus", "horizon": 4, "options": FAST})
+    with pytest.raises(labfbo.exceptions.ConfigurationError, match="another study's state file"):
+        CoordinatorServer(other)
+
+
 def test_serve_refuses_a_public_address_without_tls(tmp_path, capsys) -> None:
     import yaml
 

@@ -2,6 +2,7 @@
 
 Run config: ``consortium`` (path to the consortium.yaml, as for ``labfbo coordinator
 serve``), ``poll-timeout`` (seconds, default 30), ``max-seconds`` (0: no limit).
+With ``state:`` in the consortium.yaml, a run started again resumes the study.
 See :mod:`labfbo.transport.flower_server`.
 """
 

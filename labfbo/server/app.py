@@ -40,7 +40,7 @@ from labfbo.exceptions import FederationError, LabFBOError, ProtocolError
 from labfbo.messages import Array, JoinRequest, Message, PrivacyDeclaration, parse
 from labfbo.server.config import ServerConfig, TokenBook, new_token
 from labfbo.server.engine import Conflict, RoundEngine
-from labfbo.server.store import AuditLog, Store
+from labfbo.server.store import AuditLog, Store, persist_round, resume, tokens_in_force
 from labfbo.server.throttle import AddressThrottle
 from labfbo.space import MAX_PARAMS
 
@@ -181,26 +181,18 @@ class CoordinatorServer:
                               max_bytes=int(config.audit_max_mb * 2**20))
         # an address refused for a missing or unknown token this often in a minute is shut out for the rest of it
         self.tokenless = AddressThrottle(limit=config.tokenless_per_minute, window=60.0)
-        # a token rotated through the API outlives a restart, unless the operator has since
-        # changed that site's digest in the config (the config then wins: revocation works)
-        rotated = {site: d for site, (d, base) in self.store.tokens().items()
-                   if site in digests and digests[site] == base}
-        self.tokens = TokenBook({**digests, **rotated}, config.admin_token_sha256)
-        for req in self.store.joins():  # a restarted coordinator: same members, same indices
-            self.coordinator.join(parse(req))  # type: ignore[arg-type]
-        if self.store.rounds():
-            self.coordinator.restore(self.store.rounds())
-        # each site's spent privacy budget, as accounted: written as each answer arrives, before it is used
-        self.coordinator.ledger.restore(self.store.budgets())
-        self.coordinator.ledger.on_change = self.store.set_budget
+        self.tokens = TokenBook(tokens_in_force(self.store, digests), config.admin_token_sha256)
+        try:
+            gone = resume(self.coordinator, self.store)  # a restarted coordinator: same members, rounds, budgets
+        except BaseException:
+            self.store.close()
+            raise
         self.engine = RoundEngine(self.coordinator, on_round=self._persist_round)
+        self.engine.gone.update(gone)  # a site that had left is not waited for
         self.app = self._build_app()
 
     def _persist_round(self, t: int) -> None:
-        self.store.add_round(t, self.coordinator.snapshot(t), keep=self.config.retention_rounds)
-        if self.config.retention_rounds is not None:
-            for old in [r for r in self.coordinator.rounds if r <= t - self.config.retention_rounds]:
-                self.coordinator.rounds.pop(old, None)
+        persist_round(self.coordinator, self.store, t, self.config.retention_rounds)
 
     # -- auth -------------------------------------------------------------------------------------
     def _token(self, request: Request) -> str:
@@ -306,6 +298,7 @@ class CoordinatorServer:
         def leave(site: str, me: str = Depends(self.site_auth)) -> Accepted:
             self._own(me, site)
             self.engine.leave(site)
+            self.store.add_leave(site)
             return Accepted(accepted=True)
 
         @app.post("/v1/sites/{site}/answers/{seq}", response_model=Accepted, openapi_extra=body_doc(message, failure),

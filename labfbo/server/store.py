@@ -6,7 +6,12 @@ aggregator's carried state), rotated token digests, and each site's privacy acco
 releases as received, written as each answer arrives, before it is used: the budget the
 coordinator enforces survives a restart). Each write is one transaction,
 so a ``kill -9`` loses at most the round in progress, which the sites simply ask for
-again. ``retention_rounds`` keeps only the last N round snapshots.
+again. ``retention_rounds`` keeps only the last N round snapshots. It also keeps which
+sites have left (a restarted coordinator does not wait for them).
+
+:func:`resume` and :func:`persist_round` are how a server process uses it — the HTTP
+server (:mod:`labfbo.server.app`) and the Flower ``ServerApp``
+(:mod:`labfbo.transport.flower_server`) alike.
 
 The audit log records, per request: time, site (or ``-``), route, round, SHA-256 and
 size of the payload, and the decision (HTTP status). It never contains a token or a
@@ -21,14 +26,21 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
+
+from labfbo.exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from labfbo.coordinator import Coordinator
 
 
 class Store:
+    """The coordinator's durable state in one SQLite file (``path=None``: in memory)."""
+
     def __init__(self, path: str | None) -> None:
         self.lock = threading.Lock()
-        self.db = sqlite3.connect(path or ":memory:", check_same_thread=False, isolation_level=None)
-        with self.lock:
+        try:
+            self.db = sqlite3.connect(path or ":memory:", check_same_thread=False, isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL" if path else "PRAGMA journal_mode=MEMORY")
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.execute("CREATE TABLE IF NOT EXISTS joins (n INTEGER PRIMARY KEY AUTOINCREMENT, "
@@ -36,28 +48,46 @@ class Store:
             self.db.execute("CREATE TABLE IF NOT EXISTS rounds (t INTEGER PRIMARY KEY, snapshot TEXT)")
             self.db.execute("CREATE TABLE IF NOT EXISTS tokens (site TEXT PRIMARY KEY, sha256 TEXT, base TEXT)")
             self.db.execute("CREATE TABLE IF NOT EXISTS budgets (site TEXT PRIMARY KEY, account TEXT)")
+            self.db.execute("CREATE TABLE IF NOT EXISTS gone (site TEXT PRIMARY KEY)")
+        except sqlite3.Error as exc:  # no such folder, not a database, read-only, ...
+            raise ConfigurationError(f"state {path!r} cannot be opened: {exc}") from None
 
-    def _write(self, sql: str, args: tuple[Any, ...]) -> None:
+    def _write(self, *statements: tuple[str, tuple[Any, ...]]) -> None:
+        """The statements in one transaction."""
         with self.lock:
             self.db.execute("BEGIN IMMEDIATE")
             try:
-                self.db.execute(sql, args)
+                for sql, args in statements:
+                    self.db.execute(sql, args)
                 self.db.execute("COMMIT")
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise
 
     def add_join(self, site: str, request_json: str) -> None:
-        self._write("INSERT OR IGNORE INTO joins (site, request) VALUES (?, ?)", (site, request_json))
+        """``site`` joined (its first join request is kept); if it had left, it is back."""
+        self._write(("INSERT OR IGNORE INTO joins (site, request) VALUES (?, ?)", (site, request_json)),
+                    ("DELETE FROM gone WHERE site = ?", (site,)))
 
     def joins(self) -> list[str]:
         with self.lock:
             return [r[0] for r in self.db.execute("SELECT request FROM joins ORDER BY n")]
 
+    def add_leave(self, site: str) -> None:
+        """``site`` left the study (closed its optimizer); a later :meth:`add_join` brings it back."""
+        self._write(("INSERT OR IGNORE INTO gone (site) VALUES (?)", (site,)))
+
+    def gone(self) -> set[str]:
+        """The sites that left and have not joined again."""
+        with self.lock:
+            return {r[0] for r in self.db.execute("SELECT site FROM gone")}
+
     def add_round(self, t: int, snapshot: dict[str, Any], keep: int | None = None) -> None:
-        self._write("INSERT OR REPLACE INTO rounds (t, snapshot) VALUES (?, ?)", (t, json.dumps(snapshot)))
-        if keep is not None:
-            self._write("DELETE FROM rounds WHERE t <= ?", (t - keep,))
+        insert = ("INSERT OR REPLACE INTO rounds (t, snapshot) VALUES (?, ?)", (t, json.dumps(snapshot)))
+        if keep is None:
+            self._write(insert)
+        else:
+            self._write(insert, ("DELETE FROM rounds WHERE t <= ?", (t - keep,)))
 
     def rounds(self) -> list[dict[str, Any]]:
         with self.lock:
@@ -65,7 +95,7 @@ class Store:
 
     def set_token(self, site: str, digest: str, base: str) -> None:
         """A rotated token; ``base`` is the config's digest for the site at rotation time."""
-        self._write("INSERT OR REPLACE INTO tokens (site, sha256, base) VALUES (?, ?, ?)", (site, digest, base))
+        self._write(("INSERT OR REPLACE INTO tokens (site, sha256, base) VALUES (?, ?, ?)", (site, digest, base)))
 
     def tokens(self) -> dict[str, tuple[str, str]]:
         """site -> (rotated digest, the config digest it replaced)."""
@@ -74,7 +104,7 @@ class Store:
 
     def set_budget(self, site: str, account: dict[str, Any]) -> None:
         """``site``'s privacy account (:class:`labfbo.privacy.accounts.SiteAccount`), as it changes."""
-        self._write("INSERT OR REPLACE INTO budgets (site, account) VALUES (?, ?)", (site, json.dumps(account)))
+        self._write(("INSERT OR REPLACE INTO budgets (site, account) VALUES (?, ?)", (site, json.dumps(account))))
 
     def budgets(self) -> dict[str, dict[str, Any]]:
         """site -> its privacy account."""
@@ -84,6 +114,52 @@ class Store:
     def close(self) -> None:
         with self.lock:
             self.db.close()
+
+
+def resume(coordinator: "Coordinator", store: Store) -> set[str]:
+    """Continue ``coordinator``'s study from ``store``; return the sites that had left.
+
+    The stored joins are admitted again (the same members at the same indices), the completed
+    rounds restored (the round clock, the current guidance, the aggregator's state), each site's
+    privacy account restored; from now on every account change is written to ``store``.
+    Raises :class:`ConfigurationError` when the stored study is not this configuration's.
+    """
+    from labfbo.messages import JoinRequest, parse
+
+    for text in store.joins():
+        request = parse(text)
+        if not isinstance(request, JoinRequest):
+            raise ConfigurationError(f"the state holds a {request.kind!r} among its joins: not a labfbo state file")
+        try:
+            coordinator.join(request)
+        except Exception as exc:  # noqa: BLE001 - whatever the study refuses now, the operator must hear why
+            raise ConfigurationError(f"the state holds the join of site {request.site!r}, which this study "
+                                     f"configuration refuses ({type(exc).__name__}: {exc}): is it another "
+                                     "study's state file?") from None
+    rounds = store.rounds()
+    if rounds:
+        coordinator.restore(rounds)
+    # each site's spent privacy budget, as accounted: written as each answer arrives, before it is used
+    coordinator.ledger.restore(store.budgets())
+    coordinator.ledger.on_change = store.set_budget
+    return store.gone() & set(coordinator.members)
+
+
+def persist_round(coordinator: "Coordinator", store: Store, t: int, keep: int | None = None) -> None:
+    """Write completed round ``t`` to ``store``, before any site sees it; with ``keep``, only the last
+    ``keep`` rounds stay, in the store and in ``coordinator.rounds``."""
+    store.add_round(t, coordinator.snapshot(t), keep=keep)
+    if keep is not None:
+        for old in [r for r in coordinator.rounds if r <= t - keep]:
+            coordinator.rounds.pop(old, None)
+
+
+def tokens_in_force(store: Store, digests: Mapping[str, str]) -> dict[str, str]:
+    """The sites' token digests: the configuration's ``digests``, with each token rotated at run
+    time (HTTP's admin API) that outlived a restart — unless the operator has since changed that
+    site's digest in the configuration (the configuration then wins: revocation works)."""
+    rotated = {site: d for site, (d, base) in store.tokens().items() if site in digests and digests[site] == base}
+    return {**digests, **rotated}
 
 
 #: the longest route or site name an audit line keeps (a line stays under 1 kB whatever a request sends)
@@ -102,6 +178,8 @@ class AuditLog:
     def __init__(self, path: str | None, retention_days: float | None = None, keep_recent: int = 200,
                  max_bytes: int = 50 * 2**20) -> None:
         self.path = Path(path) if path else None
+        if self.path is not None and not self.path.parent.is_dir():
+            raise ConfigurationError(f"audit_log {path!r}: no folder {str(self.path.parent)!r} to write it in")
         self.lock = threading.Lock()
         self.max_bytes = int(max_bytes)
         self.recent: deque[dict[str, Any]] = deque(maxlen=keep_recent)

@@ -23,7 +23,9 @@ What the bridge answers:
 * a **poll** (the coordinator's pull loop, one Flower exchange for every site): it first
   takes what the poll delivers — the join reply, a round's guidance (filed under the round
   the site asked for), an error, "rejoin" (the coordinator does not know this site on
-  this node: send the join again) or "bye" (the coordinator heard that the site left) —
+  this node, e.g. a restarted ServerApp: send the join again; a site that has left sends
+  its token instead, so that its leave is heard) or "bye" (the coordinator heard that the
+  site left) —
   then says who the site is, the join request it wants admitted, the round it waits for
   and whether it has left. Every delivery carries the coordinator's ``(nonce, seq)``: a
   poll whose answer was lost delivers again, and the bridge takes each delivery once;
@@ -140,6 +142,7 @@ class FlowerLink(SiteLink):
         self.taken: deque[tuple[str, int]] = deque(maxlen=1024)  # the (nonce, seq) of the deliveries taken
         self.closed = False
         self.left_heard = False  # the coordinator acknowledged the leave ("bye")
+        self.show_token = False  # a leave the coordinator must authenticate (it told a closed site to rejoin)
         self.failure: str | None = None
         self.server: _Bridge | None = None
 
@@ -215,7 +218,9 @@ class FlowerLink(SiteLink):
                     self.join_result, self.join_frame = ("error", why.encode()), None
             elif int(control.get("round", -1)) == self.waiting:
                 self.results[int(control["round"])] = ("error", why.encode())
-        elif what == "rejoin" and self.join_request is not None and self.join_frame is None and not self.closed:
+        elif what == "rejoin" and self.closed:
+            self.show_token = True  # the coordinator does not know us here: the token makes the leave heard
+        elif what == "rejoin" and self.join_request is not None and self.join_frame is None:
             self.join_frame = self.join_request  # the coordinator restarted, or the SuperNode did
         elif what == "bye":
             self.left_heard = True
@@ -232,6 +237,8 @@ class FlowerLink(SiteLink):
             wants = self.waiting if self.waiting is not None and self.waiting not in self.results else -1
             status = {"op": "status", "site": self.site, "wants": wants, "closed": self.closed,
                       "join": self.join_frame is not None}
+            if self.closed and self.show_token:
+                status["token"] = self.cfg.token
             if self.join_frame is not None:
                 status["token"] = self.cfg.token
                 return status, self.join_frame
@@ -258,7 +265,7 @@ class FlowerLink(SiteLink):
         try:
             with self.lock:
                 self.handler = handler
-                self.closed = self.left_heard = False
+                self.closed = self.left_heard = self.show_token = False
                 self.join_result, self.join_request = None, request.to_wire()
                 self.join_frame = self.join_request
                 while self.join_result is None:
