@@ -46,6 +46,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # how strongly a lab's agreement scale c is held to the others' surface (prior N(c0, s_c^2))
     "surface-sd06": ("surface", {"scale_sd": 0.6}),
     "surface-c05": ("surface", {"scale_mean": 0.5, "scale_sd": 0.5}),
+    "surface-top": ("surface", {"trust": "top"}),
     # the engine's candidate defaults on real, outlier-heavy yields
     "independent-auto": ("independent", {"noise_prior": "auto"}),
     "independent-winsorize": ("independent", {"output_transform": "winsorize"}),  # = today's defaults

@@ -17,10 +17,15 @@ generalized-least-squares coefficient of the lab's results on it under the same 
 how strongly the partners' surface explains this lab's results, with no prior on it (1: as the
 partners see it, 0: not at all, negative: the opposite way). Computed from the lab's data
 alone and kept in its journal (the campaign report); sent only if the lab opts in.
+
+**Top rank** (:func:`top_rank`, ``surface``'s opt-in ``trust="top"``, :func:`top_trust`): where the
+partners' prediction puts the lab's best result among the lab's own results — what matters to
+an optimizer is whether they point to what does best *here*, not how well they fit the rest.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from botorch.models.model import Model
 
@@ -72,3 +77,26 @@ def _gls_slope(Kinv: torch.Tensor, y: torch.Tensor, s: torch.Tensor) -> tuple[fl
 
 def _loo_rmse(Kinv: torch.Tensor, d: torch.Tensor, r: torch.Tensor) -> float:
     return float(((Kinv @ r) / d).pow(2).mean().sqrt())
+
+
+def top_rank(shared: np.ndarray, y: np.ndarray) -> float | None:
+    """Where the partners' prediction ``shared`` puts the lab's best result among the lab's results
+    ``y`` (maximization): the share of its other results it ranks below the best, ties counting
+    half (1: the partners point to what did best here; 0: they rank it last). None with fewer
+    than :data:`MIN_POINTS` results."""
+    s, y = np.asarray(shared, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()
+    if len(y) < MIN_POINTS or len(s) != len(y):
+        return None
+    b = int(np.argmax(y))
+    others = np.delete(s, b)
+    return float((np.sum(others < s[b]) + 0.5 * np.sum(others == s[b])) / len(others))
+
+
+def top_trust(shared: np.ndarray, y: np.ndarray) -> float:
+    r"""``surface``'s ``trust="top"``: the share of the agreement scale's prior mean a lab keeps,
+    :math:`\min(1, 2q)` with :math:`q` = :func:`top_rank` — full trust while its partners' surface
+    ranks the lab's best result in the upper half of its results, falling to 0 as it ranks it
+    last (1 with too few results)."""
+    q = top_rank(shared, y)
+    return 1.0 if q is None else min(1.0, 2.0 * q)
+

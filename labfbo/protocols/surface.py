@@ -66,7 +66,7 @@ from labfbo.messages import Abstain, Array, Message
 from labfbo.models.gp import fit_local_gp, predict
 from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, private_statistics,
                                    ridge_weights, site_statistics, symmetric)
-from labfbo.models.transfer import held_out_gain
+from labfbo.models.transfer import held_out_gain, top_trust
 from labfbo.privacy import DP, secagg
 from labfbo.privacy.distributed import honest_members, share_purpose
 from labfbo.privacy.release import Release
@@ -95,6 +95,9 @@ class SurfaceOptions(ModelOptions):
     ridge: float = Field(1.0, gt=0, description="lambda: ridge penalty of the shared surface's coefficients")
     scale_mean: float = Field(1.0, description="c0: prior mean of the agreement scale c (1: trust the surface)")
     scale_sd: float = Field(0.3, gt=0, description="s_c: prior standard deviation of c")
+    trust: Literal["prior", "top"] = Field("prior", description="the agreement scale's prior mean: scale_mean "
+                                           "('prior'), or less while the partners' surface ranks the lab's best "
+                                           "result in the lower half of its results ('top', labfbo.models.transfer)")
     noise_guard: float = Field(NOISE_GUARD, gt=0, description="under DP: the largest noise std per entry of "
                                "the others' sums, relative to their count, at which a site still uses their surface")
     privacy: DP | None = Field(None, description="Gaussian mechanism on the uplink (labfbo.models.surface)")
@@ -339,7 +342,8 @@ class SurfaceSite(LocalGPSite):
         key = data.key() + w.tobytes()
         if key != self._surface_key or self._surface_model is None:
             o = self.options
-            mean = SurfaceMean(self.features, w, o.scale_mean, o.scale_sd)
+            trust = top_trust(self.features.of_unit(data.X) @ w, data.y) if o.trust == "top" else 1.0
+            mean = SurfaceMean(self.features, w, o.scale_mean * trust, o.scale_sd)
             self._surface_model = fit_local_gp(data.X, data.y, data.yvar, space=self.space,
                                                seed=self.context.seed_for(data.n, "gp-fit"),
                                                options=o, mean_module=mean)
