@@ -9,7 +9,8 @@ sufficient statistics of a regression of its standardized yields on the reagent 
 and its model starts from the response surface the other labs' statistics give — the main
 effect of every base, ligand and additive — scaled by how well it agrees with the lab's own
 results. Only those statistics leave a lab, never a yield — and with three labs or more
-they leave masked: the coordinator learns only their sum (secure aggregation).
+they leave masked into a sum that only the labs can open (secure aggregation): the
+coordinator learns nothing of them.
 
 A combination a lab cannot run (missing from its data here; a failed run in a real lab)
 is reported with ``tell_failed`` and costs an experiment, as it would.

@@ -122,7 +122,7 @@ def test_release_every_releases_the_plan_with_less_noise_and_guides_every_round(
     if protocol == "surface":  # round 1's totals are round 0's, reused
         for s in SITES:
             np.testing.assert_array_equal(coord.rounds[1][s].masked.numpy(), coord.rounds[0][s].masked.numpy())
-            assert coord.rounds[1][s].seeds == coord.rounds[0][s].seeds and coord.rounds[1][s].summed_round == 0
+            assert coord.rounds[1][s].sealed == coord.rounds[0][s].sealed and coord.rounds[1][s].summed_round == 0
     _, _, again = _campaign(protocol, privacy=dp, release_every=3)
     assert again == proposals  # the same seeds, the same campaign
 

@@ -34,7 +34,7 @@ EFFECT = {"P2Et": 0.0, "BTMG": 0.6, "MTBD": 0.3, "XPhos": 0.0, "t-BuXPhos": 0.5,
           "AdBrettPhos": 0.2, "a0": 0.0, "a1": -0.4, "a2": 0.3, "a3": -0.1, "a4": 0.2}
 FAST = {"num_restarts": 2, "raw_samples": 32}
 SITES = ["lab-a", "lab-b", "lab-c"]
-KEY_KINDS = {"join", "secagg_public_key", "masked_score", "secagg_sealed_seeds"}
+KEY_KINDS = {"join", "secagg_public_key", "masked_score"}
 
 
 def _f(i: int, p: dict) -> float:
@@ -229,11 +229,15 @@ def test_a_cohort_stating_different_dp_noise_is_not_unmasked() -> None:
 
 
 def test_the_coordinator_holds_only_a_masked_sum_that_the_members_open() -> None:
-    """By default (sum_seen_by="members") the self-mask seeds go sealed to the members: what the
-    coordinator holds of the sum is uniform words, and each member opens the exact sum of the
-    members' uploads (the same bits as a sum the coordinator unmasks)."""
+    """By default (sum_seen_by="members") the sum stays behind the leader's group mask, whose key
+    only the sites get (sealed): what the coordinator holds of the sum is uniform words, and each
+    member opens the exact sum of the members' uploads (the same bits as a sum the coordinator
+    unmasks) — in one exchange a round instead of two."""
     coord, sites, props = _run(rounds=2)
     held = coord.aggregator().held_sum
+    ups = [m for m in sites[0].sent_messages() if isinstance(m, MaskedScores)]
+    assert all(set(m.sealed) == {"lab-b", "lab-c"} for m in ups)  # lab-a leads: its key sealed for the others
+    assert all(m.sealed is None for o in sites[1:] for m in o.sent_messages() if isinstance(m, MaskedScores))
     assert held.sealed is not None and held.total.dtype == np.uint64
     truth = sum(as_summed(o.agent.logic._mine[1][1], 3) for o in sites)  # round 1's uploads, as they entered the sum
     assert abs(np.corrcoef(secagg.decode(held.total), truth)[0, 1]) < 0.3  # decoded, the coordinator's sum says nothing
@@ -246,18 +250,21 @@ def test_the_coordinator_holds_only_a_masked_sum_that_the_members_open() -> None
     c_vis, vis, p_vis = _run(rounds=2, sum_seen_by="coordinator")
     assert c_vis.aggregator().held_sum.sealed is None and p_vis == props  # the same proposals either way
     assert any(m.kind == "secagg_self_mask" for m in vis[0].sent_messages())
+    unmask = [[m for m in o.received_messages() if m.kind == "secagg_unmask_request"] for o in (sites[0], vis[0])]
+    assert not unmask[0] and len(unmask[1]) == 2  # one exchange a round instead of two
 
 
-def test_a_seed_that_does_not_open_or_a_sum_out_of_range_leaves_the_site_on_its_own_gp() -> None:
+def test_a_key_that_does_not_open_or_a_sum_out_of_range_leaves_the_site_on_its_own_gp() -> None:
     coord, sites, _ = _run(rounds=1)
-    o = sites[0]
+    o = sites[1]  # lab-b: lab-a leads
     logic = o.agent.logic
     msg = [m for m in o.received_messages() if isinstance(m, SealedTotals)][-1]
-    forged = msg.model_copy(update={"seeds": {**msg.seeds, "lab-b": msg.seeds["lab-c"]}})  # lab-c's seed as lab-b's
+    theirs = [m for m in sites[2].received_messages() if isinstance(m, SealedTotals)][-1]
+    forged = msg.model_copy(update={"sealed": theirs.sealed})  # lab-c's copy of the key
     with pytest.raises(labfbo.exceptions.ProtocolError, match="does not open"):
         open_totals(forged, o.site, logic.context.key_seed, logic.features.p)
-    with pytest.raises(labfbo.exceptions.ProtocolError, match="no sealed seed from"):
-        open_totals(msg.model_copy(update={"seeds": {}}), o.site, logic.context.key_seed, logic.features.p)
+    with pytest.raises(labfbo.exceptions.ProtocolError, match="no group key sealed by 'lab-a'"):
+        open_totals(msg.model_copy(update={"sealed": {}}), o.site, logic.context.key_seed, logic.features.p)
     # a member that adds a huge vector spoils the sum: each member refuses it (nobody can be named)
     spoiled = msg.masked.numpy() + secagg.encode(np.full(msg.masked.numpy().size, 1e3) * (np.arange(msg.masked.numpy().size)
                                                                                           < logic.features.p), 3)
@@ -269,18 +276,27 @@ def test_a_seed_that_does_not_open_or_a_sum_out_of_range_leaves_the_site_on_its_
     assert logic._weights is None
 
 
-def test_a_site_that_keeps_its_sum_from_the_coordinator_never_reveals_its_seed() -> None:
-    from labfbo.protocols.secure_sum import SelfMaskSeed, UnmaskRequest, reveal
+def test_a_site_whose_sums_only_the_members_open_never_reveals_a_seed_and_the_leader_seals_for_all() -> None:
+    from labfbo.protocols.secure_sum import SelfMaskSeed, UnmaskRequest, open_sum, reveal, upload_sealed
 
-    keys = {s: secagg.public_key(bytes([i + 1]) * 32) for i, s in enumerate(SITES)}
-    req = UnmaskRequest(step=0, cohort=keys, particles_sha256="0" * 64)
-    assert isinstance(reveal(req, "lab-a", bytes([1]) * 32, "s", 0), SelfMaskSeed)
-    refused = reveal(req, "lab-a", bytes([1]) * 32, "s", 0, members_only=True)
-    assert refused.kind == "abstain" and "never to the coordinator" in refused.reason
-    sealed = reveal(req.model_copy(update={"to_members": True, "recipients": {"lab-d": keys["lab-c"]}}),
-                    "lab-a", bytes([1]) * 32, "s", 0, members_only=True)
-    assert set(sealed.sealed) == {"lab-b", "lab-c", "lab-d"}
-    assert "to_members" not in req.model_dump_json()  # gradient's request reads as before
+    seeds = {s: bytes([i + 1]) * 32 for i, s in enumerate([*SITES, "lab-d"])}
+    keys = {s: secagg.public_key(k) for s, k in seeds.items()}
+    cohort = {s: keys[s] for s in SITES}
+    req = UnmaskRequest(step=0, cohort=cohort, particles_sha256="0" * 64)
+    assert isinstance(reveal(req, "lab-a", seeds["lab-a"], "s", 0), SelfMaskSeed)
+    refused = reveal(req, "lab-a", seeds["lab-a"], "s", 0, members_only=True)
+    assert refused.kind == "abstain" and "never by the coordinator" in refused.reason
+    values = {s: np.array([0.5 * i, -1.25, 3.0, 1.0]) for i, s in enumerate(SITES)}
+    ups = {s: upload_sealed(values[s], s, seeds[s], cohort, {"lab-d": keys["lab-d"]}, "s", 4, 0, "c" * 64)
+           for s in SITES}
+    assert set(ups["lab-a"][1]) == {"lab-b", "lab-c", "lab-d"} and ups["lab-b"][1] is None
+    masked = secagg.aggregate([ups[s][0].numpy() for s in SITES], [])
+    want = sum(values.values())
+    for s in [*SITES, "lab-d"]:  # every member, and a site with a key outside the cohort
+        got = open_sum(masked, {} if s == "lab-a" else {"lab-a": ups["lab-a"][1][s]}, s, seeds[s], cohort, "s", 4, 0,
+                       "c" * 64)
+        assert np.allclose(got, [*want[:-1], 3.0])
+    assert abs(np.corrcoef(secagg.decode(masked), want)[0, 1]) < 0.9
 
 
 

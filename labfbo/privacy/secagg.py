@@ -22,11 +22,15 @@ release arrived. If a member drops out, the coordinator redoes the step with the
 under a new context; the first attempt's uploads stay hidden behind their self masks,
 so even a late upload of the dropped site cannot be isolated by subtracting two sums.
 
-**Seeds sealed to the members** (:func:`seal`, :func:`unseal`). A site may instead hand its
-self-mask seed to the other members only, each copy sealed (ChaCha20-Poly1305) under a key it
-shares with that member alone: the coordinator then holds :math:`\sum_i y_i = \sum_i
-\mathrm{enc}(x_i) + \sum_i b_i`, uniformly distributed, and only the members can remove the
-self masks. The coordinator learns nothing of the sum either.
+**A sum only the members open** (:func:`group_key`, :func:`group_mask`, :func:`seal`,
+:func:`unseal`). Instead of self masks, the cohort's *leader* (its first member) adds a group
+mask :math:`R = \mathrm{ChaCha20}(K)` under a key :math:`K` fresh for the release, and seals
+:math:`K` for every other member (ChaCha20-Poly1305 under a key the two alone derive): the
+coordinator holds :math:`\sum_i y_i = \sum_i \mathrm{enc}(x_i) + R`, uniformly distributed, and
+only the members can remove :math:`R`. Self masks are not needed then: every sum the
+coordinator could form — of a complete release or of an abandoned attempt, whose context and so
+whose :math:`K` differ — carries a group mask it does not know. The coordinator learns nothing
+of the sum either.
 
 What is *not* here: the secret sharing of each site's mask seeds that lets Bonawitz et
 al. finish a round *without* redoing it. The key material is 32 random bytes per site,
@@ -142,8 +146,10 @@ def self_mask_seed(key_seed: bytes, info: bytes) -> bytes:
     return _hkdf(key_seed, b"self/" + info)
 
 
-def mask(encoded: np.ndarray, me: str, key_seed: bytes, cohort: Mapping[str, str], info: bytes) -> np.ndarray:
-    """``encoded`` plus this site's self mask and its signed pairwise masks with every other member.
+def mask(encoded: np.ndarray, me: str, key_seed: bytes, cohort: Mapping[str, str], info: bytes,
+         self_mask: bool = True) -> np.ndarray:
+    """``encoded`` plus this site's self mask (unless ``self_mask=False``: a sum behind a group mask)
+    and its signed pairwise masks with every other member.
 
     ``cohort`` maps each member (``me`` included) to its base64 public key.
     """
@@ -152,7 +158,8 @@ def mask(encoded: np.ndarray, me: str, key_seed: bytes, cohort: Mapping[str, str
     mine = private_key(key_seed)
     out = np.asarray(encoded, dtype=np.uint64).reshape(-1).copy()
     with np.errstate(over="ignore"):
-        out = out + _stream(self_mask_seed(key_seed, info), out.size)
+        if self_mask:
+            out = out + _stream(self_mask_seed(key_seed, info), out.size)
         for peer in sorted(cohort):
             if peer == me:
                 continue
@@ -160,6 +167,17 @@ def mask(encoded: np.ndarray, me: str, key_seed: bytes, cohort: Mapping[str, str
             m = _stream(_hkdf(mine.exchange(_peer(cohort[peer])), pair), out.size)
             out = out + m if me < peer else out - m
     return out.reshape(np.shape(encoded))
+
+
+def group_key(key_seed: bytes, info: bytes) -> bytes:
+    """The 32-byte group key the cohort's leader draws for one release (from its key seed and the
+    release's context: a resumed leader draws the same one; another attempt, another one)."""
+    return _hkdf(key_seed, b"group/" + info)
+
+
+def group_mask(key: bytes, size: int) -> np.ndarray:
+    """The group mask of ``key``: ``size`` words of its ChaCha20 keystream."""
+    return _stream(_hkdf(key, b"labfbo/secagg/group-mask"), size)
 
 
 def _aead(key_seed: bytes, peer_public: str, info: bytes):

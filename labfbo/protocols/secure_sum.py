@@ -9,10 +9,13 @@ takes two exchanges with the *cohort* (the members with known keys):
 2. once every member's upload arrived, ``UnmaskRequest`` -> each member reveals the seed of
    its self mask (``SelfMaskSeed``), and the coordinator removes the self masks from the sum.
 
-With ``to_members`` (``surface``'s default) step 2 hands each self-mask seed to the other
-members only, sealed (``SealedSeeds``): the coordinator then holds the masked sum, uniformly
-distributed, and forwards each member the seeds sealed for it; the members remove the self masks
-(:func:`open_sum`). The coordinator learns nothing of the sum.
+A sum only the members open (``surface``'s default, ``sum_seen_by="members"``) takes **one**
+exchange: the uploads carry no self mask; the leader (the cohort's first member) adds a group
+mask and sends, with its upload, the group key sealed for every other site that receives the
+sum (``MaskedScores.sealed``, :func:`upload_sealed`). The coordinator adds the uploads — the sum
+behind the group mask, uniformly distributed — and forwards each site the key sealed for it
+(:class:`SealedSum`); the site removes the mask (:func:`open_sum`). The coordinator learns
+nothing of the sum.
 
 If a member is missing at either exchange, the step is redone with those that answered,
 under a new context (the cohort is part of it): fresh masks, and the abandoned attempt's
@@ -73,6 +76,9 @@ class MaskedScores(Message):
     dp_noise_multiplier: float | None = None
     dp_sensitivity: float | None = Field(None, gt=0, allow_inf_nan=False)
     release_every: int | None = Field(None, ge=1)
+    sealed: dict[str, str] | None = Field(None, max_length=100_000, description="sum_seen_by='members', from the "
+                                          "cohort's leader: the release's group key sealed for each other site "
+                                          "that receives the sum (site -> ciphertext)")
     agreement: float | None = Field(None, allow_inf_nan=False, description="surface, when the lab opts in "
                                     "(share_agreement): its agreement with the partners' surface, in the clear")
 
@@ -80,7 +86,7 @@ class MaskedScores(Message):
     def _unset_left_off(self, handler: Any) -> Any:
         out = handler(self)
         if isinstance(out, dict):
-            for name in ("dp_sensitivity", "release_every", "agreement"):
+            for name in ("dp_sensitivity", "release_every", "sealed", "agreement"):
                 if getattr(self, name) is None:
                     out.pop(name, None)
         return out
@@ -98,19 +104,6 @@ class UnmaskRequest(Message):
     step: int
     cohort: dict[str, str]
     particles_sha256: str
-    to_members: bool = Field(False, description="hand the seed to the other members only, sealed for each "
-                             "(SealedSeeds): the coordinator never learns the sum")
-    recipients: dict[str, str] | None = Field(None, description="with to_members: the sites outside the cohort "
-                                              "(-> public key) that receive the sum too, so also get the seed")
-
-    @model_serializer(mode="wrap")
-    def _default_left_off(self, handler: Any) -> Any:
-        out = handler(self)
-        if isinstance(out, dict):
-            for name in ("to_members", "recipients"):
-                if not getattr(self, name):
-                    out.pop(name, None)  # gradient's requests are byte for byte as before
-        return out
 
 
 @register
@@ -122,21 +115,10 @@ class SelfMaskSeed(Message):
     seed: str = Field(min_length=44, max_length=44)
 
 
-@register
-class SealedSeeds(Message):
-    """Site -> coordinator -> members: the site's self-mask seed for one release, sealed for each other
-    member (member -> base64 ChaCha20-Poly1305 ciphertext under a key only the two share,
-    :func:`labfbo.privacy.secagg.seal`). The coordinator forwards each member its own copy and cannot
-    open any."""
-
-    kind: Literal["secagg_sealed_seeds"] = "secagg_sealed_seeds"
-    step: int
-    sealed: dict[str, str] = Field(max_length=100_000)
-
-
 @dataclass(frozen=True)
 class SealedSum:
-    """The coordinator's masked sum (uniform in Z_{2^64}) and, per member, the seeds sealed for it (sender -> ciphertext)."""
+    """The coordinator's sum behind the group mask (uniform in Z_{2^64}) and, per site that receives it,
+    the group key sealed for it (leader -> ciphertext; empty for the leader)."""
 
     masked: np.ndarray
     sealed: dict[str, dict[str, str]]
@@ -173,37 +155,52 @@ def upload(values: np.ndarray, me: str, key_seed: bytes, cohort: Mapping[str, st
     return Array.of(secagg.mask(secagg.encode(values, len(cohort)), me, key_seed, cohort, info), dtype="uint64")
 
 
+def upload_sealed(values: np.ndarray, me: str, key_seed: bytes, cohort: Mapping[str, str],
+                  recipients: Mapping[str, str] | None, study: str, round: int, step: int,
+                  context_sha256: str) -> tuple[Array, dict[str, str] | None]:
+    """``values`` encoded and masked for a sum only the members open: pairwise masks, no self mask;
+    the leader (``min(cohort)``) adds the group mask and returns its group key sealed for every other
+    member and every site of ``recipients`` (the others return None)."""
+    info = secagg.context(study, round, step, list(cohort), context_sha256.encode())
+    encoded, sealed = secagg.encode(values, len(cohort)), None
+    if me == min(cohort):
+        key = secagg.group_key(key_seed, info)
+        with np.errstate(over="ignore"):
+            encoded = encoded + secagg.group_mask(key, encoded.size)
+        to = {**(recipients or {}), **cohort}
+        sealed = {peer: secagg.seal(key, key_seed, public, info, me, peer) for peer, public in sorted(to.items())
+                  if peer != me}
+    return Array.of(secagg.mask(encoded, me, key_seed, cohort, info, self_mask=False), dtype="uint64"), sealed
+
+
 def reveal(request: UnmaskRequest, me: str, key_seed: bytes, study: str, round: int,
            members_only: bool = False) -> Message:
-    """The self mask's seed of the release ``request`` names (only for a cohort this site is in): to the
-    coordinator, or sealed for each other member (``request.to_members``). A site that hands its seeds to
-    the members only (``members_only``) never reveals one to the coordinator."""
+    """The self mask's seed of the release ``request`` names (only for a cohort this site is in). A site
+    whose sums only the members open (``members_only``) never reveals one to the coordinator."""
     if me not in request.cohort:
         return Abstain(reason=f"{me!r} is not in that cohort")
-    info = secagg.context(study, round, request.step, list(request.cohort), request.particles_sha256.encode())
-    seed = secagg.self_mask_seed(key_seed, info)
-    if request.to_members:
-        to = {**(request.recipients or {}), **request.cohort}
-        return SealedSeeds(step=request.step, sealed={peer: secagg.seal(seed, key_seed, public, info, me, peer)
-                                                      for peer, public in sorted(to.items()) if peer != me})
     if members_only:
-        return Abstain(reason="this site hands its self-mask seed to the other members only, never to the coordinator")
-    return SelfMaskSeed(step=request.step, seed=base64.b64encode(seed).decode())
+        return Abstain(reason="this site's sums are opened by the members only, never by the coordinator")
+    info = secagg.context(study, round, request.step, list(request.cohort), request.particles_sha256.encode())
+    return SelfMaskSeed(step=request.step, seed=base64.b64encode(secagg.self_mask_seed(key_seed, info)).decode())
 
 
 def open_sum(masked: np.ndarray, sealed: Mapping[str, str], me: str, key_seed: bytes, cohort: Mapping[str, str],
              study: str, round: int, step: int, context_sha256: str) -> np.ndarray:
-    """The decoded sum of a release whose seeds were sealed to the members (and the recipients outside
-    the cohort): ``masked`` less every member's self mask (this site's own, if a member, and each other's
-    from the seed it sealed for this site). Raises :class:`ProtocolError` if a seed is missing or does not
-    open, or the sum does not check out."""
+    """The decoded sum of a release behind a group mask (:func:`upload_sealed`): ``masked`` less the
+    mask of the group key, which this site drew (the leader) or the leader sealed for it (``sealed``:
+    leader -> ciphertext). Raises :class:`ProtocolError` if the key is missing or does not open, or
+    the sum does not check out."""
     info = secagg.context(study, round, step, list(cohort), context_sha256.encode())
-    missing = sorted(set(cohort) - {me} - set(sealed))
-    if missing:
-        raise ProtocolError(f"secure aggregation: no sealed seed from {missing} for {me!r}")
-    seeds = [secagg.self_mask_seed(key_seed, info)] * (me in cohort) + [
-        secagg.unseal(sealed[peer], key_seed, cohort[peer], info, peer, me) for peer in sorted(cohort) if peer != me]
-    total = secagg.decode(secagg.remove_self_masks(masked, seeds))
+    leader = min(cohort)
+    if me == leader:
+        key = secagg.group_key(key_seed, info)
+    elif leader not in sealed:
+        raise ProtocolError(f"secure aggregation: no group key sealed by {leader!r} for {me!r}")
+    else:
+        key = secagg.unseal(sealed[leader], key_seed, cohort[leader], info, leader, me)
+    with np.errstate(over="ignore"):
+        total = secagg.decode(np.asarray(masked, dtype=np.uint64).reshape(-1) - secagg.group_mask(key, np.size(masked)))
     if abs(total[-1] - len(cohort)) > 1e-6:  # every member counts 1: anything else is a corrupt sum
         raise ProtocolError("secure aggregation: the sum does not check out (a stale key or a wrong upload)")
     return total
@@ -258,6 +255,10 @@ class SecureSum:
     def cohort_keys(self) -> dict[str, str]:
         return {s: self.keys[s] for s in self.cohort}
 
+    def outsiders(self) -> dict[str, str]:
+        """The sites with a key outside this round's cohort (and not retired): they receive its sum too."""
+        return {s: k for s, k in self.keys.items() if s in self.sites and s not in self.cohort and s not in self.retired}
+
     def on_responses(self, step: int, particles_sha256: str, size: int | None,
                      responses: Mapping[str, Message], to_members: bool = False
                      ) -> dict[str, Message] | np.ndarray | SealedSum | str:
@@ -273,7 +274,7 @@ class SecureSum:
         if self.phase == "keys":
             self.phase, self.cohort = "upload", []
             return "redo"
-        want = MaskedScores if self.phase == "upload" else SealedSeeds if to_members else SelfMaskSeed
+        want = MaskedScores if self.phase == "upload" else SelfMaskSeed
         if self.phase == "upload" and size is None:
             sizes = [responses[s].masked.n_scalars for s in self.cohort  # type: ignore[union-attr]
                      if isinstance(responses.get(s), MaskedScores)]
@@ -285,8 +286,10 @@ class SecureSum:
                               f"{common}: another basis or number of objectives)", stacklevel=3)
                 responses = {s: r for s, r in responses.items() if s not in odd}
             size = common
-        answered = [s for s in self.cohort if isinstance(responses.get(s), want)
-                    and (want is not SealedSeeds or set(self.cohort) - {s} <= set(responses[s].sealed))]  # type: ignore[union-attr]
+        answered = [s for s in self.cohort if isinstance(responses.get(s), want)]
+        if to_members and answered and min(self.cohort) in answered:  # the leader's key must reach every member
+            if not set(self.cohort) - {min(self.cohort)} <= set(responses[min(self.cohort)].sealed or {}):  # type: ignore[union-attr]
+                answered.remove(min(self.cohort))
         if len(answered) < len(self.cohort):  # a dropout: its masks would not cancel
             self.cohort, self.redone, self.phase, self.uploads = answered, self.redone + 1, "upload", {}
             return "redo" if len(answered) >= MIN_COHORT else "stop"
@@ -294,19 +297,16 @@ class SecureSum:
             self.uploads = {s: responses[s].masked.numpy().reshape(-1) for s in answered}  # type: ignore[union-attr]
             if size is not None and any(u.size != size for u in self.uploads.values()):
                 raise ProtocolError(f"masked uploads must have {size} entries")
+            if to_members:  # one exchange: the sum stays behind the leader's group mask
+                leader = min(answered)
+                keys = responses[leader].sealed or {}  # type: ignore[union-attr]
+                masked = secagg.aggregate([self.uploads[s] for s in answered], [])
+                self.uploads = {}
+                return SealedSum(masked=masked, sealed={leader: {}, **{r: {leader: k} for r, k in keys.items()
+                                                                       if r in self.sites and r != leader}})
             self.phase = "unmask"
-            others = {s: k for s, k in self.keys.items() if s in self.sites and s not in self.cohort
-                      and s not in self.retired} if to_members else None
-            req = UnmaskRequest(step=step, cohort=self.cohort_keys(), particles_sha256=particles_sha256,
-                                to_members=to_members, recipients=others or None)
+            req = UnmaskRequest(step=step, cohort=self.cohort_keys(), particles_sha256=particles_sha256)
             return {s: req for s in self.cohort}
-        if to_members:
-            masked = secagg.aggregate([self.uploads[s] for s in answered], [])
-            self.phase, self.uploads = "upload", {}
-            sealed = {r: {s: responses[s].sealed[r] for s in answered  # type: ignore[union-attr]
-                          if s != r and r in responses[s].sealed}  # type: ignore[union-attr]
-                      for r in self.sites if r in self.keys and r not in self.retired}
-            return SealedSum(masked=masked, sealed=sealed)
         seeds = [base64.b64decode(responses[s].seed) for s in answered]  # type: ignore[union-attr]
         total = secagg.decode(secagg.aggregate([self.uploads[s] for s in answered], seeds))
         self.phase, self.uploads = "upload", {}

@@ -74,11 +74,11 @@ from labfbo.protocols.held import HeldReleases, ReusesReleases
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.protocols.secure_sum import (MIN_COHORT, KeyRequest, MaskedScores, PublicKeyShare, UnmaskRequest,
-                                         check_cohort, reveal, upload)
+                                         check_cohort, reveal)
 from labfbo.protocols.surface_aggregate import admit_stats, capped_counts, leave_one_out
 from labfbo.protocols.surface_messages import SealedTotals, SurfaceRequest, SurfaceStats, SurfaceTotals
-from labfbo.protocols.surface_secure import (MECHANISM, SURFACE_CONTEXT, UNMASKED_2_SITES, Mode, Reader, SecureRounds,
-                                             as_summed, contribution, leave_out, masked_study, opened)
+from labfbo.protocols.surface_secure import (MECHANISM, UNMASKED_2_SITES, Mode, Reader, SecureRounds,
+                                             as_summed, contribution, leave_out, masked_study, masked_upload, opened)
 from labfbo.records import TransferEstimate
 from labfbo.space import SearchSpace
 
@@ -201,8 +201,8 @@ class SurfaceSite(LocalGPSite):
         vector, dp = self.contribution(data, round, len(request.cohort))
         self._mine = {r: v for r, v in self._mine.items() if r > round - 2 * k} | {round: (tuple(sorted(request.cohort)),
                                                                                             vector)}
-        masked = upload(vector, ctx.site, ctx.key_seed, request.cohort, request.study, round, 0, SURFACE_CONTEXT)
-        return MaskedScores(step=0, masked=masked, **dp, release_every=None if k == 1 else k,
+        masked, sealed = masked_upload(vector, ctx.site, ctx.key_seed, request, round, self.options.sum_seen_by)
+        return MaskedScores(step=0, masked=masked, **dp, release_every=None if k == 1 else k, sealed=sealed,
                             agreement=self._shared_agreement())
 
     def _shared_agreement(self) -> float | None:
@@ -270,7 +270,7 @@ class SurfaceSite(LocalGPSite):
         sum (``masked_score``) the same, declared as secure-aggregated: with the noise shared among the
         cohort, the honest members' shares total ``sigma Delta`` whatever its size, so the declaration
         (and the accounting) is local mode's. Keys and self-mask seeds carry nothing of the data."""
-        if kind in ("secagg_public_key", "secagg_self_mask", "secagg_sealed_seeds"):
+        if kind in ("secagg_public_key", "secagg_self_mask"):
             return None
         dp, masked = self.options.privacy, kind == "masked_score"
         if kind not in ("surface_stats", "masked_score") or not noised or dp is None:

@@ -30,10 +30,13 @@ class SurfaceRequest(Message):
     kind: Literal["surface_request"] = "surface_request"
     cohort: dict[str, str] | None = Field(None, description="secure aggregation: member -> public key (upload "
                                           "masked, into this cohort's sum); None: statistics in the clear")
+    recipients: dict[str, str] | None = Field(None, description="a sum only the members open: the sites outside "
+                                              "the cohort (-> public key) that receive it too (the leader seals "
+                                              "the group key for them as well)")
 
     @model_serializer(mode="wrap")
-    def _no_cohort(self, handler: Any) -> Any:
-        return _left_off(handler(self), self, {"cohort": None})  # the clear protocol's request as before
+    def _no_cohort(self, handler: Any) -> Any:  # the clear protocol's request as before
+        return _left_off(handler(self), self, {"cohort": None, "recipients": None})
 
 
 def _finite(*arrays: Array) -> None:
@@ -131,15 +134,16 @@ class SurfaceTotals(Message):
 
 @register
 class SealedTotals(Message):
-    """Coordinator -> member: the cohort's sum as the coordinator holds it, still under every member's self
-    mask (uniform in Z_{2^64}: it cannot read it), with the self-mask seeds the other members sealed for
-    this one (:class:`~labfbo.protocols.secure_sum.SealedSeeds`). The member opens it
+    """Coordinator -> site: the cohort's sum as the coordinator holds it, behind the group mask of the
+    cohort's leader (uniform in Z_{2^64}: it cannot read it), with the group key the leader sealed for
+    this site (:func:`~labfbo.protocols.secure_sum.upload_sealed`). The site opens it
     (:func:`~labfbo.protocols.surface_secure.open_totals`): the sum of :class:`SurfaceTotals` with ``members``."""
 
     kind: Literal["surface_sealed_totals"] = "surface_sealed_totals"
     masked: Array
     cohort: dict[str, str] = Field(description="the members whose sum this is -> their public keys")
-    seeds: dict[str, str] = Field(description="member -> the seed of its self mask, sealed for this recipient")
+    sealed: dict[str, str] = Field(description="the cohort's leader -> the group key it sealed for this site "
+                                   "(empty for the leader itself)")
     summed_round: int = Field(ge=0, description="the round of the sum (earlier than this one when the "
                               "coordinator reuses it, release_every)")
     averages: bool = Field(False, description="under DP: a sum of averages (weight 1)")

@@ -8,12 +8,13 @@ uploads, masked (:mod:`labfbo.protocols.secure_sum`, :mod:`labfbo.privacy.secagg
 
 ``p(p+1)/2 + m p + 2`` entries (:math:`m` moments, one per objective).
 
-**Who opens the sum** (``sum_seen_by``). ``"members"`` (the default): once every upload arrived,
-each member seals the seed of its self mask for every other site with a key
-(:class:`~labfbo.protocols.secure_sum.SealedSeeds`); the coordinator holds
-:math:`V + \sum_{i\in S} b_i` (uniform words) and sends each site the words, the members' keys and
-the seeds sealed for it (:class:`~labfbo.protocols.surface_messages.SealedTotals`); the site removes
-the self masks (:func:`open_totals`) and has :math:`V = \sum_{i\in S} v_i`. Nobody can check one
+**Who opens the sum** (``sum_seen_by``). ``"members"`` (the default), one exchange: the uploads
+carry pairwise masks and no self mask; the cohort's leader (its first member) adds the group mask
+:math:`R` of a key it draws for the release and sends that key sealed for every other site with a
+key (:func:`~labfbo.protocols.secure_sum.upload_sealed`); the coordinator holds :math:`V + R`
+(uniform words) and sends each site the words, the members' keys and the key sealed for it
+(:class:`~labfbo.protocols.surface_messages.SealedTotals`); the site removes :math:`R`
+(:func:`open_totals`) and has :math:`V = \sum_{i\in S} v_i`. Nobody can check one
 upload inside it, so the site bounds the sum (without DP every entry at most the summed count) and
 refuses one outside. ``"coordinator"``: the members reveal their seeds to the coordinator, which
 learns :math:`V` and nothing else and sends every site :math:`V` and the member list :math:`S`
@@ -70,7 +71,8 @@ from labfbo.models.surface import packed_size
 from labfbo.privacy import secagg
 from labfbo.protocols.base import Exchange, Finish, Step
 from labfbo.exceptions import ProtocolError
-from labfbo.protocols.secure_sum import MIN_COHORT, MaskedScores, SealedSum, SecureSum, context_digest, open_sum
+from labfbo.protocols.secure_sum import (MIN_COHORT, MaskedScores, SealedSum, SecureSum, context_digest, open_sum,
+                                         upload, upload_sealed)
 from labfbo.protocols.surface_messages import SealedTotals, SurfaceRequest, SurfaceTotals
 
 Mode = Literal["auto", "on", "off"]
@@ -158,7 +160,7 @@ class HeldSum:
     def sealed_for(self, site: str) -> SealedTotals:
         """What member ``site`` receives of a sealed sum."""
         assert self.sealed is not None and self.keys is not None
-        return SealedTotals(masked=Array.of(self.total, dtype="uint64"), cohort=self.keys, seeds=self.sealed[site],
+        return SealedTotals(masked=Array.of(self.total, dtype="uint64"), cohort=self.keys, sealed=self.sealed[site],
                             summed_round=self.round, averages=self.averaged)
 
 
@@ -172,6 +174,17 @@ def leave_out(total: SurfaceTotals, mine: np.ndarray) -> tuple[np.ndarray, np.nd
             total.count - int(np.rint(mine[-2])), total.sites - 1)
 
 
+def masked_upload(vector: np.ndarray, me: str, key_seed: bytes, request: SurfaceRequest, round: int,
+                  reader: Reader) -> tuple[Array, dict[str, str] | None]:
+    """A member's masked upload for ``request``'s cohort and, from the leader of a sum only the sites
+    open (``reader="members"``), its group key sealed for the others (None otherwise)."""
+    assert request.cohort is not None
+    if reader == "members":
+        return upload_sealed(vector, me, key_seed, request.cohort, request.recipients, request.study, round, 0,
+                             SURFACE_CONTEXT)
+    return upload(vector, me, key_seed, request.cohort, request.study, round, 0, SURFACE_CONTEXT), None
+
+
 def open_totals(msg: SealedTotals, me: str, key_seed: bytes, p: int) -> SurfaceTotals:
     """The cohort's sum of a :class:`SealedTotals` (what the coordinator held masked), as
     :class:`SurfaceTotals` with its members: every self mask removed with this member's own seed and
@@ -179,7 +192,7 @@ def open_totals(msg: SealedTotals, me: str, key_seed: bytes, p: int) -> SurfaceT
     cannot check it, so each member bounds it: without DP every entry of :math:`\sum_j n_j \bar G_j`
     and :math:`\sum_j n_j \bar h_j` is at most the summed count in magnitude (features in
     :math:`[-1, 1]`, standardized values). :class:`ProtocolError` names what is wrong."""
-    total = open_sum(msg.masked.numpy(), msg.seeds, me, key_seed, msg.cohort, msg.study, msg.summed_round, 0,
+    total = open_sum(msg.masked.numpy(), msg.sealed, me, key_seed, msg.cohort, msg.study, msg.summed_round, 0,
                      SURFACE_CONTEXT)
     shape = features_of(total.size, p)
     if shape is None:
@@ -243,7 +256,8 @@ class SecureRounds:
 
 
     def _ask(self, t: int) -> Step:
-        exchange = self.secure.first(lambda cohort: SurfaceRequest(cohort=cohort))
+        exchange = self.secure.first(lambda cohort: SurfaceRequest(
+            cohort=cohort, recipients=(self.secure.outsiders() or None) if self.sealed else None))
         return self._finish(t, None) if exchange is None else Exchange(exchange)
 
     def _on_secure(self, t: int, responses: Mapping[str, Message]) -> Step:
