@@ -19,6 +19,7 @@ from typing import Any, Callable
 import pytest
 
 import labfbo
+from campaign import local_proposals
 from labfbo.coordinator import Coordinator
 from labfbo.messages import NoGuidance
 
@@ -342,17 +343,7 @@ def test_a_server_restarted_on_its_store_resumes_the_study_and_hears_a_leave_mad
     assert last.done()  # every site has left: a server started again on the store ends at once
     last.store.close()
     # an uninterrupted in-process study proposes the same
-    coord = Coordinator("consensus", sites=names, space=SPACE, seed=0, horizon=6)
-    local = [labfbo.Optimizer(SPACE, protocol="consensus", site=n, seed=0, n_init=3, coordinator=coord, **FAST)
-             for n in names]
-    for i, o in enumerate(local):
-        for t in o.ask(n=3):
-            o.tell(t, f(i, t))
-    for r in range(3):
-        got = [o.ask() for o in local]
-        assert [t.params for t in got] == proposals[r]
-        for i, (o, t) in enumerate(zip(local, got)):
-            o.tell(t, f(i, t))
+    assert local_proposals("consensus", names, SPACE, 0, f, 3, horizon=6, **FAST) == proposals[:3]
     lines = [json.loads(ln) for ln in log.read_text().splitlines()]
     seen = {(e["site"], e["route"], e["round"], e["decision"]) for e in lines}
     assert {("a", "flower/join", None, 200), ("b", "flower/answer", 2, 200), ("a", "flower/want", 2, 202),

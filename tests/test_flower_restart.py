@@ -15,7 +15,7 @@ import labfbo
 
 flwr = pytest.importorskip("flwr")
 
-from labfbo.coordinator import Coordinator  # noqa: E402
+from campaign import local_proposals  # noqa: E402
 from labfbo.server.config import ServerConfig, hash_token  # noqa: E402
 from labfbo.transport.flower import FlowerCoordinator  # noqa: E402
 from labfbo.transport.flower_deploy import FlowerSite, LocalFlowerDeployment  # noqa: E402
@@ -82,17 +82,7 @@ def test_a_serverapp_stopped_and_started_again_resumes_its_study(deployment, tmp
     assert "resumed: 2 site(s) joined, last round 0" in log and "round 1 starts" in log
     assert "round 0 starts" not in log and "study labfbo-study done: 2 rounds" in log
     # an uninterrupted in-process study of the same seed proposes the same
-    coord = Coordinator("consensus", sites=names, space=SPACE, seed=3, horizon=6)
-    local = [labfbo.Optimizer(SPACE, protocol="consensus", site=n, seed=3, n_init=3, coordinator=coord, **FAST)
-             for n in names]
-    for i, o in enumerate(local):
-        for t in o.ask(n=3):
-            o.tell(t, _f(i, t))
-    for r in range(2):
-        got = [o.ask() for o in local]
-        assert [t.params for t in got] == proposals[r]
-        for i, (o, t) in enumerate(zip(local, got)):
-            o.tell(t, _f(i, t))
+    assert local_proposals("consensus", names, SPACE, 3, _f, 2, horizon=6, **FAST) == proposals[:2]
     audit = [json.loads(ln) for ln in (tmp_path / "audit.jsonl").read_text().splitlines()]
     joins = [e["site"] for e in audit if e["route"] == "flower/join" and e["decision"] == 200]
     assert sorted(joins) == sorted(names * 2)  # each site's join, and its join again after the restart
