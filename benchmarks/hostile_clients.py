@@ -35,7 +35,7 @@ from labfbo.protocols import get_protocol, parse_options
 from labfbo.protocols.distribution import OptimumBelief
 from labfbo.server.config import new_token
 from labfbo.space import Real, SearchSpace
-from labfbo_bench.transport import _free_port, _light_round, _wait_health
+from labfbo_bench.transport import _light_round, _wait_health, start_server
 
 PATH = "/v1/sites/" + "x" * 60_000 + "/work"
 
@@ -136,8 +136,6 @@ def _join(url: str, tokens: dict[str, str], space: SearchSpace) -> None:
 
 
 def hostile(sites: int = 10, rounds: int = 10, slow: int = 1000, flooders: int = 8) -> dict[str, Any]:
-    import yaml
-
     space = SearchSpace([Real(f"x{j}", 0.0, 1.0) for j in range(4)])
     tokens = {f"site{i:02d}": new_token() for i in range(sites)}
     with tempfile.TemporaryDirectory() as tmp:
@@ -145,11 +143,7 @@ def hostile(sites: int = 10, rounds: int = 10, slow: int = 1000, flooders: int =
         cfg = {"protocol": "distribution", "seed": 0, "space": space.model_dump(mode="json"), "deadline": 60.0,
                "sites": {s: h for s, (_, h) in tokens.items()}, "state": str(Path(tmp) / "state.sqlite"),
                "audit_log": str(audit)}
-        (Path(tmp) / "c.yaml").write_text(yaml.safe_dump(cfg))
-        port = _free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "labfbo.cli", "coordinator", "serve", "--config",
-                                 str(Path(tmp) / "c.yaml"), "--port", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc, port = start_server(cfg, Path(tmp), stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
         try:
             _wait_health(url, proc)

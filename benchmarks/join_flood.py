@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,7 +31,7 @@ import numpy as np
 
 from labfbo.server.config import new_token
 from labfbo.space import Real, SearchSpace
-from labfbo_bench.transport import _free_port, _wait_health
+from labfbo_bench.transport import _wait_health, start_server
 
 
 def _health(url: str, n: int, stop: threading.Event | None = None) -> list[float]:
@@ -54,7 +53,6 @@ def _stats(lat: list[float]) -> dict[str, float]:
 
 def join_flood(n_params: int = 40_000, seconds: float = 5.0, every: float = 0.1, n_health: int = 300) -> dict[str, Any]:
     import requests
-    import yaml
 
     space = SearchSpace([Real("x", 0.0, 1.0), Real("y", 0.0, 1.0)])
     token, digest = new_token()
@@ -66,12 +64,8 @@ def join_flood(n_params: int = 40_000, seconds: float = 5.0, every: float = 0.1,
                        "space_hash": space.fingerprint() if n_params == 2 else "0" * 64}).encode()
     with tempfile.TemporaryDirectory() as tmp:
         cfg = {"protocol": "distribution", "seed": 0, "space": space.model_dump(mode="json"), "sites": {"a": digest}}
-        (Path(tmp) / "c.yaml").write_text(yaml.safe_dump(cfg))
-        port = _free_port()
+        proc, port = start_server(cfg, Path(tmp))
         url = f"http://127.0.0.1:{port}"
-        proc = subprocess.Popen([sys.executable, "-m", "labfbo.cli", "coordinator", "serve", "--config",
-                                 str(Path(tmp) / "c.yaml"), "--port", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             _wait_health(url, proc)
             _health(url, 50)  # warm up

@@ -95,19 +95,13 @@ async def _drive(url: str, tokens: dict[str, str], space: SearchSpace, rounds: i
 
 def http_rounds(n_sites: int, rounds: int = 5, d: int = 10) -> dict[str, float]:
     """Median round latency and coordinator CPU seconds per round for ``n_sites`` light sites."""
-    import yaml
-
     space = SearchSpace([Real(f"x{j}", 0.0, 1.0) for j in range(d)])
     tokens = {f"site{i:04d}": new_token() for i in range(n_sites)}
     with tempfile.TemporaryDirectory() as tmp:
         cfg = {"protocol": "distribution", "seed": 0, "space": space.model_dump(mode="json"),
                "sites": {s: h for s, (_, h) in tokens.items()}, "state": str(Path(tmp) / "state.sqlite"),
                "audit_log": str(Path(tmp) / "audit.jsonl")}
-        (Path(tmp) / "c.yaml").write_text(yaml.safe_dump(cfg))
-        port = _free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "labfbo.cli", "coordinator", "serve", "--config",
-                                 str(Path(tmp) / "c.yaml"), "--port", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc, port = start_server(cfg, Path(tmp))
         try:
             _wait_health(f"http://127.0.0.1:{port}", proc)
             cpu0 = _cpu_seconds(proc.pid)
@@ -118,6 +112,18 @@ def http_rounds(n_sites: int, rounds: int = 5, d: int = 10) -> dict[str, float]:
             proc.wait()
     return {"sites": n_sites, "latency_median": float(np.median(lat)), "latency_max": float(np.max(lat)),
             "coordinator_cpu_per_round": cpu / rounds}
+
+
+def start_server(cfg: dict[str, Any], folder: Path, stderr: int = subprocess.PIPE) -> tuple[subprocess.Popen, int]:
+    """``labfbo coordinator serve`` of ``cfg`` (written to ``folder/c.yaml``) on a free loopback port:
+    the process (not yet answering: :func:`_wait_health`) and its port."""
+    import yaml
+
+    (folder / "c.yaml").write_text(yaml.safe_dump(cfg))
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "labfbo.cli", "coordinator", "serve", "--config",
+                             str(folder / "c.yaml"), "--port", str(port)], stdout=subprocess.DEVNULL, stderr=stderr)
+    return proc, port
 
 
 def _wait_health(url: str, proc: subprocess.Popen) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response
@@ -101,6 +102,7 @@ class Status(BaseModel):
     waiting_for: dict[str, list[str]] = {}  # open exchange "round/seq" -> sites that have not answered
     local_constraints: dict[str, list[str]] = {}  # each site's own nonlinear constraints, by name only
     privacy: dict[str, PrivacyDeclaration | None] = {}  # each site's DP budget and delta as it declared them
+    cpu_seconds: float = Field(0.0, description="the server process's CPU time so far (user + system, seconds)")
 
 
 def check_payload(msg: Message, max_items: int) -> None:
@@ -282,13 +284,13 @@ class CoordinatorServer:
 
         @app.post("/v1/sites/{site}/rounds/{round}/want", response_model=Accepted, status_code=202,
                   responses=_answers(401, 403, 409))
-        def want(site: str, request: Request, round: int = Path(ge=0, le=10**9),
+        async def want(site: str, request: Request, round: int = Path(ge=0, le=10**9),
                  me: str = Depends(self.site_auth)) -> Accepted:
             self._own(me, site)
             if site not in self.coordinator.members:
                 raise HTTPException(409, f"site {site!r} has not joined")
             request.state.round = round
-            try:
+            try:  # a few dict updates under the engine's lock: on the event loop, no worker-thread hop
                 self.engine.want(round, site)
             except Conflict as exc:
                 raise HTTPException(409, str(exc)) from None
@@ -330,7 +332,7 @@ class CoordinatorServer:
                               rounds_done=sorted(self.engine.published & set(self.coordinator.rounds)),
                               round_errors=dict(self.engine.errors), waiting_for=waiting,
                               local_constraints=dict(self.coordinator.local_constraints),
-                              privacy=dict(self.coordinator.privacy))
+                              privacy=dict(self.coordinator.privacy), cpu_seconds=time.process_time())
 
         @app.post("/v1/admin/sites/{site}/token", response_model=Rotated, dependencies=[Depends(self.admin_auth)],
                   responses=_answers(401, 404))
@@ -389,6 +391,7 @@ class CoordinatorServer:
     def close(self) -> None:
         self.engine.stop()
         self.store.close()
+        self.audit.close()
 
 
 class ServerThread:
@@ -424,3 +427,4 @@ class ServerThread:
         self.uv.should_exit = True
         self.thread.join(timeout=10)
         self.server.store.close()
+        self.server.audit.close()

@@ -33,8 +33,8 @@ BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=
         b"content-length: 45\r\n\r\ntoo many connections from this client address")
 
 
-class HeaderDeadlineProtocol(H11Protocol):
-    """The protocol above; :func:`limited` makes one with a server's own limits and counts."""
+class _Deadlines:
+    """The deadlines and limits above, over uvicorn's h11 or httptools protocol (same attributes and hooks)."""
 
     header_timeout: ClassVar[float | None] = None  # None: the keep-alive time, for the first request too
     max_per_address: ClassVar[int] = 0             # 0: no limit per address
@@ -84,12 +84,26 @@ class HeaderDeadlineProtocol(H11Protocol):
             if self.open_by_address[self._address] <= 0:
                 del self.open_by_address[self._address]
             self._address = None
-        super().connection_lost(exc)
+        super().connection_lost(exc)  # type: ignore[misc]
+
+
+class HeaderDeadlineProtocol(_Deadlines, H11Protocol):  # type: ignore[misc]
+    """The protocol above on h11 (pure Python); :func:`limited` makes one with a server's own limits and counts."""
+
+
+def _fast() -> type | None:
+    """The protocol above on httptools (a C parser: about a third less CPU per request), if installed."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:
+        return None
+    return type("HttpToolsHeaderDeadlineProtocol", (_Deadlines, HttpToolsProtocol), {})
 
 
 def limited(header_timeout: float, max_per_address: int,
-            tokenless: AddressThrottle | None = None) -> type[HeaderDeadlineProtocol]:
-    """The protocol class of one server: its header deadline, its limits per address and its own counts."""
-    return type("LimitedHeaderDeadlineProtocol", (HeaderDeadlineProtocol,),
+            tokenless: AddressThrottle | None = None) -> type[_Deadlines]:
+    """The protocol class of one server: its header deadline, its limits per address and its own counts
+    (on httptools when it is installed, else h11)."""
+    return type("LimitedHeaderDeadlineProtocol", (_fast() or HeaderDeadlineProtocol,),
                 {"header_timeout": header_timeout, "max_per_address": max_per_address,
                  "open_by_address": Counter(), "tokenless": tokenless})

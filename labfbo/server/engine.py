@@ -65,7 +65,11 @@ class RoundEngine:
 
     def __init__(self, coordinator: Coordinator, on_round: Callable[[int], None] | None = None) -> None:
         self.coord = coordinator
-        self.cv = threading.Condition()
+        lock = threading.RLock()
+        self.cv = threading.Condition(lock)
+        # the round thread waits on its own condition (same lock): a poll or a site's newest poll does not
+        # wake it, and it re-checks its exchange only on what can change it (answers, failures, leaves)
+        self.round_cv = threading.Condition(lock)
         self.seq = time.time_ns() // 1000  # unique across restarts: an old answer never matches a new exchange
         self.exchanges: dict[int, _Exchange] = {}
         self.asked: dict[str, int] = {}         # site -> the round whose guidance it waits for
@@ -211,19 +215,31 @@ class RoundEngine:
     def _newest_poll(self, site: str) -> int:
         """Register a poll of ``site`` as its newest and end the older ones still waiting (``self.cv`` held)."""
         gen = self.poll_gen[site] = self.poll_gen.get(site, 0) + 1
-        self._notify([site])
+        self._notify([site], round_thread=False)
         return gen
 
-    def _notify(self, sites: Any = None) -> None:
-        """Wake the blocking waiters and the event-loop polls of ``sites`` (all: None).
+    def _notify(self, sites: Any = None, round_thread: bool = True) -> None:
+        """Wake the blocking waiters, the round thread (``round_thread``) and the event-loop polls of
+        ``sites`` (all: None).
 
         Call with ``self.cv`` held. Waking only the sites concerned keeps a round O(N).
         """
+        import asyncio
+
         self.cv.notify_all()
+        if round_thread:
+            self.round_cv.notify_all()
+        try:
+            here = asyncio.get_running_loop()  # on a poll's own loop: set its event now, no wake-up of the loop
+        except RuntimeError:
+            here = None
         for site in (list(self.waiters) if sites is None else sites):
             for loop, event in list(self.waiters.get(site, ())):
                 try:
-                    loop.call_soon_threadsafe(event.set)
+                    if loop is here:
+                        event.set()
+                    else:
+                        loop.call_soon_threadsafe(event.set)
                 except RuntimeError:  # its loop has closed
                     self.waiters[site].discard((loop, event))
 
@@ -280,7 +296,7 @@ class RoundEngine:
             opened = self.gate.open(active)
             if opened is not None:
                 return opened
-            self.cv.wait(self.gate.retry_in() or 1.0)
+            self.round_cv.wait(self.gate.retry_in() or 1.0)
 
     def _run(self) -> None:
         """Start rounds as sites ask for them; each is persisted before sites can see it."""
@@ -333,15 +349,14 @@ class RoundEngine:
             self.exchanges[ex.seq] = ex
             self._notify(list(ex.requests))
             start = time.monotonic()
-            while len(set(ex.answers) | set(ex.failures) | (set(ex.requests) & self.gone)) < len(ex.requests) \
-                    and not self.stopped:
+            while not self._complete(ex) and not self.stopped:
                 if deadline is not None and len(ex.answers) >= quorum:
                     left = deadline - (time.monotonic() - start)
                     if left <= 0:
                         break
-                    self.cv.wait(left)
+                    self.round_cv.wait(left)
                 else:
-                    self.cv.wait(1.0)
+                    self.round_cv.wait(1.0)
             ex.closed = True
             out: dict[str, Message | BaseException] = {}
             for site in ex.requests:
@@ -359,6 +374,14 @@ class RoundEngine:
                     stats.last = (t, "late")
             self._notify([])
             return out
+
+    def _complete(self, ex: _Exchange) -> bool:
+        """Every site of ``ex`` has answered, failed or left (``self.cv`` held); the count first: O(1)
+        while sites are still missing, so a round stays O(N) however many times its thread wakes."""
+        n = len(ex.requests)
+        if len(ex.answers) + len(ex.failures) + len(self.gone) < n:
+            return False
+        return len(set(ex.answers) | set(ex.failures) | (set(ex.requests) & self.gone)) >= n
 
     def waiting(self) -> dict[str, list[str]]:
         """Open exchanges (``"round/seq"``) and the sites they still wait for, and the sites
