@@ -1,7 +1,7 @@
 """Secure aggregation inside a protocol: its messages, the site's answers and the coordinator's bookkeeping.
 
-Used by ``gradient`` (per-particle scores) and ``surface`` (ridge statistics). One secure sum
-takes two exchanges with the *cohort* (the members with known keys):
+Used by ``gradient`` (per-particle scores) and ``surface`` (ridge statistics). A secure sum the
+coordinator unmasks takes two exchanges with the *cohort* (the members with known keys):
 
 1. the protocol's request with ``cohort=...`` (``ParticlesRequest``, ``SurfaceRequest``) -> each
    member uploads ``MaskedScores`` (its vector plus its self mask and pairwise masks,
@@ -262,8 +262,8 @@ class SecureSum:
     def on_responses(self, step: int, particles_sha256: str, size: int | None,
                      responses: Mapping[str, Message], to_members: bool = False
                      ) -> dict[str, Message] | np.ndarray | SealedSum | str:
-        """The next exchange, the decoded sum (``size`` floats; ``to_members``: the masked sum and the
-        sealed seeds, :class:`SealedSum`), ``"redo"`` (ask the step again of the smaller cohort) or
+        """The next exchange, the decoded sum (``size`` floats; ``to_members``: the sum behind the
+        group mask and the leader's sealed keys, :class:`SealedSum`), ``"redo"`` (ask the step again of the smaller cohort) or
         ``"stop"`` (no secure sum possible this round).
 
         ``size=None``: the uploads' size is not known in advance (``surface``: one moment per
