@@ -43,7 +43,7 @@ import base64
 import hashlib
 import json
 import os
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -180,23 +180,23 @@ def group_mask(key: bytes, size: int) -> np.ndarray:
     return _stream(_hkdf(key, b"labfbo/secagg/group-mask"), size)
 
 
-def _aead(key_seed: bytes, peer_public: str, info: bytes):
+def _aead(key_seed: bytes, peer_public: str, info: bytes) -> Any:
     from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
     return ChaCha20Poly1305(shared_key(key_seed, peer_public, b"seal/" + info))
 
 
-def seal(seed: bytes, key_seed: bytes, peer_public: str, info: bytes, sender: str, recipient: str) -> str:
-    """``seed`` sealed for the owner of ``peer_public`` (base64): ChaCha20-Poly1305 under a key only the two
-    derive for this release (``info``); the key is used once, so the nonce is fixed. The sender and the
-    recipient are authenticated with it."""
+def seal(secret: bytes, key_seed: bytes, peer_public: str, info: bytes, sender: str, recipient: str) -> str:
+    """``secret`` (a group key) sealed for the owner of ``peer_public`` (base64): ChaCha20-Poly1305 under a
+    key only the two derive for this release (``info``); the key is used once, so the nonce is fixed. The
+    sender and the recipient are authenticated with it."""
     _crypto()
     aad = json.dumps([sender, recipient]).encode()
-    return base64.b64encode(_aead(key_seed, peer_public, info).encrypt(b"\x00" * 12, seed, aad)).decode("ascii")
+    return base64.b64encode(_aead(key_seed, peer_public, info).encrypt(b"\x00" * 12, secret, aad)).decode("ascii")
 
 
 def unseal(sealed: str, key_seed: bytes, sender_public: str, info: bytes, sender: str, recipient: str) -> bytes:
-    """The seed ``sender`` sealed for this site (:func:`seal`); :class:`ProtocolError` if it does not open."""
+    """The secret ``sender`` sealed for this site (:func:`seal`); :class:`ProtocolError` if it does not open."""
     from cryptography.exceptions import InvalidTag
 
     _crypto()
@@ -204,17 +204,8 @@ def unseal(sealed: str, key_seed: bytes, sender_public: str, info: bytes, sender
     try:
         return _aead(key_seed, sender_public, info).decrypt(b"\x00" * 12, base64.b64decode(sealed, validate=True), aad)
     except (InvalidTag, ValueError) as exc:
-        raise ProtocolError(f"secure aggregation: the seed {sender!r} sealed for {recipient!r} does not open "
+        raise ProtocolError(f"secure aggregation: the key {sender!r} sealed for {recipient!r} does not open "
                             f"({type(exc).__name__}: tampered, or another release's)") from None
-
-
-def remove_self_masks(total: np.ndarray, seeds: list[bytes]) -> np.ndarray:
-    """A sum in Z_{2^64} less the self masks of ``seeds``."""
-    out = np.asarray(total, dtype=np.uint64).reshape(-1).copy()
-    with np.errstate(over="ignore"):
-        for seed in seeds:
-            out = out - _stream(seed, out.size)
-    return out
 
 
 def aggregate(masked: list[np.ndarray], self_seeds: list[bytes]) -> np.ndarray:
@@ -224,4 +215,6 @@ def aggregate(masked: list[np.ndarray], self_seeds: list[bytes]) -> np.ndarray:
     with np.errstate(over="ignore"):
         for y in masked:
             total = total + np.asarray(y, dtype=np.uint64).reshape(-1)
-    return remove_self_masks(total, self_seeds)
+        for seed in self_seeds:
+            total = total - _stream(seed, total.size)
+    return total

@@ -287,9 +287,10 @@ class SecureSum:
                 responses = {s: r for s, r in responses.items() if s not in odd}
             size = common
         answered = [s for s in self.cohort if isinstance(responses.get(s), want)]
-        if to_members and answered and min(self.cohort) in answered:  # the leader's key must reach every member
-            if not set(self.cohort) - {min(self.cohort)} <= set(responses[min(self.cohort)].sealed or {}):  # type: ignore[union-attr]
-                answered.remove(min(self.cohort))
+        leader = min(self.cohort) if self.cohort else ""
+        if to_members and leader in answered:  # the leader's key must reach every member
+            if not set(self.cohort) - {leader} <= set(responses[leader].sealed or {}):  # type: ignore[union-attr]
+                answered.remove(leader)
         if len(answered) < len(self.cohort):  # a dropout: its masks would not cancel
             self.cohort, self.redone, self.phase, self.uploads = answered, self.redone + 1, "upload", {}
             return "redo" if len(answered) >= MIN_COHORT else "stop"
@@ -298,7 +299,6 @@ class SecureSum:
             if size is not None and any(u.size != size for u in self.uploads.values()):
                 raise ProtocolError(f"masked uploads must have {size} entries")
             if to_members:  # one exchange: the sum stays behind the leader's group mask
-                leader = min(answered)
                 keys = responses[leader].sealed or {}  # type: ignore[union-attr]
                 masked = secagg.aggregate([self.uploads[s] for s in answered], [])
                 self.uploads = {}

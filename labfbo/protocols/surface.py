@@ -23,8 +23,8 @@ counted twice.
 **Secure aggregation** (``secure_aggregation="auto"``, the default: on from 3 sites). The
 statistics leave a site only masked (``MaskedScores``) and the sites alone open the cohort's sum
 :math:`\sum_i [n_i\bar G_i, n_i\bar h_i, n_i, 1]` (``sum_seen_by="members"``: the coordinator holds
-it still masked; ``"coordinator"``: it unmasks it); each site subtracts its own upload itself (:mod:`labfbo.protocols.surface_secure`, which states the dropout
-rule, the reuse of a sum under ``release_every`` and the distributed DP noise). A study of two sites
+it still masked; ``"coordinator"``: it unmasks it); each site subtracts its own upload itself
+(:mod:`labfbo.protocols.surface_secure`, which states the dropout rule, the reuse of a sum under ``release_every`` and the distributed DP noise). A study of two sites
 runs in the clear with a warning (a sum minus one's own would be the other's statistics); ``"on"``
 refuses it; ``"off"``: the statistics in the clear, as above.
 

@@ -66,11 +66,11 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 
+from labfbo.exceptions import ProtocolError
 from labfbo.messages import Array, Message
 from labfbo.models.surface import packed_size
 from labfbo.privacy import secagg
 from labfbo.protocols.base import Exchange, Finish, Step
-from labfbo.exceptions import ProtocolError
 from labfbo.protocols.secure_sum import (MIN_COHORT, MaskedScores, SealedSum, SecureSum, context_digest, open_sum,
                                          upload, upload_sealed)
 from labfbo.protocols.surface_messages import SealedTotals, SurfaceRequest, SurfaceTotals
@@ -132,8 +132,8 @@ def split(total: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, int, int]:
 @dataclass(frozen=True)
 class HeldSum:
     """A cohort's sum the coordinator holds: from round ``round``, reused while ``round < t < round + every``.
-    With ``sealed`` (``sum_seen_by="members"``) ``total`` is still masked (uint64 words) and ``sealed`` holds,
-    per member, the seeds sealed for it; ``keys``: the members' public keys."""
+    With ``sealed`` (``sum_seen_by="members"``) ``total`` is still behind the group mask (uint64 words) and
+    ``sealed`` holds, per site that receives it, the group key sealed for it; ``keys``: the members' public keys."""
 
     round: int
     total: np.ndarray
@@ -187,8 +187,8 @@ def masked_upload(vector: np.ndarray, me: str, key_seed: bytes, request: Surface
 
 def open_totals(msg: SealedTotals, me: str, key_seed: bytes, p: int) -> SurfaceTotals:
     """The cohort's sum of a :class:`SealedTotals` (what the coordinator held masked), as
-    :class:`SurfaceTotals` with its members: every self mask removed with this member's own seed and
-    the seeds the others sealed for it. A sum no cohort's data can produce is refused — the coordinator
+    :class:`SurfaceTotals` with its members: the group mask removed with the key this site drew (the
+    leader) or the leader sealed for it. A sum no cohort's data can produce is refused — the coordinator
     cannot check it, so each member bounds it: without DP every entry of :math:`\sum_j n_j \bar G_j`
     and :math:`\sum_j n_j \bar h_j` is at most the summed count in magnitude (features in
     :math:`[-1, 1]`, standardized values). :class:`ProtocolError` names what is wrong."""
