@@ -1,9 +1,10 @@
 r"""``labfbo bench coordinator``: the HTTP coordinator's CPU per site-round, 10 to 500 light sites.
 
 A real coordinator (``labfbo coordinator serve`` on 127.0.0.1, a SQLite state file with the
-privacy ledger, an audit log) and ``N`` light sites: asyncio/httpx clients split over a few
-client processes, speaking what :mod:`labfbo.transport.http` speaks (wire frames, one
-``POST .../want`` and long polls of ``GET .../work`` per round). They answer without fitting a GP:
+privacy ledger, an audit log) and ``N`` light sites: asyncio clients (:class:`~labfbo_bench.transport.LightClient`, aiohttp) split over a few
+client processes, speaking what :mod:`labfbo.transport.http` speaks (wire frames; per round a
+``POST .../want?wait`` and, per request, a ``POST .../answers/{seq}?wait`` whose reply is the
+next work: :func:`~labfbo_bench.transport.light_round`). They answer without fitting a GP:
 
 * ``distribution``: a canned :class:`~labfbo.protocols.distribution.OptimumBelief`;
 * ``surface``: what a real surface site sends under the default secure aggregation — its
@@ -14,7 +15,9 @@ client processes, speaking what :mod:`labfbo.transport.http` speaks (wire frames
   the full pairwise mask graph, ``N - 1`` key agreements and masks per site and round, on the
   client side; the coordinator forwards the cohort's ``N`` public keys to every member.
 
-Round 0 (joins, keys, warm-up) is not measured. The coordinator's CPU seconds are reported by
+The coordinator runs alone on one core and the client processes on the others (on two cores:
+one each), so that the coordinator's CPU is not inflated by sharing a core with the load it
+serves. Round 0 (joins, keys, warm-up) is not measured. The coordinator's CPU seconds are reported by
 the server process itself (``cpu_seconds`` of ``GET /v1/admin/status``, its
 :func:`time.process_time`), read before and after the measured rounds. Reported per protocol
 and cohort: the median round latency (from the end of one round to the end of the next, as
@@ -35,12 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from labfbo import wire
 from labfbo.messages import Abstain, Array, JoinRequest, Message, parse
 from labfbo.server.config import new_token
 from labfbo.space import Categorical, Real, SearchSpace
 
-from labfbo_bench.transport import _wait_health, start_server
+from labfbo_bench.transport import LightClient, _wait_health, light_round, start_server
 
 #: above this many surface sites per client CPU a run would take minutes per round (pairwise masks)
 SURFACE_LIMIT = 10**9
@@ -104,29 +106,7 @@ class LightSite:
         return out.model_copy(update={"round": round})
 
 
-async def _site_round(client: Any, light: LightSite, token: str, t: int) -> None:
-    """One site-round as :mod:`labfbo.transport.http` does it: want, then long polls (frames)."""
-    h = {"Authorization": f"Bearer {token}"}
-    site = light.site
-    (await client.post(f"/v1/sites/{site}/rounds/{t}/want", headers=h)).raise_for_status()
-    while True:
-        r = await client.get(f"/v1/sites/{site}/work", params={"wait": 25},
-                             headers={**h, "Accept": wire.MEDIA_TYPE})
-        r.raise_for_status()
-        kind = r.headers.get("x-labfbo-work") or r.json()["type"]
-        if kind == "request":
-            reply = light.answer(parse(r.content), t).to_wire()
-            (await client.post(f"/v1/sites/{site}/answers/{r.headers['x-labfbo-seq']}", content=reply,
-                               headers={**h, "Content-Type": wire.MEDIA_TYPE})).raise_for_status()
-        elif kind == "guidance":
-            return
-        elif kind == "error":
-            raise RuntimeError(r.json()["message"])
-
-
 async def _client_main(url: str, protocol: str, sites: dict[str, str], rounds: int, barrier: Any) -> list[float]:
-    import httpx
-
     from labfbo.protocols import get_protocol, parse_options
 
     space = bench_space(protocol)
@@ -135,8 +115,7 @@ async def _client_main(url: str, protocol: str, sites: dict[str, str], rounds: i
     shared = {k: opts[k] for k in proto.shared_options}
     lights = {s: LightSite(protocol, s, space, i) for i, s in enumerate(sites)}
     n = len(sites)
-    limits = httpx.Limits(max_connections=n + 5, max_keepalive_connections=n + 5)  # one request per site at a time
-    async with httpx.AsyncClient(base_url=url, timeout=120.0, limits=limits) as client:
+    async with LightClient(url, connections=n + 5) as client:  # one request per site at a time
         sem = asyncio.Semaphore(32)
 
         async def join(site: str, token: str) -> None:
@@ -149,7 +128,8 @@ async def _client_main(url: str, protocol: str, sites: dict[str, str], rounds: i
         await asyncio.gather(*(join(s, tok) for s, tok in sites.items()))
 
         async def run(t: int) -> float:
-            await asyncio.gather(*(_site_round(client, lights[s], tok, t) for s, tok in sites.items()))
+            await asyncio.gather(*(light_round(client, s, tok, t, lambda req, light=lights[s]: light.answer(parse(req), t)
+                                               .to_wire()) for s, tok in sites.items()))
             return time.time()
 
         await run(0)  # warm-up: keys, caches; not measured
@@ -158,7 +138,26 @@ async def _client_main(url: str, protocol: str, sites: dict[str, str], rounds: i
         return [await run(t) for t in range(1, rounds + 1)]
 
 
+def _pin(pid: int, cores: set[int] | None) -> None:
+    """Run ``pid`` (0: this process) on ``cores`` only (None, or no affinity on this platform: as is)."""
+    import os
+
+    if cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(pid, cores)
+
+
+def _cores() -> tuple[set[int] | None, set[int] | None]:
+    """``(the server's core, the light sites' cores)``: the server alone on one core, so that its CPU
+    figure is not inflated by sharing a core (its caches, its time slices) with the load generator;
+    (None, None) on a single core."""
+    import os
+
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return ({cores[0]}, set(cores[1:])) if len(cores) >= 2 else (None, None)
+
+
 def _client(url: str, protocol: str, sites: dict[str, str], rounds: int, barrier: Any, out: Any) -> None:
+    _pin(0, _cores()[1])
     try:
         out.put(asyncio.run(_client_main(url, protocol, sites, rounds, barrier)))
     except BaseException as exc:  # noqa: BLE001 - the parent reports it
@@ -188,6 +187,7 @@ def coordinator_rounds(protocol: str, n_sites: int, rounds: int = 5, processes: 
                # a client process busy masking for its hundreds of sites leaves their connections idle for long
                "header_timeout": 600.0, "keep_alive": 600.0}
         proc, port = start_server(cfg, Path(tmp))
+        _pin(proc.pid, _cores()[0])
         url = f"http://127.0.0.1:{port}"
         k = max(1, min(processes, n_sites))
         names = sorted(tokens)

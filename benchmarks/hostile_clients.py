@@ -35,7 +35,7 @@ from labfbo.protocols import get_protocol, parse_options
 from labfbo.protocols.distribution import OptimumBelief
 from labfbo.server.config import new_token
 from labfbo.space import Real, SearchSpace
-from labfbo_bench.transport import _light_round, _wait_health, start_server
+from labfbo_bench.transport import light_round, _wait_health, start_server
 
 PATH = "/v1/sites/" + "x" * 60_000 + "/work"
 
@@ -116,7 +116,7 @@ async def _rounds(url: str, tokens: dict[str, str], space: SearchSpace, first: i
                                         variance=Array.of(np.full(space.dim, 5e-3)), value=0.0, round=t)
                        for s in tokens}
             t0 = time.perf_counter()
-            await asyncio.gather(*(_light_round(client, s, tok, t, answers[s].model_dump_json())
+            await asyncio.gather(*(light_round(client, s, tok, t, lambda _, m=answers[s]: m.model_dump_json())
                                    for s, tok in tokens.items()))
             latencies.append(time.perf_counter() - t0)
         return latencies

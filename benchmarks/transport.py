@@ -1,8 +1,8 @@
 r"""Transport benchmarks: HTTP round latency at scale, and the same campaign on every transport.
 
 * :func:`http_rounds`: a real coordinator server in its own process (``labfbo coordinator
-  serve`` on 127.0.0.1) and ``N`` light sites — asyncio/httpx clients that join, long-poll,
-  and answer each request with a recorded ``distribution`` message instead of fitting a
+  serve`` on 127.0.0.1) and ``N`` light sites — asyncio/httpx clients that join, ask for each
+  round as the site client does (:func:`light_round`), and answer each request with a recorded ``distribution`` message instead of fitting a
   GP. Reports the round latency (a site asks for round ``t`` until every site has its
   guidance) and the coordinator's CPU seconds per round (from ``/proc``).
 * :func:`campaign_seconds`: one small ``distribution`` campaign (Branin, 1–3 sites,
@@ -21,10 +21,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from labfbo import wire
 from labfbo.messages import Array, JoinRequest
 from labfbo.protocols import get_protocol, parse_options
 from labfbo.protocols.distribution import OptimumBelief
@@ -45,21 +46,77 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _light_round(client: Any, site: str, token: str, t: int, answer: str) -> None:
-    h = {"Authorization": f"Bearer {token}"}
-    r = await client.post(f"/v1/sites/{site}/rounds/{t}/want", headers=h)
-    r.raise_for_status()
+class _Reply:
+    """A finished response, read whole: what :func:`light_round` uses of it (httpx's names)."""
+
+    def __init__(self, status: int, headers: Any, content: bytes) -> None:
+        self.status_code, self.headers, self.content = status, headers, content
+
+    def json(self) -> Any:
+        import json
+
+        return json.loads(self.content)
+
+    def raise_for_status(self) -> None:
+        if self.status_code >= 400:
+            raise RuntimeError(f"HTTP {self.status_code}: {self.content[:300]!r}")
+
+
+class LightClient:
+    """Many light sites' HTTP client: aiohttp (its C parser), a keep-alive connection per concurrent
+    request, with httpx's call names. A load generator on the coordinator's own machine must spend
+    little CPU per request, or the coordinator idles between requests and each costs it a wake-up."""
+
+    def __init__(self, base_url: str, connections: int, timeout: float = 120.0) -> None:
+        self.base_url, self.connections, self.timeout = base_url, connections, timeout
+
+    async def __aenter__(self) -> "LightClient":
+        import aiohttp
+
+        self.session = aiohttp.ClientSession(self.base_url, connector=aiohttp.TCPConnector(limit=self.connections),
+                                             timeout=aiohttp.ClientTimeout(total=self.timeout))
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.session.close()
+
+    async def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
+                      headers: dict[str, str] | None = None, content: bytes | str | None = None) -> _Reply:
+        query = {k: str(v) for k, v in (params or {}).items()}
+        async with self.session.request(method, path, params=query, headers=headers, data=content) as r:
+            return _Reply(r.status, r.headers, await r.read())
+
+    async def get(self, path: str, **kw: Any) -> _Reply:
+        return await self.request("GET", path, **kw)
+
+    async def post(self, path: str, **kw: Any) -> _Reply:
+        return await self.request("POST", path, **kw)
+
+
+async def light_round(client: Any, site: str, token: str, t: int, answer: Callable[[bytes], bytes | str]) -> None:
+    """One site-round as :mod:`labfbo.transport.http`'s ``ask()`` does it: ``POST .../want?wait``
+    (the want and a long poll for the work in one call), then each request answered by
+    ``POST .../answers/{seq}?wait``, whose reply is the next work, until the guidance.
+
+    ``answer`` maps a request's wire frame to the site's answer (a frame or JSON text).
+    """
+    h = {"Authorization": f"Bearer {token}", "Accept": wire.MEDIA_TYPE}
+    poll = {"wait": 25, "round": t}
+    r = await client.post(f"/v1/sites/{site}/rounds/{t}/want", params={"wait": 25}, headers=h)
     while True:
-        r = await client.get(f"/v1/sites/{site}/work", params={"wait": 25}, headers=h)
         r.raise_for_status()
-        work = r.json()
-        if work["type"] == "request":
-            (await client.post(f"/v1/sites/{site}/answers/{work['seq']}", content=answer,
-                               headers={**h, "Content-Type": "application/json"})).raise_for_status()
-        elif work["type"] == "guidance":
+        kind = r.headers.get("x-labfbo-work") or r.json()["type"]
+        if kind == "request":
+            body = answer(r.content)
+            body = body.encode() if isinstance(body, str) else body
+            r = await client.post(f"/v1/sites/{site}/answers/{r.headers['x-labfbo-seq']}", params=poll, content=body,
+                                  headers={**h, "Content-Type": wire.MEDIA_TYPE if wire.is_frame(body) else "application/json"})
+        elif kind == "guidance":
             return
-        elif work["type"] == "error":
-            raise RuntimeError(work["message"])
+        elif kind == "error":
+            raise RuntimeError(r.json()["message"])
+        else:  # nothing yet: poll again
+            r = await client.get(f"/v1/sites/{site}/work", params=poll, headers=h)
 
 
 async def _drive(url: str, tokens: dict[str, str], space: SearchSpace, rounds: int) -> list[float]:
@@ -87,8 +144,8 @@ async def _drive(url: str, tokens: dict[str, str], space: SearchSpace, rounds: i
         latencies = []
         for t in range(rounds):
             t0 = time.perf_counter()
-            await asyncio.gather(*(_light_round(client, s, tok, t, answers[s].model_copy(update={"round": t})
-                                                .model_dump_json()) for s, tok in tokens.items()))
+            await asyncio.gather(*(light_round(client, s, tok, t, lambda _, m=answers[s].model_copy(update={"round": t}):
+                                               m.model_dump_json()) for s, tok in tokens.items()))
             latencies.append(time.perf_counter() - t0)
         return latencies
 

@@ -27,7 +27,7 @@ def _cmd_coordinator_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from labfbo.exceptions import ConfigurationError
-    from labfbo.server.app import CoordinatorServer
+    from labfbo.server.app import CoordinatorServer, settle_heap
     from labfbo.server.config import ServerConfig
 
     tls = bool(args.ssl_certfile and args.ssl_keyfile)
@@ -45,6 +45,7 @@ def _cmd_coordinator_serve(args: argparse.Namespace) -> int:
         print("labfbo coordinator: note: the config pins no `space:`, so the first lab to join sets the study's "
               "space (`labfbo coordinator init --space` pins it)", flush=True)
     # keep-alive longer than a long poll (30 s), so idle site connections are not cut mid-reuse
+    settle_heap()
     uvicorn.run(server.app, host=args.host, port=args.port, log_level=args.log_level, lifespan="off",
                 ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile, backlog=4096, **server.uvicorn_limits())
     server.close()

@@ -223,6 +223,11 @@ class Coordinator:
                 self._admitted[id(out)] = out
         return out
 
+    def admits_lightly(self, site: str) -> bool:
+        """Whether :meth:`admit` of ``site``'s answers is cheap (no budget to check against the PLD
+        ledger): a transport may then admit it on its event loop."""
+        return self.ledger.unbudgeted(site)
+
     def _account(self, site: str, msg: Message) -> Message:
         with self.ledger.lock:
             if self._admitted.pop(id(msg), None) is msg or (isinstance(msg, Abstain) and msg.reason == BUDGET_DISCARDED):
@@ -418,11 +423,26 @@ class RoundGate:
         self.coord = coordinator
         self.wants: dict[str, int] = {}          # site -> the round it last asked for
         self.first_asked: dict[int, float] = {}  # round -> when the first site asked for it
+        self.counts: dict[int, int] = {}         # round -> how many sites ask for it
 
-    def ask(self, site: str, t: int) -> None:
-        """``site`` waits for the next round ``t``."""
-        self.wants[site] = t
+    def ask(self, site: str, t: int) -> bool:
+        """``site`` waits for the next round ``t``; False if it had already asked for it."""
+        old = self.wants.get(site)
         self.first_asked.setdefault(t, time.monotonic())
+        if old == t:
+            return False
+        if old is not None:
+            self.counts[old] -= 1
+        self.counts[t] = self.counts.get(t, 0) + 1
+        self.wants[site] = t
+        return True
+
+    def may_open(self, t: int, n_active: int) -> bool:
+        """Whether round ``t`` might start now that one more site asked for it — its first asker
+        (a deadline starts counting), the quorum, or every active site (O(1): the caller wakes the
+        round thread only then, not once per site)."""
+        n = self.counts.get(t, 0)
+        return n == 1 or n >= n_active or (self.coord.deadline is not None and n >= self.coord.quorum)
 
     def asked(self, active: set[str]) -> set[str]:
         """The sites of ``active`` (joined, not left) that asked for the next round."""
@@ -445,4 +465,5 @@ class RoundGate:
     def started(self, t: int) -> None:
         """Round ``t`` has run (or failed): forget who waited for it."""
         self.wants = {s: r for s, r in self.wants.items() if r > t}
+        self.counts = {r: n for r, n in self.counts.items() if r > t}
         self.first_asked.pop(t, None)

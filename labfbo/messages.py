@@ -11,6 +11,7 @@ with :func:`register`), so ``opt.sent_messages()`` lists exactly what left the s
 from __future__ import annotations
 
 import base64
+import math
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import numpy as np
@@ -54,7 +55,7 @@ class Array(BaseModel):
 
     @property
     def n_scalars(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # exact (no int64 wrap), and no NumPy call per array
 
 
 class Message(BaseModel):

@@ -57,6 +57,8 @@ def _split(doc: Any, buffers: list[bytes] | None, offset: list[int]) -> Any:
             return ref
         return {k: _split(v, buffers, offset) for k, v in doc.items()}
     if isinstance(doc, list):
+        if not any(isinstance(v, (dict, list)) for v in doc):  # names, numbers: no array inside (a cohort's
+            return doc                                          # member list is walked in C, not per item)
         return [_split(v, buffers, offset) for v in doc]
     return doc
 

@@ -1,4 +1,5 @@
-"""Secure aggregation for `gradient`: masks cancel, a single upload is noise, results equal the plain run's."""
+"""Secure aggregation for `gradient`: masks cancel, a single upload is noise, results equal the plain run's;
+large cohorts mask over a sparse graph."""
 
 from __future__ import annotations
 
@@ -56,6 +57,34 @@ def test_masks_cancel_to_fixed_point_precision_and_a_single_upload_is_uniform() 
         assert not np.array_equal(y["a"], secagg.mask(secagg.encode(x["a"], 3), "a", keys["a"], cohort, other))
     with pytest.raises(labfbo.exceptions.ProtocolError, match="too large"):
         secagg.encode(np.array([1e9]), 3)
+
+
+def test_a_large_cohort_masks_over_a_sparse_connected_graph_and_still_sums_exactly() -> None:
+    """Beyond 17 members each masks with O(log n) neighbours on a ring fresh per release: symmetric and
+    connected, so the masks cancel and no strict subset of uploads sums to anything but noise."""
+    names = [f"lab{i:03d}" for i in range(60)]
+    keys = {s: bytes([i + 1]) * 32 for i, s in enumerate(names)}
+    cohort = {s: secagg.public_key(k) for s, k in keys.items()}
+    info = secagg.context("study", 2, 0, names, b"")
+    graph = {s: set(secagg.peers(s, cohort, info)) for s in names}
+    assert {len(p) for p in graph.values()} == {secagg.mask_degree(60)} == {16}
+    assert all(a in graph[b] for a in graph for b in graph[a])  # each mask once with each sign
+    reached, todo = {names[0]}, [names[0]]
+    while todo:  # connected: the only subset whose masks cancel is the whole cohort
+        for p in graph[todo.pop()] - reached:
+            reached.add(p)
+            todo.append(p)
+    assert reached == set(names)
+    other = secagg.context("study", 3, 0, names, b"")
+    assert any(set(secagg.peers(s, cohort, other)) != graph[s] for s in names)  # new neighbours each release
+    assert secagg.peers("lab000", names[:17], info) == names[1:17]  # a small cohort: every other member
+    x = {s: np.random.default_rng(i).normal(size=64) for i, s in enumerate(names)}
+    y = {s: secagg.mask(secagg.encode(x[s], 60), s, keys[s], cohort, info, self_mask=False) for s in names}
+    total = secagg.decode(secagg.aggregate(list(y.values()), []))
+    assert np.max(np.abs(total - sum(x.values()))) <= 60 * 2.0 ** -33 + 1e-12
+    assert secagg.decode(secagg.aggregate([y[s] for s in names[:59]], [])).std() > 1e8
+    counts = np.bincount(y["lab007"].view(np.uint8), minlength=256)
+    assert stats.chisquare(counts).pvalue > 1e-4
 
 
 def test_a_late_upload_of_a_dropped_site_stays_hidden() -> None:

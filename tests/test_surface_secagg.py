@@ -293,9 +293,15 @@ def test_a_site_whose_sums_only_the_members_open_never_reveals_a_seed_and_the_le
     masked = secagg.aggregate([ups[s][0].numpy() for s in SITES], [])
     want = sum(values.values())
     for s in [*SITES, "lab-d"]:  # every member, and a site with a key outside the cohort
-        got = open_sum(masked, {} if s == "lab-a" else {"lab-a": ups["lab-a"][1][s]}, s, seeds[s], cohort, "s", 4, 0,
-                       "c" * 64)
+        got = open_sum(masked, {} if s == "lab-a" else {"lab-a": ups["lab-a"][1][s]}, s, seeds[s], list(cohort),
+                       cohort["lab-a"], "s", 4, 0, "c" * 64)
         assert np.allclose(got, [*want[:-1], 3.0])
+    # what a member receives names the members and the leader's key only (not every member's key), and a
+    # journal written with the whole cohort's keys still reads
+    old = {"kind": "surface_sealed_totals", "masked": Array.of(masked, dtype="uint64").model_dump(mode="json"),
+           "cohort": cohort, "sealed": {"lab-a": ups["lab-a"][1]["lab-b"]}, "summed_round": 4}
+    msg = SealedTotals.model_validate(old)
+    assert msg.members == sorted(cohort) and msg.leader_key == cohort["lab-a"] and "cohort" not in msg.model_dump()
     assert abs(np.corrcoef(secagg.decode(masked), want)[0, 1]) < 0.9
 
 

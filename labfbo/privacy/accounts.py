@@ -131,7 +131,16 @@ class PrivacyLedger:
 
     def account(self, site: str) -> SiteAccount:
         with self.lock:
-            return self.accounts.setdefault(site, SiteAccount())
+            acc = self.accounts.get(site)
+            if acc is None:  # not setdefault: that would build an account on every call
+                acc = self.accounts[site] = SiteAccount()
+            return acc
+
+    def unbudgeted(self, site: str) -> bool:
+        """``site`` declared no budget: admitting its releases computes no ε (cheap)."""
+        with self.lock:
+            acc = self.accounts.get(site)
+            return acc is None or acc.budget is None
 
     def _changed(self, site: str, acc: SiteAccount) -> None:
         if self.on_change is not None:

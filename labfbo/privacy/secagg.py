@@ -32,6 +32,14 @@ coordinator could form — of a complete release or of an abandoned attempt, who
 whose :math:`K` differ — carries a group mask it does not know. The coordinator learns nothing
 of the sum either.
 
+**Many members** (:func:`peers`). In a cohort of more than :data:`MIN_DEGREE` + 1 members, each
+member masks with :math:`k = \max(16, 2\lceil\log_2 n\rceil)` neighbours on a ring ordered by a
+hash of the release's context — a connected graph, so the coordinator still learns only the
+sum, and a member's cost grows as :math:`\log n` rather than :math:`n`. What changes is collusion:
+the coordinator can isolate a member's upload if it also holds the pairwise secrets of all
+:math:`k` of that member's neighbours in that release (with the complete graph: of all
+:math:`n - 1` other members); the neighbours change with every release.
+
 What is *not* here: the secret sharing of each site's mask seeds that lets Bonawitz et
 al. finish a round *without* redoing it. The key material is 32 random bytes per site,
 kept in its journal.
@@ -42,14 +50,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import os
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from labfbo.exceptions import ConfigurationError, ProtocolError
 
 FRACTION_BITS = 32
+#: a cohort of more members than this + 1 masks over a sparse graph (:func:`peers`)
+MIN_DEGREE = 16
 _SCALE = float(2**FRACTION_BITS)
 _LIMIT = 2.0**62  # |sum| must stay below 2^63; keep a factor 2 of headroom
 
@@ -146,10 +157,35 @@ def self_mask_seed(key_seed: bytes, info: bytes) -> bytes:
     return _hkdf(key_seed, b"self/" + info)
 
 
+def mask_degree(n: int) -> int:
+    r"""How many peers a member of an ``n``-member cohort masks with: every other one up to
+    :data:`MIN_DEGREE` + 1 members, then :math:`\max(16, 2\lceil\log_2 n\rceil)` (even)."""
+    return n - 1 if n - 1 <= MIN_DEGREE else max(MIN_DEGREE, 2 * math.ceil(math.log2(n)))
+
+
+def peers(me: str, members: Iterable[str], info: bytes) -> list[str]:
+    r"""The members ``me`` shares pairwise masks with in the release ``info``.
+
+    A cohort of at most :data:`MIN_DEGREE` + 1 members: every other member (the complete graph). A
+    larger one: ``me``'s :func:`mask_degree` nearest members on a ring ordered by a hash of the
+    release's context and each name (a Harary graph on a fresh random ring: connected, symmetric,
+    so every mask still appears once with each sign), as Bell et al. (CCS 2020) do with a sparse
+    random graph. A member's cost is then :math:`O(\log n)` key agreements instead of :math:`n - 1`.
+    """
+    ordered = sorted(members)
+    n = len(ordered)
+    k = mask_degree(n)
+    if k >= n - 1:
+        return [p for p in ordered if p != me]
+    ring = sorted(ordered, key=lambda s: hashlib.sha256(info + b"/ring/" + s.encode()).digest())
+    i = ring.index(me)
+    return sorted({ring[(i + j) % n] for j in range(-(k // 2), k // 2 + 1) if j != 0})
+
+
 def mask(encoded: np.ndarray, me: str, key_seed: bytes, cohort: Mapping[str, str], info: bytes,
          self_mask: bool = True) -> np.ndarray:
     """``encoded`` plus this site's self mask (unless ``self_mask=False``: a sum behind a group mask)
-    and its signed pairwise masks with every other member.
+    and its signed pairwise masks with its :func:`peers`.
 
     ``cohort`` maps each member (``me`` included) to its base64 public key.
     """
@@ -160,9 +196,7 @@ def mask(encoded: np.ndarray, me: str, key_seed: bytes, cohort: Mapping[str, str
     with np.errstate(over="ignore"):
         if self_mask:
             out = out + _stream(self_mask_seed(key_seed, info), out.size)
-        for peer in sorted(cohort):
-            if peer == me:
-                continue
+        for peer in peers(me, cohort, info):
             pair = info + b"/pair/" + json.dumps(sorted((me, peer))).encode()
             m = _stream(_hkdf(mine.exchange(_peer(cohort[peer])), pair), out.size)
             out = out + m if me < peer else out - m

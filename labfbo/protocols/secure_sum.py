@@ -29,10 +29,9 @@ import base64
 import hashlib
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
-from typing import Any
 
 from pydantic import Field, model_serializer
 
@@ -185,23 +184,25 @@ def reveal(request: UnmaskRequest, me: str, key_seed: bytes, study: str, round: 
     return SelfMaskSeed(step=request.step, seed=base64.b64encode(secagg.self_mask_seed(key_seed, info)).decode())
 
 
-def open_sum(masked: np.ndarray, sealed: Mapping[str, str], me: str, key_seed: bytes, cohort: Mapping[str, str],
-             study: str, round: int, step: int, context_sha256: str) -> np.ndarray:
-    """The decoded sum of a release behind a group mask (:func:`upload_sealed`): ``masked`` less the
-    mask of the group key, which this site drew (the leader) or the leader sealed for it (``sealed``:
-    leader -> ciphertext). Raises :class:`ProtocolError` if the key is missing or does not open, or
-    the sum does not check out."""
-    info = secagg.context(study, round, step, list(cohort), context_sha256.encode())
-    leader = min(cohort)
+def open_sum(masked: np.ndarray, sealed: Mapping[str, str], me: str, key_seed: bytes, members: Sequence[str],
+             leader_key: str, study: str, round: int, step: int, context_sha256: str) -> np.ndarray:
+    """The decoded sum of a release behind a group mask (:func:`upload_sealed`) of ``members``:
+    ``masked`` less the mask of the group key, which this site drew (the leader) or the leader (whose
+    public key is ``leader_key``) sealed for it (``sealed``: leader -> ciphertext). Raises
+    :class:`ProtocolError` if the key is missing or does not open, or the sum does not check out."""
+    if not members:
+        raise ProtocolError("secure aggregation: a sum of no members")
+    info = secagg.context(study, round, step, list(members), context_sha256.encode())
+    leader = min(members)
     if me == leader:
         key = secagg.group_key(key_seed, info)
     elif leader not in sealed:
         raise ProtocolError(f"secure aggregation: no group key sealed by {leader!r} for {me!r}")
     else:
-        key = secagg.unseal(sealed[leader], key_seed, cohort[leader], info, leader, me)
+        key = secagg.unseal(sealed[leader], key_seed, leader_key, info, leader, me)
     with np.errstate(over="ignore"):
         total = secagg.decode(np.asarray(masked, dtype=np.uint64).reshape(-1) - secagg.group_mask(key, np.size(masked)))
-    if abs(total[-1] - len(cohort)) > 1e-6:  # every member counts 1: anything else is a corrupt sum
+    if abs(total[-1] - len(members)) > 1e-6:  # every member counts 1: anything else is a corrupt sum
         raise ProtocolError("secure aggregation: the sum does not check out (a stale key or a wrong upload)")
     return total
 

@@ -141,12 +141,25 @@ class SealedTotals(Message):
 
     kind: Literal["surface_sealed_totals"] = "surface_sealed_totals"
     masked: Array
-    cohort: dict[str, str] = Field(description="the members whose sum this is -> their public keys")
+    members: list[str] = Field(description="the members whose sum this is (their names: the release's context)")
+    leader_key: str = Field(description="the public key of the cohort's leader (its first member), which sealed "
+                            "the group key")
     sealed: dict[str, str] = Field(description="the cohort's leader -> the group key it sealed for this site "
                                    "(empty for the leader itself)")
     summed_round: int = Field(ge=0, description="the round of the sum (earlier than this one when the "
                               "coordinator reuses it, release_every)")
     averages: bool = Field(False, description="under DP: a sum of averages (weight 1)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_cohort(cls, data: Any) -> Any:
+        """A journal written before: the whole cohort's public keys (``cohort``), of which a member
+        needs only the names and the leader's key (O(1) bytes per member instead of O(n))."""
+        if isinstance(data, dict) and isinstance(data.get("cohort"), dict) and data["cohort"]:
+            cohort = data["cohort"]
+            data = {**{k: v for k, v in data.items() if k != "cohort"}, "members": sorted(cohort),
+                    "leader_key": cohort[min(cohort)]}
+        return data
 
     @model_validator(mode="after")
     def _words(self) -> "SealedTotals":

@@ -160,8 +160,9 @@ class HeldSum:
     def sealed_for(self, site: str) -> SealedTotals:
         """What member ``site`` receives of a sealed sum."""
         assert self.sealed is not None and self.keys is not None
-        return SealedTotals(masked=Array.of(self.total, dtype="uint64"), cohort=self.keys, sealed=self.sealed[site],
-                            summed_round=self.round, averages=self.averaged)
+        return SealedTotals(masked=Array.of(self.total, dtype="uint64"), members=sorted(self.keys),
+                            leader_key=self.keys[min(self.keys)], sealed=self.sealed[site], summed_round=self.round,
+                            averages=self.averaged)
 
 
 def leave_out(total: SurfaceTotals, mine: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int] | None:
@@ -192,8 +193,8 @@ def open_totals(msg: SealedTotals, me: str, key_seed: bytes, p: int) -> SurfaceT
     cannot check it, so each member bounds it: without DP every entry of :math:`\sum_j n_j \bar G_j`
     and :math:`\sum_j n_j \bar h_j` is at most the summed count in magnitude (features in
     :math:`[-1, 1]`, standardized values). :class:`ProtocolError` names what is wrong."""
-    total = open_sum(msg.masked.numpy(), msg.sealed, me, key_seed, msg.cohort, msg.study, msg.summed_round, 0,
-                     SURFACE_CONTEXT)
+    total = open_sum(msg.masked.numpy(), msg.sealed, me, key_seed, msg.members, msg.leader_key, msg.study,
+                     msg.summed_round, 0, SURFACE_CONTEXT)
     shape = features_of(total.size, p)
     if shape is None:
         raise ProtocolError(f"surface: a sealed sum of {total.size} entries does not fit {p} features")
@@ -203,7 +204,7 @@ def open_totals(msg: SealedTotals, me: str, key_seed: bytes, p: int) -> SurfaceT
         raise ProtocolError(f"surface: the cohort's sum of round {msg.summed_round} is outside what {count} "
                             "observations can produce (a member sent statistics its data cannot give)")
     return SurfaceTotals(sites=members, count=count, gram=Array.of(gram), moment=Array.of(moment),
-                         members=sorted(msg.cohort), summed_round=msg.summed_round, averages=msg.averages)
+                         members=sorted(msg.members), summed_round=msg.summed_round, averages=msg.averages)
 
 
 def opened(msg: SealedTotals, me: str, key_seed: bytes, p: int) -> SurfaceTotals | None:

@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exception_handlers import http_exception_handler
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -41,6 +41,7 @@ from labfbo.exceptions import FederationError, LabFBOError, ProtocolError
 from labfbo.messages import Array, JoinRequest, Message, PrivacyDeclaration, parse
 from labfbo.server.config import ServerConfig, TokenBook, new_token
 from labfbo.server.engine import Conflict, RoundEngine
+from labfbo.server.params import ROUND, ROUND_PATH, SEQ, SITE, WAIT, declared
 from labfbo.server.store import AuditLog, Store, persist_round, resume, tokens_in_force
 from labfbo.server.throttle import AddressThrottle
 from labfbo.space import MAX_PARAMS
@@ -171,6 +172,21 @@ def read_message(body: bytes | Any, max_items: int) -> Message:
     return msg
 
 
+def settle_heap() -> None:
+    """Leave the objects of a started server (its imports: PyTorch, BoTorch, pydantic's schemas —
+    millions) out of Python's garbage collector: a full collection would walk them all again and
+    again, a pause that requests pay for (:func:`gc.freeze`; they are never freed anyway)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+def _json(model: BaseModel, status: int = 200) -> Response:
+    """``model`` as a JSON response (no second validation: it is built by the server)."""
+    return Response(content=model.model_dump_json(), status_code=status, media_type="application/json")
+
+
 class CoordinatorServer:
     """The coordinator, its round engine, durable state, tokens and audit log."""
 
@@ -203,14 +219,20 @@ class CoordinatorServer:
             raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
         return auth[7:].strip()
 
-    def site_auth(self, request: Request) -> str:
+    def authenticate(self, request: Request) -> str:
+        """The site of the request's bearer token (401 if none). The routes a site polls call it
+        themselves rather than declare it a dependency: FastAPI's dependency solving costs each
+        request more than the check."""
         site = self.tokens.site_of(self._token(request))
         if site is None:
             raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
         request.state.site = site
         return site
 
-    def admin_auth(self, request: Request) -> None:
+    async def site_auth(self, request: Request) -> str:  # async: a ``def`` dependency costs a thread hop
+        return self.authenticate(request)
+
+    async def admin_auth(self, request: Request) -> None:
         if not self.tokens.is_admin(self._token(request)):
             raise HTTPException(401, "admin token required", headers={"WWW-Authenticate": "Bearer"})
         request.state.site = "admin"
@@ -219,6 +241,26 @@ class CoordinatorServer:
     def _own(site: str, route_site: str) -> None:
         if site != route_site:
             raise HTTPException(403, f"this token belongs to {site!r}, not {route_site!r}")
+
+    def _member(self, site: str) -> None:
+        if site not in self.coordinator.members:
+            raise HTTPException(409, f"site {site!r} has not joined")
+
+    async def _next_work(self, request: Request, site: str, round: int | None, wait: float) -> Any:
+        """``site``'s work (:meth:`RoundEngine.apoll`): a frame for a client that accepts one, else :class:`Work`."""
+        try:
+            got = await self.engine.apoll(site, round, min(wait, self.config.poll_wait_max))
+        except Conflict as exc:
+            raise HTTPException(409, str(exc)) from None
+        frame = got.get("message")
+        if not isinstance(frame, bytes):
+            return _json(Work(**got))
+        if wire.MEDIA_TYPE in request.headers.get("accept", ""):
+            head = {"X-Labfbo-Work": got["type"], "X-Labfbo-Round": str(got["round"]), "Vary": "Accept"}
+            if got.get("seq") is not None:
+                head["X-Labfbo-Seq"] = str(got["seq"])
+            return Response(content=frame, media_type=wire.MEDIA_TYPE, headers=head)
+        return _json(Work(**{**got, "message": parse(frame).model_dump_json()}))  # a JSON-only client
 
     # -- the app ------------------------------------------------------------------------------------
     def _build_app(self) -> Any:
@@ -261,40 +303,33 @@ class CoordinatorServer:
         frame_doc = {200: {"description": "with Accept: " + wire.MEDIA_TYPE + ", a request or guidance as a frame",
                            "content": {wire.MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}}}}
 
-        @app.get("/v1/sites/{site}/work", response_model=Work, responses={**_answers(401, 403, 409), **frame_doc})
-        async def work(site: str, request: Request, round: int | None = Query(None, ge=0, le=10**9),
-                       wait: float = Query(0.0, ge=0.0, le=30.0), me: str = Depends(self.site_auth)) -> Any:
+        @app.get("/v1/sites/{site}/work", response_model=Work, responses={**_answers(401, 403, 409), **frame_doc},
+                 openapi_extra=declared(SITE, ROUND, WAIT))
+        async def work(request: Request) -> Any:
+            me, site, round, wait = self.authenticate(request), SITE.read(request), ROUND.read(request), WAIT.read(request)
             self._own(me, site)
-            if site not in self.coordinator.members:
-                raise HTTPException(409, f"site {site!r} has not joined")
+            self._member(site)
             request.state.round = round
-            try:
-                got = await self.engine.apoll(site, round, min(wait, cfg.poll_wait_max))
-            except Conflict as exc:
-                raise HTTPException(409, str(exc)) from None
-            frame = got.get("message")
-            if not isinstance(frame, bytes):
-                return Work(**got)
-            if wire.MEDIA_TYPE in request.headers.get("accept", ""):
-                head = {"X-Labfbo-Work": got["type"], "X-Labfbo-Round": str(got["round"]), "Vary": "Accept"}
-                if got.get("seq") is not None:
-                    head["X-Labfbo-Seq"] = str(got["seq"])
-                return Response(content=frame, media_type=wire.MEDIA_TYPE, headers=head)
-            return Work(**{**got, "message": parse(frame).model_dump_json()})  # a JSON-only client
+            return await self._next_work(request, site, round, wait or 0.0)
 
-        @app.post("/v1/sites/{site}/rounds/{round}/want", response_model=Accepted, status_code=202,
-                  responses=_answers(401, 403, 409))
-        async def want(site: str, request: Request, round: int = Path(ge=0, le=10**9),
-                 me: str = Depends(self.site_auth)) -> Accepted:
+        @app.post("/v1/sites/{site}/rounds/{round}/want", status_code=202, response_model=None,
+                  responses={**_answers(401, 403, 409), 202: {"model": Accepted, "description": "without wait"},
+                             200: {"model": Work, "description": "with wait: the site's work, as GET .../work",
+                                   "content": frame_doc[200]["content"]}},
+                  openapi_extra=declared(SITE, ROUND_PATH, WAIT))
+        async def want(request: Request) -> Any:
+            me, site, round, wait = (self.authenticate(request), SITE.read(request), ROUND_PATH.read(request),
+                                     WAIT.read(request))
             self._own(me, site)
-            if site not in self.coordinator.members:
-                raise HTTPException(409, f"site {site!r} has not joined")
+            self._member(site)
             request.state.round = round
             try:  # a few dict updates under the engine's lock: on the event loop, no worker-thread hop
                 self.engine.want(round, site)
             except Conflict as exc:
                 raise HTTPException(409, str(exc)) from None
-            return Accepted(accepted=True)
+            if wait is None:
+                return _json(Accepted(accepted=True), 202)
+            return await self._next_work(request, site, round, wait)
 
         @app.post("/v1/sites/{site}/leave", response_model=Accepted, responses=_answers(401, 403))
         def leave(site: str, me: str = Depends(self.site_auth)) -> Accepted:
@@ -303,10 +338,14 @@ class CoordinatorServer:
             self.store.add_leave(site)
             return Accepted(accepted=True)
 
-        @app.post("/v1/sites/{site}/answers/{seq}", response_model=Accepted, openapi_extra=body_doc(message, failure),
-                  responses=_answers(401, 403, 409))
-        async def answer(site: str, request: Request, seq: int = Path(ge=0, le=2**53),
-                         me: str = Depends(self.site_auth)) -> Accepted:
+        @app.post("/v1/sites/{site}/answers/{seq}", response_model=None,
+                  openapi_extra={**body_doc(message, failure), **declared(SITE, SEQ, ROUND, WAIT)},
+                  responses={**_answers(401, 403, 409),
+                             200: {"model": Accepted | Work, "description": "without wait: accepted; with wait: the "
+                                   "site's next work, as GET .../work", "content": frame_doc[200]["content"]}})
+        async def answer(request: Request) -> Any:
+            me = self.authenticate(request)
+            site, seq, round, wait = SITE.read(request), SEQ.read(request), ROUND.read(request), WAIT.read(request)
             self._own(me, site)
             body = await request.body()
             report = read_document(body)
@@ -315,13 +354,18 @@ class CoordinatorServer:
                     self.engine.fail(site, seq, f"{report.get('error')}: {report.get('message', '')}")
                 except Conflict as exc:
                     raise HTTPException(409, str(exc)) from None
-                return Accepted(accepted=True)
-            msg = read_message(report, cfg.max_array_items)
-            try:
-                new = await run_in_threadpool(self.engine.submit, site, seq, body, msg)  # accounting: PLD
-            except Conflict as exc:
-                raise HTTPException(409, str(exc)) from None
-            return Accepted(accepted=True, repeat=not new)
+                new = True
+            else:
+                msg = read_message(report, cfg.max_array_items)
+                try:  # accounting a private release (PLD) is CPU work: off the event loop
+                    new = (self.engine.submit(site, seq, body, msg) if self.coordinator.admits_lightly(site)
+                           else await run_in_threadpool(self.engine.submit, site, seq, body, msg))
+                except Conflict as exc:
+                    raise HTTPException(409, str(exc)) from None
+            if wait is None:
+                return _json(Accepted(accepted=True, repeat=not new))
+            request.state.round = round
+            return await self._next_work(request, site, round, wait)
 
         @app.get("/v1/admin/status", response_model=Status, dependencies=[Depends(self.admin_auth)],
                  responses=_answers(401))

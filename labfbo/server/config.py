@@ -156,19 +156,22 @@ def _check_digest(v: str, name: str) -> str:
 
 
 class TokenBook:
-    """Who a bearer token belongs to; rotatable at run time."""
+    """Who a bearer token belongs to; rotatable at run time.
+
+    A token is looked up by its SHA-256 digest (O(1) per request, whatever the consortium's
+    size): the digest is what the book keeps, and a lookup's timing depends on the digest of
+    what was sent, which an attacker cannot steer towards a stored one.
+    """
 
     def __init__(self, sites: dict[str, str], admin: str | None) -> None:
         self.sites = dict(sites)
         self.admin = admin
+        self.by_digest = {d: s for s, d in self.sites.items()}
 
     def site_of(self, token: str) -> str | None:
         digest = hash_token(token)
-        found = None
-        for site, known in self.sites.items():  # no early exit: time does not depend on which site
-            if hmac.compare_digest(digest, known):
-                found = site
-        return found
+        site = self.by_digest.get(digest)
+        return site if site is not None and hmac.compare_digest(digest, self.sites[site]) else None
 
     def is_admin(self, token: str) -> bool:
         return self.admin is not None and hmac.compare_digest(hash_token(token), self.admin)
@@ -177,4 +180,7 @@ class TokenBook:
         """Replace ``site``'s digest (ConfigurationError: unknown site; ValueError: not a digest)."""
         if site not in self.sites:
             raise ConfigurationError(f"unknown site {site!r}")
-        self.sites[site] = _check_digest(digest, "token_sha256")
+        digest = _check_digest(digest, "token_sha256")
+        self.by_digest.pop(self.sites[site], None)
+        self.sites[site] = digest
+        self.by_digest[digest] = site

@@ -88,6 +88,7 @@ class RoundEngine:
         self.traffic: dict[str, SiteTraffic] = {}
         self.timings: dict[int, RoundTiming] = {}  # round -> its times (this process's rounds, the last 500)
         self.on_answer: Callable[[str, Message], None] | None = None  # called (cv held) per accepted answer
+        self.quorum = 0  # answers after which the open exchange may close (its deadline permitting)
 
     def _site(self, site: str) -> SiteTraffic:
         return self.traffic.setdefault(site, SiteTraffic())
@@ -129,11 +130,12 @@ class RoundEngine:
             except (FederationError, RoundError) as exc:
                 raise Conflict(str(exc)) from None
             self.asked[site] = t
-            self._notify([site])  # its agent may be inside a long poll
+            self._notify([site], round_thread=False)  # its agent may be inside a long poll
             if t <= self.coord.last_round or (t in self.errors and not retry):
                 return
             self.errors.pop(t, None)
-            self.gate.ask(site, t)
+            if self.gate.ask(site, t) and self.gate.may_open(t, len(self.coord.members) - len(self.gone)):
+                self.round_cv.notify_all()
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="labfbo-rounds", daemon=True)
                 self.thread.start()
@@ -205,8 +207,9 @@ class RoundEngine:
                 if left <= 0 or self.stopped:
                     return {"type": "wait"}
                 try:
-                    await asyncio.wait_for(event.wait(), timeout=left)
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(left):  # not wait_for: no task per wait
+                        await event.wait()
+                except TimeoutError:
                     pass
             finally:
                 with self.cv:
@@ -272,7 +275,7 @@ class RoundEngine:
             stats.answers += 1
             if self.on_answer is not None:
                 self.on_answer(site, msg)
-            self._notify([])  # the round thread only
+            self._closing(ex)
             return True
 
     def fail(self, site: str, seq: int, reason: str) -> None:
@@ -283,7 +286,15 @@ class RoundEngine:
                 raise Conflict(f"exchange {seq} is not open for site {site!r}")
             if site not in ex.answers:
                 ex.failures[site] = reason[:500]
-                self._notify([])
+                self._closing(ex)
+
+    def _closing(self, ex: _Exchange) -> None:
+        """Wake the round thread if ``ex`` may close now (``self.cv`` held): complete, or its quorum
+        reached (the round thread then waits for the deadline itself). Not on every answer: a
+        thread wake-up per site would cost the coordinator a context switch per answer."""
+        if self._complete(ex) or len(ex.answers) >= self.quorum:
+            self.cv.notify_all()
+            self.round_cv.notify_all()
 
     # -- the round thread -------------------------------------------------------------------------
     def _start(self) -> tuple[int, list[str]] | None:
@@ -338,6 +349,7 @@ class RoundEngine:
     def gather(self, requests: Mapping[str, Message], quorum: int,
                deadline: float | None) -> dict[str, Message | BaseException]:
         with self.cv:
+            self.quorum = quorum if deadline is not None else len(requests)
             self.seq += 1
             t = next(iter(requests.values())).round if requests else -1
             frames: dict[int, bytes] = {}  # one encoding of a request broadcast to every site

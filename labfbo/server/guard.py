@@ -80,8 +80,9 @@ class Guard:
         chunks, size, more = [], 0, True
         while more:
             try:
-                msg = await asyncio.wait_for(receive(), self.body_timeout)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(self.body_timeout):  # not wait_for: no task per body part
+                    msg = await receive()
+            except TimeoutError:
                 await self._refuse(send, 408, f"the body took over {self.body_timeout:g} s to arrive")
                 self.audit.write(None, route, None, b"", 408)
                 return

@@ -1,12 +1,13 @@
 r"""The HTTP site client: sites pull their work from a coordinator server; it never calls them.
 
 ``Optimizer(..., coordinator=HTTPCoordinator("https://coord.example:8750", token=...))``
-or simply ``coordinator="https://..."`` with ``token=``. After the join, one background
-*agent* thread per site long-polls ``GET /v1/sites/{site}/work`` (≤ 25 s per poll) and
-answers the coordinator's requests from the site's local data — also while the lab
-script waits on its instrument, which the ``gradient`` protocol needs (every site answers
-every SVGD step). ``ask()`` tells the agent which round it needs and waits for its
-guidance.
+or simply ``coordinator="https://..."`` with ``token=``. ``ask()`` says which round
+it needs and long-polls for its work in the same call (``POST .../rounds/{t}/want?wait=s``,
+≤ 25 s per poll), answers the round's requests from the site's local data, each answer's
+reply being the next work (``POST .../answers/{seq}?wait=s``), until the guidance arrives:
+two requests per round of one exchange, and none between rounds (a site takes part only in
+the rounds it asked for). An ``ask()`` whose timeout runs out hands the round to a background
+*agent* thread, which answers for the site until the round's guidance arrives.
 
 Every call uses ``requests`` with a connect/read timeout and retries connection errors
 and 5xx answers with exponential backoff and full jitter (0.5 s doubling, ≤ 8 s, 6
@@ -78,8 +79,8 @@ class HTTPLink(SiteLink):
         self.results: dict[int, tuple[str, bytes | str]] = {}  # round -> ("guidance", frame) | ("error", why)
         self.agent: threading.Thread | None = None
         self.closed = False
-        self.agent_error: BaseException | None = None
-        self.waiting: int | None = None  # the round whose guidance ask() waits for
+        self.waiting: int | None = None  # the round whose guidance ask() waits for (its thread polls)
+        self.orphan: int | None = None  # a round asked for whose ask() gave up: the agent polls for it
 
     # -- plumbing ------------------------------------------------------------------------------
     def _call(self, method: str, path: str, *, body: bytes | None = None,
@@ -132,40 +133,70 @@ class HTTPLink(SiteLink):
         return reply
 
     def guidance(self, round: int, timeout: float | None = None) -> bytes:
-        """Wait for round ``round``'s guidance (the agent receives it).
+        """Round ``round``'s guidance: this thread asks for it and answers the round's requests.
 
-        The agent polls with this round on every poll, so a restarted coordinator learns
-        again that the site waits for it. While the coordinator is unreachable, ``ask()``
-        without a timeout keeps waiting; a refusal (4xx) raises.
+        ``POST .../rounds/{t}/want?wait=s`` says the site needs round ``t`` and long-polls for
+        its work; each request is answered with ``POST .../answers/{seq}?wait=s``, whose answer is
+        the next work — so a round of one exchange costs the coordinator two requests. While the
+        coordinator is unreachable, ``ask()`` without a timeout keeps waiting; a refusal (4xx)
+        raises. A ``timeout`` that runs out leaves the round to the agent thread, which answers
+        for the site until the round's guidance arrives (the next ``ask()`` finds it).
         """
         end = None if timeout is None else time.monotonic() + timeout
         with self.lock:
             if self.results.get(round, ("",))[0] == "error":
                 del self.results[round]  # a failed round: ask again
-            self.waiting = round
+            held = self.results.pop(round, None)  # received by the agent after an earlier ask() gave up
+            self.waiting = round  # the agent leaves the polling to this thread
             self.lock.notify_all()
         try:
-            # tell the coordinator now (the agent may be inside a long poll): it starts the round
-            self._call("POST", f"/v1/sites/{self.site}/rounds/{int(round)}/want")
-        except Unreachable:
-            if timeout is not None:
-                raise
-        with self.lock:
-            try:
-                while round not in self.results:
-                    err = self.agent_error
-                    if isinstance(err, Refused) or (err is not None and timeout is not None):
-                        raise FederationError(f"site agent: {err}")
-                    left = None if end is None else end - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise TimeoutError(f"no guidance for round {round} within {timeout:g} s")
-                    self.lock.wait(left if left is not None else 1.0)
-                kind, text = self.results.pop(round)
-            finally:
+            kind, text = held if held is not None else self._drive(round, end, timeout)
+        finally:
+            with self.lock:
                 self.waiting = None
+                self.lock.notify_all()
         if kind == "error":
             raise RoundError(f"coordinator: round {round} failed: {text!s}")
         return text if isinstance(text, bytes) else text.encode()
+
+    def _drive(self, round: int, end: float | None, timeout: float | None) -> tuple[str, bytes | str]:
+        """Want ``round``, answer its requests and return its ``(kind, guidance or error)``."""
+        work: dict[str, Any] | None = None
+        wanted = False
+        while True:
+            if self.closed:
+                raise FederationError(f"site {self.site!r} has left the study")
+            wait = self.cfg.poll_wait if end is None else min(self.cfg.poll_wait, end - time.monotonic())
+            if wait <= 0:
+                with self.lock:
+                    self.orphan = round  # the round may still need this site: the agent answers for it
+                    self.lock.notify_all()
+                raise TimeoutError(f"no guidance for round {round} within {timeout:g} s")
+            try:
+                if work is None and not wanted:  # the first call restarts a failed round; later polls do not
+                    work = self._call("POST", f"/v1/sites/{self.site}/rounds/{int(round)}/want", accept=ACCEPT,
+                                      params={"wait": wait}, read_timeout=wait)
+                    wanted = True
+                elif work is None:
+                    work = self._poll(round, wait)
+                if work.get("type") == "request":
+                    work = self._answer(work, round, wait)
+                    continue
+            except Unreachable:
+                if timeout is not None:
+                    raise
+                wanted, work = True, None
+                continue
+            kind = work.get("type")
+            if kind in ("guidance", "error"):
+                if int(work["round"]) == round:
+                    with self.lock:
+                        if self.orphan is not None and self.orphan <= round:
+                            self.orphan = None  # an earlier ask()'s round is over too
+                    return kind, work["message"]
+                with self.lock:
+                    self.results[int(work["round"])] = (kind, work["message"])
+            work = None
 
     def close(self) -> None:
         """Leave: the coordinator stops waiting for this site; the agent stops."""
@@ -185,51 +216,55 @@ class HTTPLink(SiteLink):
             self.agent.join(timeout=self.cfg.poll_wait + self.cfg.timeout + 1)
         self.session.close()
 
+    # -- polls and answers ----------------------------------------------------------------------------
+    def _poll(self, round: int | None, wait: float) -> dict[str, Any]:
+        params: dict[str, Any] = {"wait": wait, **({"round": round} if round is not None else {})}
+        return self._call("GET", f"/v1/sites/{self.site}/work", params=params, read_timeout=wait, accept=ACCEPT)
+
+    def _answer(self, work: dict[str, Any], round: int | None, wait: float | None) -> dict[str, Any] | None:
+        """Answer the request ``work``; with ``wait``, long-poll for the next work in the same
+        call (None: the exchange had closed without this site, or already had its answer)."""
+        if self.handler is None:
+            raise FederationError(f"site {self.site!r} has not joined")
+        try:
+            answer = self.handler(work["message"])
+        except Exception as exc:  # noqa: BLE001 - report it: the exchange must not wait for us
+            answer = json.dumps({"error": type(exc).__name__, "message": str(exc)[:500]}).encode()
+        if isinstance(work["message"], str) and wire.is_frame(answer):  # a server that speaks JSON only
+            answer = parse(answer).model_dump_json().encode()
+        params = None if wait is None else {"wait": wait, **({"round": round} if round is not None else {})}
+        try:
+            got = self._call("POST", f"/v1/sites/{self.site}/answers/{int(work['seq'])}", body=answer, params=params,
+                             read_timeout=wait, accept=ACCEPT if wait is not None else None)
+        except Refused as exc:
+            if "409" not in str(exc):
+                raise
+            return None  # 409: the exchange closed without us (we were late) or already has our answer
+        return got if wait is not None else None
+
     # -- the agent thread ---------------------------------------------------------------------------
     def _agent(self) -> None:
+        """Answer for the site while a round it asked for runs without an ``ask()`` waiting on it (the
+        ask timed out): poll until that round's guidance arrives, keep it for the next ``ask()``."""
         while True:
             with self.lock:
+                while not self.closed and (self.orphan is None or self.waiting is not None):
+                    self.lock.wait()
                 if self.closed:
                     return
-                waiting = self.waiting
-            params: dict[str, Any] = {"wait": self.cfg.poll_wait}
-            if waiting is not None:
-                params["round"] = waiting
+                t = self.orphan
             try:
-                work = self._call("GET", f"/v1/sites/{self.site}/work", params=params, read_timeout=self.cfg.poll_wait,
-                                  accept=ACCEPT)
-                self._do(work)
-            except Exception as exc:  # noqa: BLE001 - reported to the waiting ask(), then retried
+                work = self._poll(t, self.cfg.poll_wait)
+                while work is not None and work.get("type") == "request" and not self.closed:
+                    work = self._answer(work, t, self.cfg.poll_wait)
+                if work is not None and work.get("type") in ("guidance", "error"):
+                    with self.lock:
+                        self.results[int(work["round"])] = (work["type"], work["message"])
+                        if int(work["round"]) == t and self.orphan == t:
+                            self.orphan = None
+                        self.lock.notify_all()
+            except Refused:  # the round is over for this site (the clock moved on, or it left)
                 with self.lock:
-                    if self.closed:
-                        return
-                    self.agent_error = exc
-                    self.lock.notify_all()
+                    self.orphan = None if self.orphan == t else self.orphan
+            except Exception:  # noqa: BLE001 - unreachable: the next poll retries
                 time.sleep(1.0)
-            else:
-                with self.lock:
-                    self.agent_error = None
-
-    def _do(self, work: dict[str, Any]) -> None:
-        kind = work.get("type")
-        if self.closed:
-            return  # the site has left: it answers nothing more
-        if kind == "request":
-            if self.handler is None:
-                raise FederationError(f"site {self.site!r} has not joined")
-            try:
-                answer = self.handler(work["message"])
-            except Exception as exc:  # noqa: BLE001 - report it: the exchange must not wait for us
-                answer = json.dumps({"error": type(exc).__name__, "message": str(exc)[:500]}).encode()
-            if isinstance(work["message"], str) and wire.is_frame(answer):  # a server that speaks JSON only
-                answer = parse(answer).model_dump_json().encode()
-            try:
-                self._call("POST", f"/v1/sites/{self.site}/answers/{int(work['seq'])}", body=answer)
-            except Refused as exc:
-                if "409" not in str(exc):
-                    raise
-                # 409: the exchange closed without us (we were late) or already has our answer
-        elif kind in ("guidance", "error"):
-            with self.lock:
-                self.results[int(work["round"])] = (kind, work["message"])
-                self.lock.notify_all()
