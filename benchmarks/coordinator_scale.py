@@ -227,19 +227,22 @@ def coordinator_rounds(protocol: str, n_sites: int, rounds: int = 5, processes: 
 
 
 def report(protocols: list[str], sites: list[int], rounds: int, processes: int,
-           skip: dict[str, int] | None = None) -> str:
-    """A markdown table: one row per protocol and cohort (``skip``: protocol -> the largest cohort run)."""
-    lines = ["| protocol | sites | round latency, median (s) | server CPU per site-round (ms) | "
-             "site-rounds per server CPU-s | CPU per site-round vs smallest cohort |", "|---|---:|---:|---:|---:|---:|"]
+           skip: dict[str, int] | None = None, site_rounds: int = 0) -> str:
+    """A markdown table: one row per protocol and cohort (``skip``: protocol -> the largest cohort run);
+    each cohort runs ``rounds`` rounds, or more to measure at least ``site_rounds`` site-rounds (a small
+    cohort's few milliseconds of CPU a round are otherwise mostly noise)."""
+    lines = ["| protocol | sites | rounds measured | round latency, median (s) | server CPU per site-round (ms) | "
+             "site-rounds per server CPU-s | CPU per site-round vs smallest cohort |", "|---|---:|---:|---:|---:|---:|---:|"]
     for proto in protocols:
         base = None
         for n in sites:
             if skip and n > skip.get(proto, n):
-                lines.append(f"| {proto} | {n} | not run (over --max-{proto}-sites) | | | |")
+                lines.append(f"| {proto} | {n} | not run (over --max-{proto}-sites) | | | | |")
                 continue
-            r = coordinator_rounds(proto, n, rounds, processes)
+            k = max(rounds, -(-site_rounds // n))
+            r = coordinator_rounds(proto, n, k, processes)
             base = base or r["cpu_per_site_round"]
-            lines.append(f"| {proto} | {n} | {r['latency_median']:.3f} | {1000 * r['cpu_per_site_round']:.2f} | "
+            lines.append(f"| {proto} | {n} | {k} | {r['latency_median']:.3f} | {1000 * r['cpu_per_site_round']:.2f} | "
                          f"{r['site_rounds_per_cpu_s']:.0f} | {r['cpu_per_site_round'] / base:.2f}x |")
             print(lines[-1], file=sys.stderr, flush=True)
     return "\n".join(lines)
@@ -248,7 +251,7 @@ def report(protocols: list[str], sites: list[int], rounds: int, processes: int,
 def _cmd(args: argparse.Namespace) -> int:
     print("labfbo bench coordinator " + " ".join(sys.argv[3:]) + "\n")
     print(report(args.protocols, sorted(args.sites), args.rounds, args.processes,
-                 {"surface": args.max_surface_sites}))
+                 {"surface": args.max_surface_sites}, args.site_rounds))
     return 0
 
 
@@ -261,6 +264,8 @@ def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type
                         "10 to 500 light sites")
     p.add_argument("--sites", nargs="+", type=int, default=[10, 50, 200, 500])
     p.add_argument("--rounds", type=int, default=5, help="measured rounds (after a warm-up round)")
+    p.add_argument("--site-rounds", type=int, default=1000, help="measure at least this many site-rounds per "
+                   "cohort (more rounds for a small one)")
     p.add_argument("--protocols", nargs="+", choices=["distribution", "surface"], default=["distribution", "surface"])
     p.add_argument("--processes", type=int, default=2, help="client processes the light sites are split over")
     p.add_argument("--max-surface-sites", type=int, default=SURFACE_LIMIT,

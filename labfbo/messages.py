@@ -49,7 +49,7 @@ class Array(BaseModel):
     def numpy(self) -> np.ndarray:
         raw = base64.b64decode(self.data.encode("ascii"))
         arr = np.frombuffer(raw, dtype=np.dtype(self.dtype).newbyteorder("<"))
-        if arr.size != int(np.prod(self.shape, dtype=np.int64)):
+        if arr.size != math.prod(self.shape):
             raise ProtocolError(f"array payload has {arr.size} items, shape says {self.shape}")
         return arr.reshape(self.shape).astype(self.dtype)  # native byte order, writable copy
 

@@ -57,8 +57,11 @@ def _split(doc: Any, buffers: list[bytes] | None, offset: list[int]) -> Any:
             return ref
         return {k: _split(v, buffers, offset) for k, v in doc.items()}
     if isinstance(doc, list):
-        if not any(isinstance(v, (dict, list)) for v in doc):  # names, numbers: no array inside (a cohort's
-            return doc                                          # member list is walked in C, not per item)
+        # a list of names or numbers (a message's lists are of one type: a list of arrays starts with one) is
+        # not walked item by item: a cohort's member list costs nothing here (an array left inline in a list
+        # that started otherwise would stay base64 in the header: the same message, less compact)
+        if not doc or not isinstance(doc[0], (dict, list)):
+            return doc
         return [_split(v, buffers, offset) for v in doc]
     return doc
 

@@ -24,6 +24,16 @@ from labfbo.exceptions import FederationError, RoundError
 from labfbo.messages import JoinReply, JoinRequest, Message, parse
 
 
+#: seconds the round thread waits for the next round's first want before it ends
+LINGER = 2.0
+
+
+def _set_all(events: list[Any]) -> None:
+    """Set ``events`` (on their loop: one wake-up for all the polls an exchange or a round ends)."""
+    for event in events:
+        event.set()
+
+
 class Conflict(FederationError):
     """A submission that contradicts an earlier one, or arrives for a closed exchange."""
 
@@ -236,14 +246,18 @@ class RoundEngine:
             here = asyncio.get_running_loop()  # on a poll's own loop: set its event now, no wake-up of the loop
         except RuntimeError:
             here = None
+        other: dict[Any, list[tuple[str, Any]]] = {}  # another thread's loop -> its events: one wake-up each
         for site in (list(self.waiters) if sites is None else sites):
             for loop, event in list(self.waiters.get(site, ())):
-                try:
-                    if loop is here:
-                        event.set()
-                    else:
-                        loop.call_soon_threadsafe(event.set)
-                except RuntimeError:  # its loop has closed
+                if loop is here:
+                    event.set()
+                else:
+                    other.setdefault(loop, []).append((site, event))
+        for loop, events in other.items():
+            try:
+                loop.call_soon_threadsafe(_set_all, [e for _, e in events])
+            except RuntimeError:  # its loop has closed
+                for site, event in events:
                     self.waiters[site].discard((loop, event))
 
     def submit(self, site: str, seq: int, body: bytes | str, msg: Message | None = None) -> bool:
@@ -300,10 +314,17 @@ class RoundEngine:
     def _start(self) -> tuple[int, list[str]] | None:
         """Wait (``self.cv`` held) until the next round may start: ``(t, participants)``, or
         None when no site waits for it (or the engine stopped, or the round failed)."""
+        idle_until = time.monotonic() + LINGER
         while True:
             active = set(self.coord.members) - self.gone
-            if self.stopped or self.coord.last_round + 1 in self.errors or not self.gate.asked(active):
+            if self.stopped or self.coord.last_round + 1 in self.errors:
                 return None
+            if not self.gate.asked(active):  # nobody waits yet: the next round's first want usually follows
+                left = idle_until - time.monotonic()  # at once, so linger rather than end and start a thread
+                if left <= 0:
+                    return None
+                self.round_cv.wait(left)
+                continue
             opened = self.gate.open(active)
             if opened is not None:
                 return opened

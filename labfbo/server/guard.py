@@ -57,8 +57,6 @@ class Guard:
             return
         state = scope.setdefault("state", {})
         route = f"{scope['method']} {scope['path']}"
-        query = parse_qs(scope.get("query_string", b"").decode())
-        rnd = query.get("round", [None])[0]
         headers = dict(scope.get("headers", []))
         path = scope["path"]
         if path not in self.OPEN and path not in self.own_auth and not self._authorized(headers):  # before any body
@@ -77,7 +75,9 @@ class Guard:
             await self._refuse(send, 413, f"body over {limit} bytes")
             self.audit.write(None, route, None, b"", 413)
             return
-        chunks, size, more = [], 0, True
+        # a request that declares no body (a poll, a want) has none to wait for: no timer, no read
+        bodiless = declared == b"0" or (declared is None and b"transfer-encoding" not in headers)
+        chunks, size, more = [], 0, not bodiless
         while more:
             try:
                 async with asyncio.timeout(self.body_timeout):  # not wait_for: no task per body part
@@ -117,6 +117,7 @@ class Guard:
         try:
             await self.app(scope, replay, capture)
         finally:
-            r = state.get("round", rnd)
+            r = state["round"] if "round" in state else parse_qs(scope.get("query_string", b"").decode()).get(
+                "round", [None])[0]  # the routes a site polls set it; others: the query's
             self.audit.write(state.get("site"), route, int(r) if r not in (None, "") and str(r).isdigit() else None,
                              b"" if path in self.secret_bodies else body, status)

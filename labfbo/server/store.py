@@ -40,6 +40,7 @@ class Store:
 
     def __init__(self, path: str | None) -> None:
         self.lock = threading.Lock()
+        self.pending_budgets: dict[str, dict[str, Any]] = {}  # accounts without a budget, written with the next round
         try:
             self.db = sqlite3.connect(path or ":memory:", check_same_thread=False, isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL" if path else "PRAGMA journal_mode=MEMORY")
@@ -87,11 +88,21 @@ class Store:
             return {r[0] for r in self.db.execute("SELECT site FROM gone")}
 
     def add_round(self, t: int, snapshot: dict[str, Any], keep: int | None = None) -> None:
+        """Round ``t`` (and the accounts changed since the last round that have no budget), in one transaction."""
         insert = ("INSERT OR REPLACE INTO rounds (t, snapshot) VALUES (?, ?)", (t, json.dumps(snapshot)))
-        if keep is None:
-            self._write(insert)
-        else:
-            self._write(insert, ("DELETE FROM rounds WHERE t <= ?", (t - keep,)))
+        self._with_pending(insert, *([] if keep is None else [("DELETE FROM rounds WHERE t <= ?", (t - keep,))]))
+
+    def _with_pending(self, *statements: tuple[str, tuple[Any, ...]]) -> None:
+        """``statements`` and the pending accounts, in one transaction (the accounts stay pending if it fails)."""
+        with self.lock:
+            pending, self.pending_budgets = self.pending_budgets, {}
+        try:
+            self._write(*statements, *[("INSERT OR REPLACE INTO budgets (site, account) VALUES (?, ?)",
+                                        (site, json.dumps(acc))) for site, acc in pending.items()])
+        except BaseException:
+            with self.lock:
+                self.pending_budgets = {**pending, **self.pending_budgets}
+            raise
 
     def rounds(self) -> list[dict[str, Any]]:
         with self.lock:
@@ -107,7 +118,15 @@ class Store:
             return {r[0]: (r[1], r[2]) for r in self.db.execute("SELECT site, sha256, base FROM tokens")}
 
     def set_budget(self, site: str, account: dict[str, Any]) -> None:
-        """``site``'s privacy account (:class:`labfbo.privacy.accounts.SiteAccount`), as it changes."""
+        """``site``'s privacy account (:class:`labfbo.privacy.accounts.SiteAccount`), as it changes: at once
+        when it has a budget (before the release is used: no crash can forget what was spent); without
+        one (nothing to enforce, a count for the report) with the next round, not one commit per answer."""
+        if account.get("budget") is None:
+            with self.lock:
+                self.pending_budgets[site] = account
+            return
+        with self.lock:
+            self.pending_budgets.pop(site, None)
         self._write(("INSERT OR REPLACE INTO budgets (site, account) VALUES (?, ?)", (site, json.dumps(account))))
 
     def budgets(self) -> dict[str, dict[str, Any]]:
@@ -116,6 +135,8 @@ class Store:
             return {r[0]: json.loads(r[1]) for r in self.db.execute("SELECT site, account FROM budgets")}
 
     def close(self) -> None:
+        if self.pending_budgets:
+            self._with_pending()
         with self.lock:
             self.db.close()
 
