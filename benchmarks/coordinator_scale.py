@@ -1,10 +1,11 @@
 r"""``labfbo bench coordinator``: the HTTP coordinator's CPU per site-round, 10 to 500 light sites.
 
 A real coordinator (``labfbo coordinator serve`` on 127.0.0.1, a SQLite state file with the
-privacy ledger, an audit log) and ``N`` light sites: asyncio clients (:class:`~labfbo_bench.transport.LightClient`, aiohttp) split over a few
-client processes, speaking what :mod:`labfbo.transport.http` speaks (wire frames; per round a
-``POST .../want?wait`` and, per request, a ``POST .../answers/{seq}?wait`` whose reply is the
-next work: :func:`~labfbo_bench.transport.light_round`). They answer without fitting a GP:
+privacy ledger, an audit log) and ``N`` light sites: asyncio clients
+(:class:`~labfbo_bench.transport.LightClient`, aiohttp) split over a few client processes,
+speaking what :mod:`labfbo.transport.http` speaks (wire frames; per round a ``POST
+.../want?wait`` and, per request, a ``POST .../answers/{seq}?wait`` whose reply is the next
+work: :func:`~labfbo_bench.transport.light_round`). They answer without fitting a GP:
 
 * ``distribution``: a canned :class:`~labfbo.protocols.distribution.OptimumBelief`;
 * ``surface``: what a real surface site sends under the default secure aggregation — its
@@ -12,17 +13,22 @@ next work: :func:`~labfbo_bench.transport.light_round`). They answer without fit
   :class:`~labfbo.protocols.surface_messages.SurfaceRequest` the site's statistics (20
   observations in a Buchwald–Hartwig-like space: categoricals of 3, 4 and 23 choices) masked
   into the cohort's sum (:func:`~labfbo.protocols.surface_secure.masked_upload`, ``"members"``):
-  the full pairwise mask graph, ``N - 1`` key agreements and masks per site and round, on the
-  client side; the coordinator forwards the cohort's ``N`` public keys to every member.
+  up to 17 sites the complete pairwise mask graph, beyond it each site's
+  :func:`~labfbo.privacy.secagg.mask_degree` ring neighbours (18 at 500 sites), key agreements
+  and masks on the client side. Through the coordinator per site and round: the request with
+  the cohort's ``N`` public keys (encoded once, sent to each member) and the sum's guidance with
+  the ``N`` members' names — O(N) bytes per site-round.
 
-The coordinator runs alone on one core and the client processes on the others (on two cores:
-one each), so that the coordinator's CPU is not inflated by sharing a core with the load it
-serves. Round 0 (joins, keys, warm-up) is not measured. The coordinator's CPU seconds are reported by
-the server process itself (``cpu_seconds`` of ``GET /v1/admin/status``, its
-:func:`time.process_time`), read before and after the measured rounds. Reported per protocol
-and cohort: the median round latency (from the end of one round to the end of the next, as
-the slowest client process sees it), server CPU per site-round, site-rounds per server
-CPU-second, and that cost relative to the smallest cohort's.
+A client process parses a request frame once for all its sites (it is the same for every member;
+each lab would parse its own, in parallel). The coordinator runs alone on one core and the client
+processes on the others (on two cores: one each), so that its CPU is not inflated by sharing a
+core with the load it serves. Round 0 (joins, keys, warm-up) is not measured, and each cohort runs
+enough rounds for at least ``--site-rounds`` site-rounds. The coordinator's CPU seconds are reported
+by the server process itself (``cpu_seconds`` of ``GET /v1/admin/status``, its
+:func:`time.process_time`), read before and after the measured rounds. Reported per protocol and
+cohort: the median round latency (from the end of one round to the end of the next, as the
+slowest client process sees it), server CPU per site-round, site-rounds per server CPU-second,
+and that cost relative to the smallest cohort's.
 """
 
 from __future__ import annotations
@@ -115,6 +121,15 @@ async def _client_main(url: str, protocol: str, sites: dict[str, str], rounds: i
     shared = {k: opts[k] for k in proto.shared_options}
     lights = {s: LightSite(protocol, s, space, i) for i, s in enumerate(sites)}
     n = len(sites)
+    parsed: dict[bytes, Message] = {}
+
+    def read(frame: bytes) -> Message:
+        """A request frame, parsed once for all this process's sites (each lab parses its own, in parallel)."""
+        if frame not in parsed:
+            parsed.clear()
+            parsed[frame] = parse(frame)
+        return parsed[frame]
+
     async with LightClient(url, connections=n + 5) as client:  # one request per site at a time
         sem = asyncio.Semaphore(32)
 
@@ -128,7 +143,7 @@ async def _client_main(url: str, protocol: str, sites: dict[str, str], rounds: i
         await asyncio.gather(*(join(s, tok) for s, tok in sites.items()))
 
         async def run(t: int) -> float:
-            await asyncio.gather(*(light_round(client, s, tok, t, lambda req, light=lights[s]: light.answer(parse(req), t)
+            await asyncio.gather(*(light_round(client, s, tok, t, lambda req, light=lights[s]: light.answer(read(req), t)
                                                .to_wire()) for s, tok in sites.items()))
             return time.time()
 

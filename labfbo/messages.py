@@ -83,11 +83,11 @@ class Message(BaseModel):
     def to_wire(self) -> bytes:
         """The message as every transport sends it: a :mod:`labfbo.wire` frame (its JSON with
         the arrays as raw bytes)."""
-        return wire.pack_json(self.model_dump_json())
+        return wire.pack_doc(self.model_dump(mode="json"))  # the JSON document, without its text
 
     def nbytes(self) -> int:
         """Size of the message on the wire (its frame)."""
-        return wire.frame_size(self.model_dump_json())
+        return wire.frame_size(self.model_dump(mode="json"))
 
     def summary(self, max_items: int = 64) -> dict[str, Any]:
         """Its fields for a person to read: scalars and short lists as they are, each array as

@@ -72,15 +72,20 @@ def _header(doc: Any) -> bytes:
 
 def pack_json(text: str | bytes) -> bytes:
     """The frame of a message's JSON text."""
+    return pack_doc(json.loads(text))
+
+
+def pack_doc(doc: Any) -> bytes:
+    """The frame of a message's JSON document (its JSON text, loaded; or ``model_dump(mode="json")``)."""
     buffers: list[bytes] = []
-    header = _header(_split(json.loads(text), buffers, [0]))
+    header = _header(_split(doc, buffers, [0]))
     return b"".join([MAGIC, _LEN.pack(len(header)), header, *buffers])
 
 
-def frame_size(text: str | bytes) -> int:
-    """``len(pack_json(text))`` without building the frame."""
+def frame_size(text: str | bytes | Any) -> int:
+    """``len(pack_json(text))`` without building the frame (``text`` may be the loaded document)."""
     offset = [0]
-    header = _header(_split(json.loads(text), None, offset))
+    header = _header(_split(json.loads(text) if isinstance(text, (str, bytes)) else text, None, offset))
     return len(MAGIC) + _LEN.size + len(header) + offset[0]
 
 

@@ -48,6 +48,7 @@ kept in its journal.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import math
@@ -172,14 +173,22 @@ def peers(me: str, members: Iterable[str], info: bytes) -> list[str]:
     so every mask still appears once with each sign), as Bell et al. (CCS 2020) do with a sparse
     random graph. A member's cost is then :math:`O(\log n)` key agreements instead of :math:`n - 1`.
     """
-    ordered = sorted(members)
+    ordered = tuple(sorted(members))
     n = len(ordered)
     k = mask_degree(n)
     if k >= n - 1:
         return [p for p in ordered if p != me]
-    ring = sorted(ordered, key=lambda s: hashlib.sha256(info + b"/ring/" + s.encode()).digest())
-    i = ring.index(me)
+    ring, where = _ring(info, ordered)
+    i = where[me]
     return sorted({ring[(i + j) % n] for j in range(-(k // 2), k // 2 + 1) if j != 0})
+
+
+@functools.lru_cache(maxsize=16)
+def _ring(info: bytes, members: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, int]]:
+    """The release's ring of ``members`` and each one's place on it (the same for every member of the
+    release: kept, for a process that runs many sites)."""
+    ring = tuple(sorted(members, key=lambda s: hashlib.sha256(info + b"/ring/" + s.encode()).digest()))
+    return ring, {s: i for i, s in enumerate(ring)}
 
 
 def mask(encoded: np.ndarray, me: str, key_seed: bytes, cohort: Mapping[str, str], info: bytes,
