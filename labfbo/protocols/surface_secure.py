@@ -60,6 +60,8 @@ study unmasked, with a warning; ``"on"`` refuses it.
 
 from __future__ import annotations
 
+import functools
+
 import warnings
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
@@ -160,9 +162,15 @@ class HeldSum:
     def sealed_for(self, site: str) -> SealedTotals:
         """What member ``site`` receives of a sealed sum."""
         assert self.sealed is not None and self.keys is not None
-        return SealedTotals(masked=Array.of(self.total, dtype="uint64"), members=sorted(self.keys),
-                            leader_key=self.keys[min(self.keys)], sealed=self.sealed[site], summed_round=self.round,
-                            averages=self.averaged)
+        masked, members = self._shared
+        return SealedTotals(masked=masked, members=members, leader_key=self.keys[members[0]], sealed=self.sealed[site],
+                            summed_round=self.round, averages=self.averaged)
+
+    @functools.cached_property
+    def _shared(self) -> tuple[Array, list[str]]:
+        """What every member receives alike: the words and the members' names (built once, not per member)."""
+        assert self.keys is not None
+        return Array.of(self.total, dtype="uint64"), sorted(self.keys)
 
 
 def leave_out(total: SurfaceTotals, mine: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int] | None:

@@ -199,7 +199,7 @@ class RoundEngine:
         """:meth:`poll` for an event loop: waits without holding a thread (many idle sites)."""
         import asyncio
 
-        if t is not None:
+        if t is not None and self.asked.get(site) != t:  # (a want of the same round: already registered)
             self.want(t, site, retry=False)  # a poll never restarts a failed round; POST .../want does
         loop = asyncio.get_running_loop()
         end = loop.time() + max(wait, 0.0)
