@@ -8,9 +8,12 @@ Routes (all under ``/v1``; bearer tokens in ``Authorization``):
   or ``wait``. A client that sends ``Accept: application/x-labfbo-frame`` gets a request
   or guidance as a :mod:`labfbo.wire` frame (the body; type, seq and round in
   ``X-Labfbo-*`` headers); others get the JSON envelope.
+* ``POST /v1/sites/{site}/rounds/{t}/want`` — the site needs round ``t`` (202); with
+  ``?wait=s`` also a long poll, answered as ``GET .../work`` (200).
 * ``POST /v1/sites/{site}/answers/{seq}`` — the site's answer to exchange ``seq`` (a frame
   with that content type, or JSON); idempotent on an identical body, 409 on a different
-  one or a closed exchange.
+  one or a closed exchange. With ``?round=t&wait=s`` the reply is the site's next work, as
+  ``GET .../work`` (a round of one exchange: two requests per site).
 * ``GET /v1/health``; ``GET /v1/admin/status`` and ``POST /v1/admin/sites/{site}/token``
   (rotate a site's token without a restart) with the admin token.
 * ``GET /dashboard``: the operator's live page (admin token, session cookie;
