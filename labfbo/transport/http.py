@@ -81,6 +81,7 @@ class HTTPLink(SiteLink):
         self.closed = False
         self.waiting: int | None = None  # the round whose guidance ask() waits for (its thread polls)
         self.orphan: int | None = None  # a round asked for whose ask() gave up: the agent polls for it
+        self.handling = threading.Lock()  # the site's handler answers one request at a time
 
     # -- plumbing ------------------------------------------------------------------------------
     def _call(self, method: str, path: str, *, body: bytes | None = None,
@@ -180,10 +181,14 @@ class HTTPLink(SiteLink):
                 elif work is None:
                     work = self._poll(round, wait)
                 if work.get("type") == "request":
-                    work = self._answer(work, round, wait)
+                    work = self._answer(work, round, wait, end)
                     continue
             except Unreachable:
                 if timeout is not None:
+                    if wanted:  # the coordinator may come back and run the round with this site
+                        with self.lock:
+                            self.orphan = round
+                            self.lock.notify_all()
                     raise
                 wanted, work = True, None
                 continue
@@ -221,15 +226,20 @@ class HTTPLink(SiteLink):
         params: dict[str, Any] = {"wait": wait, **({"round": round} if round is not None else {})}
         return self._call("GET", f"/v1/sites/{self.site}/work", params=params, read_timeout=wait, accept=ACCEPT)
 
-    def _answer(self, work: dict[str, Any], round: int | None, wait: float | None) -> dict[str, Any] | None:
+    def _answer(self, work: dict[str, Any], round: int | None, wait: float | None,
+                end: float | None = None) -> dict[str, Any] | None:
         """Answer the request ``work``; with ``wait``, long-poll for the next work in the same
-        call (None: the exchange had closed without this site, or already had its answer)."""
+        call, until ``end`` at the latest (None: the exchange had closed without this site, or
+        already had its answer)."""
         if self.handler is None:
             raise FederationError(f"site {self.site!r} has not joined")
-        try:
-            answer = self.handler(work["message"])
-        except Exception as exc:  # noqa: BLE001 - report it: the exchange must not wait for us
-            answer = json.dumps({"error": type(exc).__name__, "message": str(exc)[:500]}).encode()
+        with self.handling:  # one answer at a time, whichever thread got the request
+            try:
+                answer = self.handler(work["message"])
+            except Exception as exc:  # noqa: BLE001 - report it: the exchange must not wait for us
+                answer = json.dumps({"error": type(exc).__name__, "message": str(exc)[:500]}).encode()
+        if wait is not None and end is not None:
+            wait = max(0.0, min(wait, end - time.monotonic()))
         if isinstance(work["message"], str) and wire.is_frame(answer):  # a server that speaks JSON only
             answer = parse(answer).model_dump_json().encode()
         params = None if wait is None else {"wait": wait, **({"round": round} if round is not None else {})}
@@ -256,7 +266,9 @@ class HTTPLink(SiteLink):
             try:
                 work = self._poll(t, self.cfg.poll_wait)
                 while work is not None and work.get("type") == "request" and not self.closed:
-                    work = self._answer(work, t, self.cfg.poll_wait)
+                    with self.lock:  # an ask() has begun meanwhile: answer, and leave the polling to it
+                        wait = None if self.waiting is not None else self.cfg.poll_wait
+                    work = self._answer(work, t, wait)
                 if work is not None and work.get("type") in ("guidance", "error"):
                     with self.lock:
                         self.results[int(work["round"])] = (work["type"], work["message"])
