@@ -45,6 +45,10 @@ from typing import Any
 import numpy as np
 
 from labfbo.messages import Abstain, Array, JoinRequest, Message, parse
+from labfbo.privacy import secagg
+from labfbo.protocols.secure_sum import KeyRequest, MaskedScores, PublicKeyShare, UnmaskRequest
+from labfbo.protocols.surface_messages import SurfaceRequest
+from labfbo.protocols.surface_secure import masked_upload
 from labfbo.server.config import new_token
 from labfbo.space import Categorical, Real, SearchSpace
 
@@ -95,11 +99,6 @@ class LightSite:
         """What this site sends for ``request`` of ``round``."""
         if self.protocol == "distribution":
             return self.belief.model_copy(update={"round": round})
-        from labfbo.privacy import secagg
-        from labfbo.protocols.secure_sum import KeyRequest, MaskedScores, PublicKeyShare, UnmaskRequest
-        from labfbo.protocols.surface_messages import SurfaceRequest
-        from labfbo.protocols.surface_secure import masked_upload
-
         if isinstance(request, KeyRequest):
             out: Message = PublicKeyShare(public_key=secagg.public_key(self.key_seed))
         elif isinstance(request, SurfaceRequest) and request.cohort is not None:

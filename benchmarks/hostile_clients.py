@@ -1,8 +1,8 @@
 r"""A site's round latency while strangers attack the coordinator (``labfbo bench http-hostile``).
 
 A real coordinator server in its own process (``labfbo coordinator serve`` on 127.0.0.1, its
-default limits, SQLite state and an audit log). ``sites`` light sites (asyncio/httpx clients
-answering each request with a recorded ``distribution`` belief, as ``http-rounds``) run
+default limits, SQLite state and an audit log). ``sites`` light sites (asyncio clients,
+:class:`~labfbo_bench.transport.LightClient`, answering each request with a recorded ``distribution`` belief, as ``http-rounds``) run
 ``rounds`` rounds: first alone, then while an attacker process, from other loopback
 addresses,
 
@@ -35,7 +35,7 @@ from labfbo.protocols import get_protocol, parse_options
 from labfbo.protocols.distribution import OptimumBelief
 from labfbo.server.config import new_token
 from labfbo.space import Real, SearchSpace
-from labfbo_bench.transport import light_round, _wait_health, start_server
+from labfbo_bench.transport import LightClient, light_round, _wait_health, start_server
 
 PATH = "/v1/sites/" + "x" * 60_000 + "/work"
 
@@ -106,10 +106,8 @@ def _attack(port: int, slow: int, flooders: int, seconds: float, out: Any) -> No
 
 
 async def _rounds(url: str, tokens: dict[str, str], space: SearchSpace, first: int, rounds: int) -> list[float]:
-    import httpx
-
     gen = np.random.default_rng(first)
-    async with httpx.AsyncClient(base_url=url, timeout=120.0) as client:
+    async with LightClient(url, connections=len(tokens) + 5) as client:
         latencies = []
         for t in range(first, first + rounds):
             answers = {s: OptimumBelief(weight=0.5, mean=Array.of(gen.random(space.dim)),

@@ -1,7 +1,7 @@
 r"""Transport benchmarks: HTTP round latency at scale, and the same campaign on every transport.
 
 * :func:`http_rounds`: a real coordinator server in its own process (``labfbo coordinator
-  serve`` on 127.0.0.1) and ``N`` light sites — asyncio/httpx clients that join, ask for each
+  serve`` on 127.0.0.1) and ``N`` light sites — asyncio clients (:class:`LightClient`) that join, ask for each
   round as the site client does (:func:`light_round`), and answer each request with a recorded ``distribution`` message instead of fitting a
   GP. Reports the round latency (a site asks for round ``t`` until every site has its
   guidance) and the coordinator's CPU seconds per round (from ``/proc``).
@@ -47,7 +47,8 @@ def _free_port() -> int:
 
 
 class _Reply:
-    """A finished response, read whole: what :func:`light_round` uses of it (httpx's names)."""
+    """A finished response, read whole: what :func:`light_round` uses of it (``status_code``, ``headers``,
+    ``content``, ``json()``, ``raise_for_status()``)."""
 
     def __init__(self, status: int, headers: Any, content: bytes) -> None:
         self.status_code, self.headers, self.content = status, headers, content
@@ -64,8 +65,9 @@ class _Reply:
 
 class LightClient:
     """Many light sites' HTTP client: aiohttp (its C parser), a keep-alive connection per concurrent
-    request, with httpx's call names. A load generator on the coordinator's own machine must spend
-    little CPU per request, or the coordinator idles between requests and each costs it a wake-up."""
+    request, ``get``/``post`` taking ``params``, ``headers`` and ``content``. A load generator on the
+    coordinator's own machine must spend little CPU per request, or the coordinator idles between
+    requests and each costs it a wake-up."""
 
     def __init__(self, base_url: str, connections: int, timeout: float = 120.0) -> None:
         self.base_url, self.connections, self.timeout = base_url, connections, timeout
@@ -120,14 +122,11 @@ async def light_round(client: Any, site: str, token: str, t: int, answer: Callab
 
 
 async def _drive(url: str, tokens: dict[str, str], space: SearchSpace, rounds: int) -> list[float]:
-    import httpx
-
     proto = get_protocol("distribution")
     opts = parse_options(proto, {}).model_dump(mode="json")
     shared = {k: opts[k] for k in proto.shared_options}
     gen = np.random.default_rng(0)
-    limits = httpx.Limits(max_connections=2 * len(tokens) + 10, max_keepalive_connections=2 * len(tokens) + 10)
-    async with httpx.AsyncClient(base_url=url, timeout=60.0, limits=limits) as client:
+    async with LightClient(url, connections=len(tokens) + 10, timeout=60.0) as client:
         sem = asyncio.Semaphore(64)
 
         async def join(site: str, token: str) -> None:
