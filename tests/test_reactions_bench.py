@@ -83,3 +83,18 @@ def test_federated_and_pooled_campaigns_run_and_report(tmp_path, method, capsys)
     rec = json.loads(next((out / "rx").rglob(f"{method}/seed0.json")).read_text())
     assert np.array(rec["regret"]).shape == (3, 3)
     assert not math.isnan(rec["ask_seconds"])
+
+
+def test_a_reversed_lab_has_real_yields_and_opposite_preferences() -> None:
+    from labfbo.datasets.reactions import REVERSED
+
+    data = load_reactions()
+    d = scenarios(data)["d"]
+    assert len(d) == 5 and d[4].endswith(REVERSED) and all(n in data.labs for n in d[:4])
+    sub = data.subset(d)
+    C = spearman_matrix(sub)
+    assert (C[4, :4] < -0.4).all() and (C[:4, :4] > 0.7).all()  # opposite to each of the four, which are alike
+    base = data.tables[data.labs.index(d[4].removesuffix(REVERSED))]
+    assert sorted(sub.tables[4].values()) == sorted(base.values())  # the same yields, at swapped reagents
+    with pytest.raises(ConfigurationError, match="no lab"):
+        data.subset(["no such lab"])

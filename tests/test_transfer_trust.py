@@ -1,12 +1,14 @@
-"""surface's opt-in trust="top": the prior mean of the agreement scale from where the partners'
-surface ranks the lab's best result (labfbo.models.transfer)."""
+"""surface's opt-in trust="top" and trust="agreement": the prior mean of the agreement scale from
+where the partners' surface ranks the lab's best result, or from the probability that the lab agrees
+with it; and weigh_upload="agreement" (labfbo.models.transfer)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from labfbo.models.transfer import top_rank, top_trust
+from labfbo.models.transfer import top_rank, top_trust, upload_weight
+from labfbo.records import TransferEstimate
 from labfbo.protocols.surface import SurfaceOptions
 
 
@@ -20,14 +22,56 @@ def test_the_rank_of_the_labs_best_result_under_its_partners_surface() -> None:
     assert top_rank(np.array([0.0, 1.0]), np.array([1.0, 0.0])) is None and top_trust(np.zeros(2), np.ones(2)) == 1.0
 
 
+def _estimate(agreement: float | None, se: float | None) -> TransferEstimate:
+    return TransferEstimate(n=8, alone=1.0, shared=1.0, gain=0.0, agreement=agreement, agreement_se=se)
+
+
+def test_the_upload_weight_is_the_probability_that_the_lab_agrees() -> None:
+    assert upload_weight(None) == 1.0 and upload_weight(_estimate(None, None)) == 1.0
+    assert upload_weight(_estimate(0.0, 0.5)) == pytest.approx(0.5)
+    assert upload_weight(_estimate(1.0, 0.5)) == pytest.approx(0.97725, abs=1e-5)  # Phi(2)
+    assert upload_weight(_estimate(-1.0, 0.5)) == pytest.approx(0.02275, abs=1e-5)
+    assert upload_weight(_estimate(0.3, 0.0)) == 1.0  # no standard error: not estimated
+
+
 def test_trust_is_an_option_of_surface_and_off_by_default() -> None:
     assert SurfaceOptions().trust == "prior" and SurfaceOptions(trust="top").trust == "top"
+    assert SurfaceOptions().weigh_upload == "off" and SurfaceOptions(trust="agreement").trust == "agreement"
     with pytest.raises(ValueError):
         SurfaceOptions(trust="always")
 
 
-@pytest.mark.integration  # a three-lab campaign
+@pytest.mark.integration  # a four-lab campaign
 def test_a_lab_whose_best_result_its_partners_rank_last_trusts_their_surface_less() -> None:
+    opts = _opposite_lab_campaign({"num_restarts": 2, "raw_samples": 32, "trust": "top"})
+    prior = []
+    for o in opts:
+        logic = o.agent.logic
+        model = logic.surface_model(o.site_data(), logic._weights)
+        prior.append(float(model.mean_module.scale_prior.loc))
+    assert prior[:3] == [1.0, 1.0, 1.0] and prior[3] < 0.5, prior
+
+
+@pytest.mark.integration  # a four-lab campaign
+def test_a_lab_that_disagrees_with_its_partners_trusts_their_surface_less_and_weighs_its_upload_less() -> None:
+    from labfbo.models.surface import site_statistics
+
+    opts = _opposite_lab_campaign({"num_restarts": 2, "raw_samples": 32, "trust": "agreement",
+                                   "weigh_upload": "agreement"})
+    prior, weight = [], []
+    for o in opts:
+        logic, data = o.agent.logic, o.site_data()
+        model = logic.surface_model(data, logic._weights)
+        prior.append(float(model.mean_module.scale_prior.loc))
+        weight.append(upload_weight(logic._transfer))
+        gram, moment, _, _ = logic._statistics(data, 9, None)  # what it would send: its statistics, weighted
+        g, h = site_statistics(logic.features.of_unit(data.X), data.y)
+        np.testing.assert_allclose(gram, weight[-1] * g) and np.testing.assert_allclose(moment, weight[-1] * h)
+    assert prior[3] < 0.5 < min(prior[:3]) and weight[3] < 0.5 < min(weight[:3]), (prior, weight)
+
+
+def _opposite_lab_campaign(fast: dict) -> list:
+    """Four labs on two categorical parameters, lab 3 the opposite of the others; 3 + 4 experiments."""
     import warnings
 
     import labfbo
@@ -40,16 +84,10 @@ def test_a_lab_whose_best_result_its_partners_rank_last_trusts_their_surface_les
         value = sum(effect[v] for v in params.values())
         return -value if i == 3 else value
 
-    fast = {"num_restarts": 2, "raw_samples": 32, "trust": "top"}
     coord = labfbo.Coordinator("surface", sites=["l0", "l1", "l2", "l3"], space=space, seed=3, horizon=6, **fast)
     opts = [labfbo.Optimizer(space, protocol="surface", coordinator=coord, site=f"l{i}", seed=3, n_init=3, **fast)
             for i in range(4)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         run_campaign(opts, f, 3, 4)
-    prior = []
-    for o in opts:
-        logic = o.agent.logic
-        model = logic.surface_model(o.site_data(), logic._weights)
-        prior.append(float(model.mean_module.scale_prior.loc))
-    assert prior[:3] == [1.0, 1.0, 1.0] and prior[3] < 0.5, prior
+    return opts

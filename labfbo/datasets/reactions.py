@@ -19,7 +19,12 @@ over the combinations both ran:
 * ``b`` — the 3 of those with the largest minimum correlation among themselves, plus the 2
   labs of a different kind (default: names containing ``chloro``) with the lowest mean
   correlation to them — partners that can mislead;
-* ``c`` — every lab.
+* ``c`` — every lab;
+* ``d`` — one dissimilar lab: the 4 labs of ``a`` with the largest minimum correlation among
+  themselves, plus the fifth lab of ``a`` *reversed* (:data:`REVERSED`): its own yields, with
+  each parameter's choices swapped best-for-worst by the other four labs' mean yield, so the
+  reagents they favour are the ones it does worst with (a rank correlation of about -0.55 with
+  each of them on the shipped data) — a lab with real yields and opposite preferences.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ from labfbo.space import Categorical, SearchSpace
 if TYPE_CHECKING:
     import pandas as pd
 
+REVERSED = " (reversed)"
+"""The suffix of a derived lab (:meth:`ReactionData.subset`): the named lab's yields with each
+parameter's choices swapped best-for-worst by the mean yield of the subset's other labs."""
 SHIPPED = "buchwald_hartwig.csv"
 SHIPPED_SMILES = "buchwald_hartwig_smiles.csv"  # component,kind,smiles of every lab and reagent
 CITATION = ("Ahneman, Estrada, Lin, Dreher, Doyle, 'Predicting reaction performance in C-N cross-coupling "
@@ -76,8 +84,31 @@ class ReactionData:
         return np.array([t.get(c, np.nan) for c in self.combos()], dtype=np.float64)
 
     def subset(self, labs: Sequence[str]) -> "ReactionData":
-        idx = [self.labs.index(n) for n in labs]
-        return ReactionData(self.space, tuple(labs), tuple(self.tables[i] for i in idx), self.source)
+        """These labs; a name ``"<lab> (reversed)"`` (:data:`REVERSED`) is derived from ``<lab>``
+        with the subset's other labs as reference (:meth:`reversed_table`)."""
+        missing = [n for n in labs if n not in self.labs and n.removesuffix(REVERSED) not in self.labs]
+        if missing:
+            raise ConfigurationError(f"no lab {missing[0]!r} in {self.source} (labs: {', '.join(self.labs)})")
+        reference = [n for n in labs if n in self.labs]
+        tables = tuple(self.tables[self.labs.index(n)] if n in self.labs
+                       else self.reversed_table(n.removesuffix(REVERSED), reference) for n in labs)
+        return ReactionData(self.space, tuple(labs), tables, self.source)
+
+    def reversed_table(self, lab: str, reference: Sequence[str]) -> dict[tuple, float]:
+        """``lab``'s yields with every parameter's choices swapped best-for-worst: the choices
+        ordered by their mean yield over the ``reference`` labs' rows, the k-th best takes the
+        yields of the k-th worst (rows whose swapped combination ``lab`` never ran are left out)."""
+        rows = [self.tables[self.labs.index(r)] for r in reference if r != lab]
+        if not rows:
+            raise ConfigurationError(f"reversing {lab!r} needs other labs to rank the choices by")
+        swaps = []
+        for j, p in enumerate(self.space.params):
+            mean = {c: np.mean([y for t in rows for k, y in t.items() if k[j] == c] or [0.0]) for c in p.choices}
+            order = sorted(p.choices, key=lambda c: (mean[c], str(c)))
+            swaps.append(dict(zip(order, order[::-1])))
+        table = self.tables[self.labs.index(lab)]
+        mapped = {k: tuple(s[c] for s, c in zip(swaps, k)) for k in table}
+        return {k: table[m] for k, m in mapped.items() if m in table}
 
 
 def load_reactions(path: str | Path | None = None, lab: str = "lab",
@@ -206,12 +237,13 @@ def scenarios(data: ReactionData, harmful_kind: str = "chloro") -> dict[str, tup
     weak = sorted(others, key=lambda i: float(np.mean(C[i, list(core)])))[:2]
     out["b"] = tuple(data.labs[i] for i in (*core, *weak))
     out["c"] = data.labs
+    related = _max_min_subset(C, list(a), min(4, len(a) - 1))
+    out["d"] = (*(data.labs[i] for i in related), *(data.labs[i] + REVERSED for i in a if i not in related))
     return out
 
 
 def describe(data: ReactionData, labs: Sequence[str]) -> str:
     """Minimum and mean pairwise Spearman correlation of ``labs``."""
-    C = spearman_matrix(data)
-    idx = [data.labs.index(n) for n in labs]
-    pairs = [C[i, j] for i, j in itertools.combinations(idx, 2)]
+    C = spearman_matrix(data.subset(labs))
+    pairs = [C[i, j] for i, j in itertools.combinations(range(len(labs)), 2)]
     return f"min Spearman {min(pairs):.2f}, mean {np.mean(pairs):.2f}"

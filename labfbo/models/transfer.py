@@ -25,6 +25,8 @@ an optimizer is whether they point to what does best *here*, not how well they f
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from botorch.models.model import Model
@@ -100,3 +102,13 @@ def top_trust(shared: np.ndarray, y: np.ndarray) -> float:
     q = top_rank(shared, y)
     return 1.0 if q is None else min(1.0, 2.0 * q)
 
+
+def upload_weight(estimate: TransferEstimate | None) -> float:
+    r"""How much of its own statistics a lab puts into its partners' surface (``surface``'s
+    ``weigh_upload="agreement"``): :math:`\Phi(\hat c / \mathrm{se}(\hat c))`, the probability that its
+    results go the same way as its partners' surface (its GLS agreement :math:`\hat c` under a
+    flat prior) — about 1 for a lab like its partners, about 0 for one whose results go the
+    opposite way, 1/2 while it cannot tell. 1 without an estimate (before its first surface)."""
+    if estimate is None or estimate.agreement is None or not estimate.agreement_se:
+        return 1.0
+    return float(0.5 * math.erfc(-estimate.agreement / (estimate.agreement_se * math.sqrt(2.0))))

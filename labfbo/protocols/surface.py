@@ -55,92 +55,34 @@ from __future__ import annotations
 import hashlib
 import math
 import warnings
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
 import numpy as np
+import torch
 from botorch.models.model import Model
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel
 
 from labfbo.exceptions import ConfigurationError
 from labfbo.messages import Abstain, Array, Message
 from labfbo.models.gp import fit_local_gp, predict
 from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, private_statistics,
                                    ridge_weights, site_statistics, symmetric)
-from labfbo.models.transfer import held_out_gain, top_trust
+from labfbo.models.transfer import held_out_gain, top_trust, upload_weight
 from labfbo.privacy import DP, secagg
 from labfbo.privacy.distributed import honest_members, share_purpose
 from labfbo.privacy.release import Release
 from labfbo.protocols.held import HeldReleases, ReusesReleases
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
-from labfbo.protocols.independent import LocalGPSite, ModelOptions
+from labfbo.protocols.independent import LocalGPSite
 from labfbo.protocols.secure_sum import (MIN_COHORT, KeyRequest, MaskedScores, PublicKeyShare, UnmaskRequest,
                                          check_cohort, reveal)
 from labfbo.protocols.surface_aggregate import admit_stats, capped_counts, leave_one_out
 from labfbo.protocols.surface_messages import SealedTotals, SurfaceRequest, SurfaceStats, SurfaceTotals
-from labfbo.protocols.surface_secure import (MECHANISM, UNMASKED_2_SITES, Mode, Reader, SecureRounds,
+from labfbo.protocols.surface_options import AGREEMENT_REFIT, NOISE_GUARD, SurfaceOptions  # noqa: F401 (re-exported)
+from labfbo.protocols.surface_secure import (MECHANISM, UNMASKED_2_SITES, SecureRounds,
                                              as_summed, contribution, leave_out, masked_study, masked_upload, opened)
 from labfbo.records import TransferEstimate
 from labfbo.space import SearchSpace
-
-
-# -- options -------------------------------------------------------------------------------
-NOISE_GUARD = 0.25
-"""The largest DP noise std per entry of the others' sums, relative to their count, at which a
-site still uses their surface (the averaged statistics are of order 1, so the sums of order the count)."""
-
-
-class SurfaceOptions(ModelOptions):
-    """``surface``: the shared acquisition, surrogate and prior options, plus the surface's own."""
-
-    ridge: float = Field(1.0, gt=0, description="lambda: ridge penalty of the shared surface's coefficients")
-    scale_mean: float = Field(1.0, description="c0: prior mean of the agreement scale c (1: trust the surface)")
-    scale_sd: float = Field(0.3, gt=0, description="s_c: prior standard deviation of c")
-    trust: Literal["prior", "top"] = Field("prior", description="the agreement scale's prior mean: scale_mean "
-                                           "('prior'), or less while the partners' surface ranks the lab's best "
-                                           "result in the lower half of its results ('top', labfbo.models.transfer)")
-    noise_guard: float = Field(NOISE_GUARD, gt=0, description="under DP: the largest noise std per entry of "
-                               "the others' sums, relative to their count, at which a site still uses their surface")
-    privacy: DP | None = Field(None, description="Gaussian mechanism on the uplink (labfbo.models.surface)")
-    fourier_features: int = Field(100, ge=0, le=2000, description="random Fourier features of the ordered "
-                                  "columns added to the quadratic (a kernel ridge surface; the basis is a function "
-                                  "of the space)")
-    fourier_lengthscale: float = Field(0.2, gt=0, description="their RBF lengthscale in unit-cube units")
-    release_every: int = Field(1, ge=1, description="k: upload the statistics only in rounds t with t % k == 0 "
-                               "(ceil(T/k) releases; the coordinator reuses them in between)")
-    secure_aggregation: Mode = Field(
-        "auto", description="auto: the statistics leave a site only masked into the cohort's sum in a study of "
-        ">= 3 sites, in the clear (with a warning) in one of 2; on: always masked (a study of fewer than 3 is "
-        "refused); off: in the clear (labfbo.protocols.surface_secure)")
-    sum_seen_by: Reader = Field("members", description="secure aggregation: who learns the cohort's sum. members: "
-                                "the self-mask seeds are sealed for the other members, the coordinator holds only "
-                                "the masked sum; coordinator: it unmasks the sum (labfbo.protocols.surface_secure)")
-    share_agreement: bool = Field(False, description="send the coordinator this lab's agreement with its "
-                                  "partners' surface with each upload, in the clear, for the operator's dashboard "
-                                  "(never under DP)")
-    count_cap: Literal["median", "off"] = Field(
-        "median", description="clear statistics: cap each member's count at the round's median count, so no member "
-        "can own the surface by stating a huge count (labfbo.protocols.surface_aggregate)")
-    dp_colluders: int = Field(0, ge=0, description="secure aggregation under DP: how many other sites may collude "
-                              "with the coordinator; each member adds 1/max(n - dp_colluders, 1) of the noise variance")
-    multi_objective: Literal["hypervolume", "parego"] = Field(
-        "hypervolume", description="several objectives: 'hypervolume' shares one surface per objective and each "
-        "site maximizes qLogNEHVI over its GPs on them; 'parego' shares the surface of the round's random "
-        "Chebyshev scalarization (as gradient, distribution and consensus do)")
-
-    @model_validator(mode="after")
-    def _no_warping(self) -> "SurfaceOptions":
-        if self.input_warping:
-            raise ValueError("the surface protocol's prior mean is a function of the unwarped inputs; "
-                             "input_warping cannot be set")
-        if self.dp_colluders and (self.privacy is None or self.secure_aggregation == "off"):
-            raise ValueError("dp_colluders applies to DP noise shared over secure sums: it needs privacy=DP(...) "
-                             "and secure_aggregation 'auto' or 'on'")
-        return self
-
-    def distributed(self) -> bool:
-        """Under secure sums each member adds a share of the DP noise (``unit="site"``; another unit's
-        sensitivity depends on the count, so each member adds its full noise)."""
-        return self.privacy is not None and getattr(self.privacy, "unit", "site") == "site"
 
 
 # -- the two sides ---------------------------------------------------------------------------
@@ -228,7 +170,9 @@ class SurfaceSite(LocalGPSite):
         values = data.y if m == 1 else data.Y[:, :m]  # type: ignore[index]
         Phi = self.features.of_unit(data.X)
         if dp is None:
-            return (*site_statistics(Phi, values), m, None)
+            w = upload_weight(self._transfer) if self.options.weigh_upload == "agreement" and m == 1 else 1.0
+            gram, moment = site_statistics(Phi, values)
+            return w * gram, w * moment, m, None
         digest = data.digest() if m == 1 else hashlib.sha256(data.key() + values.tobytes()).hexdigest()[:16]
         purpose = f"dp-surface/{digest}"
         if cohort is None or not self.options.distributed():  # the full noise, in the unit's sensitivity
@@ -342,13 +286,20 @@ class SurfaceSite(LocalGPSite):
         key = data.key() + w.tobytes()
         if key != self._surface_key or self._surface_model is None:
             o = self.options
-            trust = top_trust(self.features.of_unit(data.X) @ w, data.y) if o.trust == "top" else 1.0
-            mean = SurfaceMean(self.features, w, o.scale_mean * trust, o.scale_sd)
-            self._surface_model = fit_local_gp(data.X, data.y, data.yvar, space=self.space,
-                                               seed=self.context.seed_for(data.n, "gp-fit"),
-                                               options=o, mean_module=mean)
-            self._surface_key = key
+            shared = self.features.of_unit(data.X) @ w
+            trust = top_trust(shared, data.y) if o.trust == "top" else 1.0
+            model = self._fit_surface(data, w, o.scale_mean * trust)
+            if o.trust == "agreement":  # refit with the prior mean scaled by P(the lab agrees with the surface)
+                trust = upload_weight(held_out_gain(model, None, torch.as_tensor(shared, dtype=torch.float64)))
+                if trust < AGREEMENT_REFIT:
+                    model = self._fit_surface(data, w, o.scale_mean * trust)
+            self._surface_model, self._surface_key = model, key
         return self._surface_model
+
+    def _fit_surface(self, data: SiteData, w: np.ndarray, scale_mean: float) -> Model:
+        o = self.options
+        return fit_local_gp(data.X, data.y, data.yvar, space=self.space, seed=self.context.seed_for(data.n, "gp-fit"),
+                            options=o, mean_module=SurfaceMean(self.features, w, scale_mean, o.scale_sd))
 
     def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
         m = self.objectives(data)
