@@ -46,10 +46,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # how strongly a lab's agreement scale c is held to the others' surface (prior N(c0, s_c^2))
     "surface-sd06": ("surface", {"scale_sd": 0.6}),
     "surface-c05": ("surface", {"scale_mean": 0.5, "scale_sd": 0.5}),
-    "surface-top": ("surface", {"trust": "top"}),
-    # a lab weighs its own upload by P(it agrees with its partners' surface); and scales its trust by it too
-    "surface-weigh": ("surface", {"weigh_upload": "agreement"}),
-    "surface-agree": ("surface", {"trust": "agreement", "weigh_upload": "agreement"}),
+    # how far a lab trusts its partners' surface, and whether it weighs its own upload by its agreement
+    "surface-top": ("surface", {"trust": "top", "weigh_upload": "off"}),
+    "surface-prior": ("surface", {"trust": "prior", "weigh_upload": "off"}),  # the defaults before 2026-12-06
+    "surface-weigh": ("surface", {"trust": "prior", "weigh_upload": "agreement"}),
     # the engine's candidate defaults on real, outlier-heavy yields
     "independent-auto": ("independent", {"noise_prior": "auto"}),
     "independent-winsorize": ("independent", {"output_transform": "winsorize"}),  # = today's defaults

@@ -34,16 +34,16 @@ def test_the_upload_weight_is_the_probability_that_the_lab_agrees() -> None:
     assert upload_weight(_estimate(0.3, 0.0)) == 1.0  # no standard error: not estimated
 
 
-def test_trust_is_an_option_of_surface_and_off_by_default() -> None:
-    assert SurfaceOptions().trust == "prior" and SurfaceOptions(trust="top").trust == "top"
-    assert SurfaceOptions().weigh_upload == "off" and SurfaceOptions(trust="agreement").trust == "agreement"
+def test_trust_and_the_upload_weight_follow_the_labs_agreement_by_default() -> None:
+    assert SurfaceOptions().trust == "agreement" and SurfaceOptions(trust="top").trust == "top"
+    assert SurfaceOptions().weigh_upload == "agreement" and SurfaceOptions(trust="prior").trust == "prior"
     with pytest.raises(ValueError):
         SurfaceOptions(trust="always")
 
 
 @pytest.mark.integration  # a four-lab campaign
 def test_a_lab_whose_best_result_its_partners_rank_last_trusts_their_surface_less() -> None:
-    opts = _opposite_lab_campaign({"num_restarts": 2, "raw_samples": 32, "trust": "top"})
+    opts = _opposite_lab_campaign({"num_restarts": 2, "raw_samples": 32, "trust": "top", "weigh_upload": "off"})
     prior = []
     for o in opts:
         logic = o.agent.logic
@@ -56,8 +56,7 @@ def test_a_lab_whose_best_result_its_partners_rank_last_trusts_their_surface_les
 def test_a_lab_that_disagrees_with_its_partners_trusts_their_surface_less_and_weighs_its_upload_less() -> None:
     from labfbo.models.surface import site_statistics
 
-    opts = _opposite_lab_campaign({"num_restarts": 2, "raw_samples": 32, "trust": "agreement",
-                                   "weigh_upload": "agreement"})
+    opts = _opposite_lab_campaign({"num_restarts": 2, "raw_samples": 32})  # the defaults
     prior, weight = [], []
     for o in opts:
         logic, data = o.agent.logic, o.site_data()

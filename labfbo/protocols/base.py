@@ -147,6 +147,10 @@ class SiteLogic(ABC):
         """The site restarted from its journal: ``releases`` are those it made before (in order),
         for logic that must remember what it already sent (e.g. a vote made once a campaign)."""
 
+    def resume_transfer(self, estimate: TransferEstimate | None) -> None:
+        """The site restarted from its journal: the transfer estimate of its last model proposal (None:
+        it made none), for logic whose answers depend on it (``surface``'s upload weight)."""
+
     def release(self, message: Message) -> Release | None:
         """What sending ``message`` (an answer, its ``round`` set) discloses about the site's data;
         ``None`` if it carries nothing computed from the data. Journaled before it is sent."""

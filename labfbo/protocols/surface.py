@@ -324,6 +324,10 @@ class SurfaceSite(LocalGPSite):
         it, and its agreement scale (:mod:`labfbo.models.transfer`); None when it proposed alone."""
         return self._transfer
 
+    def resume_transfer(self, estimate: TransferEstimate | None) -> None:
+        """After a restart: the last proposal's estimate, whose agreement weighs this lab's uploads."""
+        self._transfer = estimate
+
     def outcome_model(self, data: SiteData, j: int) -> Model:
         """With one surface per objective: objective ``j``'s GP with its surface as prior mean
         (its agreement scale fitted on the site's own values of that objective); else the local GP."""

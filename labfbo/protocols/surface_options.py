@@ -27,12 +27,12 @@ class SurfaceOptions(ModelOptions):
     ridge: float = Field(1.0, gt=0, description="lambda: ridge penalty of the shared surface's coefficients")
     scale_mean: float = Field(1.0, description="c0: prior mean of the agreement scale c (1: trust the surface)")
     scale_sd: float = Field(0.3, gt=0, description="s_c: prior standard deviation of c")
-    trust: Literal["prior", "top", "agreement"] = Field(
-        "prior", description="the agreement scale's prior mean: scale_mean ('prior'); or less while the partners' "
-        "surface ranks the lab's best result in the lower half of its results ('top'); or scale_mean times the "
-        "probability that the lab's results go the same way as the surface ('agreement', labfbo.models.transfer)")
+    trust: Literal["agreement", "prior", "top"] = Field(
+        "agreement", description="the agreement scale's prior mean: scale_mean times the probability that the "
+        "lab's results go the same way as the partners' surface ('agreement', labfbo.models.transfer); scale_mean "
+        "('prior'); or less while the surface ranks the lab's best result in the lower half of its results ('top')")
     weigh_upload: Literal["agreement", "off"] = Field(
-        "off", description="agreement: a lab weighs its own statistics by the probability that its results go "
+        "agreement", description="agreement: a lab weighs its own statistics by the probability that its results go "
         "the same way as its partners' surface (labfbo.models.transfer.upload_weight), so a lab unlike the others "
         "does not pull their surface its way; off: every lab's statistics at full weight (always so under DP)")
     noise_guard: float = Field(NOISE_GUARD, gt=0, description="under DP: the largest noise std per entry of "

@@ -123,6 +123,7 @@ class SiteAgent:
         logic_options, self.budget = plan_budget(protocol, s.space, self.context, self.horizon)
         logic = kind.site_logic(s.space, logic_options, self.context)
         logic.resume(journaled_releases(self.store, logic))  # what it sent before a restart
+        logic.resume_transfer(st.last_transfer())
         self.logic = logic
         spent = reply.spent if self.link is not None else None
         if spent is not None and self.budget is not None:

@@ -47,6 +47,14 @@ class SiteState:
     withheld: list[Withheld] = field(default_factory=list)  # answers held back by the privacy budget
     transfer: list[tuple[int, TransferEstimate]] = field(default_factory=list)  # (round, estimate) per ask that made one
 
+    def last_transfer(self) -> TransferEstimate | None:
+        """The transfer estimate of the last model proposal, if that proposal made one."""
+        rounds = [t.round for t in self.trials.values() if t.source.startswith("model") and t.round is not None]
+        if not rounds or not self.transfer:
+            return None
+        r, estimate = self.transfer[-1]
+        return estimate if r == max(rounds) else None
+
     def apply(self, rec: Any, replay: bool = False) -> None:
         """Apply one typed record. ``replay``: it comes from storage, so check what a live call
         checked before journaling it (a record that cannot be accounted for is a JournalError)."""
