@@ -134,6 +134,12 @@ def _stats_noise(m: Any) -> float:
     return float(m.count * m.dp_noise_multiplier * m.dp_sensitivity)
 
 
+def _upload_weight(m: Any) -> float:
+    """The weight a lab put on its statistics, read off the intercept's entry (1 under DP or when 0)."""
+    w = float(m.gram.numpy()[0])
+    return w if _stats_noise(m) == 0 and 0 < w < 1 else 1.0
+
+
 def _moment(a: np.ndarray) -> np.ndarray:
     if a.ndim != 1:
         raise ConfigurationError("the surface attack reads one moment per message (one objective)")
@@ -142,9 +148,12 @@ def _moment(a: np.ndarray) -> np.ndarray:
 
 def coordinator_view(sent: Sequence[Any]) -> list[Snapshot]:
     """What the coordinator holds of one lab: its :class:`SurfaceStats`, by round (from
-    ``opt.sent_messages()`` or the coordinator's log)."""
-    out = [Snapshot(int(m.round), int(m.count), m.count * m.gram.numpy(), m.count * _moment(m.moment.numpy()),
-                    _stats_noise(m)) for m in sent if getattr(m, "kind", None) == "surface_stats"]
+    ``opt.sent_messages()`` or the coordinator's log). A lab that weighs its upload
+    (``weigh_upload``) multiplies both averages by its weight; the intercept's entry
+    :math:`\bar G_{11}` *is* that weight, so the attack divides it out (statistics without DP)."""
+    out = [Snapshot(int(m.round), int(m.count), m.count * m.gram.numpy() / w, m.count * _moment(m.moment.numpy()) / w,
+                    _stats_noise(m)) for m in sent if getattr(m, "kind", None) == "surface_stats"
+           for w in [_upload_weight(m)]]
     if not out:
         raise ConfigurationError("no surface statistics to attack: the audit needs a lab of the `surface` protocol "
                                  "that has released its statistics")
