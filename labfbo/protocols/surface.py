@@ -30,9 +30,13 @@ refuses it; ``"off"``: the statistics in the clear, as above.
 
 **Site proposal.** :math:`w = (\sum_{j\ne i} n_j\bar G_j + \lambda I)^{-1}\sum_{j\ne i} n_j\bar h_j`;
 the site's GP (the engine's kernel, :mod:`labfbo.models.gp`) gets the prior mean
-:math:`a + c\,\phi(x)^\top w` with :math:`c \sim \mathcal N(1, 0.3^2)` fitted with the
-kernel, and the configured acquisition (qLogNEI by default) is maximized. Without totals
+:math:`a + c\,\phi(x)^\top w` with :math:`c \sim \mathcal N(P, 0.3^2)` fitted with the
+kernel — :math:`P = \Phi(\hat c/\mathrm{se}(\hat c))` the probability that the site's results go
+the same way as the surface (``trust="agreement"``, :func:`~labfbo.models.transfer.upload_weight`;
+1 with ``trust="prior"``) — and the configured acquisition is maximized. Without totals
 (the first round, a missed round, no other contributor) the site proposes from its own GP.
+With ``weigh_upload="agreement"`` (no DP) a site multiplies its statistics by the :math:`P` of its
+last proposal, so a site unlike the others pulls their surface less.
 
 **Fewer releases** (``release_every=k``). A site uploads its statistics only in rounds
 :math:`t \equiv 0 \pmod k` — :math:`\lceil T/k\rceil` releases over rounds :math:`0..T-1`
