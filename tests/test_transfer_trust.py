@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from labfbo.models.transfer import top_rank, top_trust, upload_weight
+from labfbo.models.transfer import top_rank, top_trust, agreement_probability
 from labfbo.records import TransferEstimate
 from labfbo.protocols.surface import SurfaceOptions
 
@@ -27,11 +27,11 @@ def _estimate(agreement: float | None, se: float | None) -> TransferEstimate:
 
 
 def test_the_upload_weight_is_the_probability_that_the_lab_agrees() -> None:
-    assert upload_weight(None) == 1.0 and upload_weight(_estimate(None, None)) == 1.0
-    assert upload_weight(_estimate(0.0, 0.5)) == pytest.approx(0.5)
-    assert upload_weight(_estimate(1.0, 0.5)) == pytest.approx(0.97725, abs=1e-5)  # Phi(2)
-    assert upload_weight(_estimate(-1.0, 0.5)) == pytest.approx(0.02275, abs=1e-5)
-    assert upload_weight(_estimate(0.3, 0.0)) == 1.0  # no standard error: not estimated
+    assert agreement_probability(None) == 1.0 and agreement_probability(_estimate(None, None)) == 1.0
+    assert agreement_probability(_estimate(0.0, 0.5)) == pytest.approx(0.5)
+    assert agreement_probability(_estimate(1.0, 0.5)) == pytest.approx(0.97725, abs=1e-5)  # Phi(2)
+    assert agreement_probability(_estimate(-1.0, 0.5)) == pytest.approx(0.02275, abs=1e-5)
+    assert agreement_probability(_estimate(0.3, 0.0)) == 1.0  # no standard error: not estimated
 
 
 def test_trust_and_the_upload_weight_follow_the_labs_agreement_by_default() -> None:
@@ -62,7 +62,7 @@ def test_a_lab_that_disagrees_with_its_partners_trusts_their_surface_less_and_we
         logic, data = o.agent.logic, o.site_data()
         model = logic.surface_model(data, logic._weights)
         prior.append(float(model.mean_module.scale_prior.loc))
-        weight.append(upload_weight(logic._transfer))
+        weight.append(agreement_probability(logic._transfer))
         gram, moment, _, _ = logic._statistics(data, 9, None)  # what it would send: its statistics, weighted
         g, h = site_statistics(logic.features.of_unit(data.X), data.y)
         np.testing.assert_allclose(gram, weight[-1] * g) and np.testing.assert_allclose(moment, weight[-1] * h)

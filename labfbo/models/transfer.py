@@ -103,11 +103,11 @@ def top_trust(shared: np.ndarray, y: np.ndarray) -> float:
     return 1.0 if q is None else min(1.0, 2.0 * q)
 
 
-def upload_weight(estimate: TransferEstimate | None) -> float:
-    r"""How much of its own statistics a lab puts into its partners' surface (``surface``'s
-    ``weigh_upload="agreement"``): :math:`\Phi(\hat c / \mathrm{se}(\hat c))`, the probability that its
-    results go the same way as its partners' surface (its GLS agreement :math:`\hat c` under a
-    flat prior) — about 1 for a lab like its partners, about 0 for one whose results go the
+def agreement_probability(estimate: TransferEstimate | None) -> float:
+    r""":math:`P = \Phi(\hat c / \mathrm{se}(\hat c))`, the probability that a lab's results go the
+    same way as its partners' surface (its GLS agreement :math:`\hat c` under a flat prior): ``surface``'s
+    trust (``trust="agreement"``: the agreement scale's prior mean times P) and the weight of its own
+    upload (``weigh_upload="agreement"``) — about 1 for a lab like its partners, about 0 for one whose results go the
     opposite way, 1/2 while it cannot tell. 1 without an estimate (before its first surface)."""
     if estimate is None or estimate.agreement is None or not estimate.agreement_se:
         return 1.0

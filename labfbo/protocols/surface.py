@@ -32,7 +32,7 @@ refuses it; ``"off"``: the statistics in the clear, as above.
 the site's GP (the engine's kernel, :mod:`labfbo.models.gp`) gets the prior mean
 :math:`a + c\,\phi(x)^\top w` with :math:`c \sim \mathcal N(P, 0.3^2)` fitted with the
 kernel — :math:`P = \Phi(\hat c/\mathrm{se}(\hat c))` the probability that the site's results go
-the same way as the surface (``trust="agreement"``, :func:`~labfbo.models.transfer.upload_weight`;
+the same way as the surface (``trust="agreement"``, :func:`~labfbo.models.transfer.agreement_probability`;
 1 with ``trust="prior"``) — and the configured acquisition is maximized. Without totals
 (the first round, a missed round, no other contributor) the site proposes from its own GP.
 With ``weigh_upload="agreement"`` (no DP) a site multiplies its statistics by the :math:`P` of its
@@ -71,7 +71,7 @@ from labfbo.messages import Abstain, Array, Message
 from labfbo.models.gp import fit_local_gp, predict
 from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, private_statistics,
                                    ridge_weights, site_statistics, symmetric)
-from labfbo.models.transfer import held_out_gain, top_trust, upload_weight
+from labfbo.models.transfer import held_out_gain, top_trust, agreement_probability
 from labfbo.privacy import DP, secagg
 from labfbo.privacy.distributed import honest_members, share_purpose
 from labfbo.privacy.release import Release
@@ -174,7 +174,7 @@ class SurfaceSite(LocalGPSite):
         values = data.y if m == 1 else data.Y[:, :m]  # type: ignore[index]
         Phi = self.features.of_unit(data.X)
         if dp is None:
-            w = upload_weight(self._transfer) if self.options.weigh_upload == "agreement" and m == 1 else 1.0
+            w = agreement_probability(self._transfer) if self.options.weigh_upload == "agreement" and m == 1 else 1.0
             gram, moment = site_statistics(Phi, values)
             return w * gram, w * moment, m, None
         digest = data.digest() if m == 1 else hashlib.sha256(data.key() + values.tobytes()).hexdigest()[:16]
@@ -294,7 +294,7 @@ class SurfaceSite(LocalGPSite):
             trust = top_trust(shared, data.y) if o.trust == "top" else 1.0
             model = self._fit_surface(data, w, o.scale_mean * trust)
             if o.trust == "agreement":  # refit with the prior mean scaled by P(the lab agrees with the surface)
-                trust = upload_weight(held_out_gain(model, None, torch.as_tensor(shared, dtype=torch.float64)))
+                trust = agreement_probability(held_out_gain(model, None, torch.as_tensor(shared, dtype=torch.float64)))
                 if trust < AGREEMENT_REFIT:
                     model = self._fit_surface(data, w, o.scale_mean * trust)
             self._surface_model, self._surface_key = model, key

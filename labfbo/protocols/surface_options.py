@@ -33,7 +33,7 @@ class SurfaceOptions(ModelOptions):
         "('prior'); or less while the surface ranks the lab's best result in the lower half of its results ('top')")
     weigh_upload: Literal["agreement", "off"] = Field(
         "agreement", description="agreement: a lab weighs its own statistics by the probability that its results go "
-        "the same way as its partners' surface (labfbo.models.transfer.upload_weight), so a lab unlike the others "
+        "the same way as its partners' surface (labfbo.models.transfer.agreement_probability), so a lab unlike the others "
         "does not pull their surface its way; off: every lab's statistics at full weight (always so under DP)")
     noise_guard: float = Field(NOISE_GUARD, gt=0, description="under DP: the largest noise std per entry of "
                                "the others' sums, relative to their count, at which a site still uses their surface")
