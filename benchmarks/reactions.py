@@ -42,6 +42,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gradient-noguard": ("gradient", {"harm_guard": False, "acquisition": "ucb", "beta": 4.0}),  # the paper's PACD-BO
     "gradient-ucb": ("gradient", {"acquisition": "ucb", "beta": 4.0}),  # the default before qLogNEI
     "distribution-ucb": ("distribution", {"acquisition": "ucb", "beta": 4.0}),
+    "distribution-trust": ("distribution", {"trust": "agreement"}),  # the guidance strength times the lab's agreement
     "surface-dp": ("surface", {"privacy": DP(clip=2.0, noise_multiplier=2.0)}),  # task-level, eps ~ 11.5 at 20 rounds
     # how strongly a lab's agreement scale c is held to the others' surface (prior N(c0, s_c^2))
     "surface-sd06": ("surface", {"scale_sd": 0.6}),
@@ -61,6 +62,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "independent-auto-winsorize": ("independent", {"noise_prior": "auto", "output_transform": "winsorize"}),
     "vote-beta3": ("vote", {"prior_beta": 3.0}),  # the votes' prior at exponent 1 after the 3 initial experiments
     "vote-codebook8": ("vote", {"codebook": 8}),  # vote's former default: 8 Sobol points of the cube
+    "vote-off": ("vote", {"trust": "off"}),  # the votes' prior at its exponent, whatever the lab's data say
     # reagents described by their structure (labfbo.chem): "encoding" builds the space, it is no protocol option
     "independent-smiles": ("independent", {"encoding": "rdkit"}),
     "surface-smiles": ("surface", {"encoding": "rdkit"}),

@@ -18,6 +18,10 @@ how strongly the partners' surface explains this lab's results, with no prior on
 partners see it, 0: not at all, negative: the opposite way). Computed from the lab's data
 alone and kept in its journal (the campaign report); sent only if the lab opts in.
 
+The same probability of agreement on any shared signal (:func:`guidance_agreement`) scales how
+strongly ``vote`` (its prior's exponent) and, opt-in, ``distribution`` (its guidance strength)
+weigh what the partners sent.
+
 **Top rank** (:func:`top_rank`, ``surface``'s opt-in ``trust="top"``, :func:`top_trust`): where the
 partners' prediction puts the lab's best result among the lab's own results — what matters to
 an optimizer is whether they point to what does best *here*, not how well they fit the rest.
@@ -41,18 +45,11 @@ def held_out_gain(model: Model, scale: float | None = None,
     """The transfer estimate of a fitted single-output exact GP whose mean module carries the
     shared information, ``shared`` the partners' prediction at its training inputs (for the
     agreement; None: not estimated) — None: too few results, or not such a model."""
-    X = model.train_inputs[0] if getattr(model, "train_inputs", None) else None
-    y = getattr(model, "train_targets", None)
-    if X is None or y is None or y.dim() != 1 or len(y) < MIN_POINTS:
+    fitted = _inverse_covariance(model)
+    if fitted is None:
         return None
+    X, y, Kinv = fitted
     with torch.no_grad():
-        n = len(y)
-        noise = torch.broadcast_to(model.likelihood.noise.reshape(-1), (n,))
-        K = model.covar_module(X).to_dense() + torch.diag(noise)
-        L, info = torch.linalg.cholesky_ex(K)
-        if int(info) != 0:
-            return None
-        Kinv = torch.cholesky_inverse(L)
         d = Kinv.diagonal()
         ones = torch.ones_like(y)
         a0 = (ones @ Kinv @ y) / (ones @ Kinv @ ones)
@@ -61,9 +58,40 @@ def held_out_gain(model: Model, scale: float | None = None,
         fit = None if shared is None else _gls_slope(Kinv, y, shared.reshape(-1).to(y))
     if not (alone > 0):
         return None
-    return TransferEstimate(n=n, alone=alone, shared=with_it, gain=1.0 - with_it / alone,
+    return TransferEstimate(n=len(y), alone=alone, shared=with_it, gain=1.0 - with_it / alone,
                             scale=None if scale is None else float(scale), agreement=None if fit is None else fit[0],
                             agreement_se=None if fit is None else fit[1])
+
+
+def guidance_agreement(model: Model, shared: torch.Tensor) -> float:
+    r""":math:`P = \Phi(\hat c / \mathrm{se}(\hat c))` of a lab's results on any shared signal at its
+    training inputs (``shared``: e.g. ``distribution``'s guidance field, where the partners believe
+    optima lie), under its GP's covariance: about 1 when the lab does better where the partners
+    point, about 0 when it does worse, 1/2 while it cannot tell; 1 with too few results or a
+    signal constant over them (nothing to judge yet)."""
+    fitted = _inverse_covariance(model)
+    if fitted is None:
+        return 1.0
+    _, y, Kinv = fitted
+    with torch.no_grad():
+        fit = _gls_slope(Kinv, y, shared.reshape(-1).to(y))
+    return 1.0 if fit is None or not fit[1] else _probability(*fit)
+
+
+def _inverse_covariance(model: Model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """A fitted single-output exact GP's training inputs, targets and inverse training covariance
+    (kernel plus noise); None with fewer than :data:`MIN_POINTS` results or not such a model."""
+    X = model.train_inputs[0] if getattr(model, "train_inputs", None) else None
+    y = getattr(model, "train_targets", None)
+    if X is None or y is None or y.dim() != 1 or len(y) < MIN_POINTS:
+        return None
+    with torch.no_grad():
+        noise = torch.broadcast_to(model.likelihood.noise.reshape(-1), (len(y),))
+        K = model.covar_module(X).to_dense() + torch.diag(noise)
+        L, info = torch.linalg.cholesky_ex(K)
+        if int(info) != 0:
+            return None
+        return X, y, torch.cholesky_inverse(L)
 
 
 def _gls_slope(Kinv: torch.Tensor, y: torch.Tensor, s: torch.Tensor) -> tuple[float, float] | None:
@@ -111,4 +139,8 @@ def agreement_probability(estimate: TransferEstimate | None) -> float:
     opposite way, 1/2 while it cannot tell. 1 without an estimate (before its first surface)."""
     if estimate is None or estimate.agreement is None or not estimate.agreement_se:
         return 1.0
-    return float(0.5 * math.erfc(-estimate.agreement / (estimate.agreement_se * math.sqrt(2.0))))
+    return _probability(estimate.agreement, estimate.agreement_se)
+
+
+def _probability(c: float, se: float) -> float:
+    return float(0.5 * math.erfc(-c / (se * math.sqrt(2.0))))

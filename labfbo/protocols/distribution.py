@@ -62,6 +62,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
 import numpy as np
+import torch
 from pydantic import Field, model_validator
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import pdist
@@ -72,6 +73,7 @@ from labfbo.messages import Abstain, Array, Message
 from labfbo.models.figp import FIGP, GuidanceField, guidance_strength
 from labfbo.models.gp import predict
 from labfbo.models.optimum_belief import Belief, candidate_set, choice_layout, fit_belief, optimum_samples
+from labfbo.models.transfer import guidance_agreement
 from labfbo.privacy import DP
 from labfbo.privacy.belief_dp import (CENTRE_SD, CENTRE_VALUE, CENTRE_WEIGHT, centre_sensitivity, privatize_belief,
                                       privatize_centre, sensitivity as belief_sensitivity)
@@ -104,6 +106,10 @@ class DistributionOptions(ModelOptions):
     privacy: DP | None = Field(None, description="Gaussian mechanism on the uplink (labfbo.privacy.belief_dp)")
     release_every: int = Field(1, ge=1, description="k: upload the belief only in rounds t with t % k == 0 "
                                "(ceil(T/k) releases; the coordinator reuses it in between)")
+    trust: Literal["agreement", "off"] = Field("off", description="agreement: the guidance strength times the "
+                                              "probability that the lab's results are better where the guidance field "
+                                              "is higher (labfbo.models.transfer.guidance_agreement), so a lab unlike "
+                                              "its partners falls back to its local GP; off: the paper's strength")
     dp_belief: Literal["full", "centre"] = Field("full", description="with privacy: release the whole belief "
                                                  "(sensitivity sqrt(2d+2)) or only its centre (sqrt(d_o + 2 d_c)), "
                                                  "weight, sd and value then being public constants")
@@ -281,7 +287,10 @@ class DistributionSite(LocalGPSite):
         field = (guidance.field(self.space) if isinstance(guidance, GuidancePacket)
                  else GuidanceField.empty(self.space.dim))
         strength = guidance_strength(self.options.lambda_max, round + 1)
-        return FIGP(self.local_model(data), field, strength, uniform=not self.options.spatial)
+        local = self.local_model(data)
+        if len(field) and self.options.trust == "agreement":
+            strength *= guidance_agreement(local, field(torch.as_tensor(data.X, dtype=torch.float64)))
+        return FIGP(local, field, strength, uniform=not self.options.spatial)
 
     def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
         return self.propose_with(self.figp(data, guidance, round), data, n, round)

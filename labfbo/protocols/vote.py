@@ -49,9 +49,12 @@ and the site maximizes its acquisition on its local GP weighted by
 decay or πBO exponent, the uniform floor :math:`\epsilon` (``prior_floor``), and the
 falsification and patience rules that drop a prior the site's own data contradict, which is
 what protects a site from the others' false votes (a randomized response, or a different
-optimum). A vote says "nearer this point than any other", so the prior is uniform over
-that cell rather than a bump at the point, which in higher dimensions lies far from
-where the optimum is.
+optimum). With ``trust="agreement"`` (the default) :math:`\gamma_t` is further multiplied by
+:math:`P = \Phi(\hat c/\mathrm{se}(\hat c))`, :math:`\hat c` the GLS slope of the site's results on
+:math:`\log\tilde\pi_i` at its experiments (:func:`labfbo.models.transfer.guidance_agreement`): a
+site that does worse where the votes point weighs them less. A vote says "nearer this point
+than any other", so the prior is uniform over that cell rather than a bump at the point,
+which in higher dimensions lies far from where the optimum is.
 
 **Fewer releases** (``release_every=k``): a site votes in rounds :math:`t \equiv 0 \pmod k`
 and the coordinator reuses its last vote for :math:`k - 1` rounds (post-processing). By
@@ -68,12 +71,14 @@ import warnings
 from typing import Annotated, Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
+import torch
 from pydantic import Field, model_validator
 from scipy.stats import qmc
 
 from labfbo.exceptions import ConfigurationError, Inadmissible
 from labfbo.messages import Abstain, Array, Message
 from labfbo.models.gp import predict
+from labfbo.models.transfer import guidance_agreement
 from labfbo.priors import CellPrior, prior_exponent
 from labfbo.privacy import DP, secagg
 from labfbo.privacy.randomized_response import respond
@@ -103,6 +108,10 @@ class VoteOptions(ModelOptions):
                                       "round, or under a campaign budget DP(epsilon=...) once, in round 0")
     privacy: DP | None = Field(None, description="randomized response on the vote; for this protocol "
                                "noise_multiplier is 1 / (each vote's epsilon)")
+    trust: Literal["agreement", "off"] = Field("agreement", description="agreement: the prior's exponent times the "
+                                              "probability that the lab's results are better where the votes' prior "
+                                              "is denser (labfbo.models.transfer.guidance_agreement), so a lab unlike "
+                                              "its partners falls back to its local GP; off: the exponent alone")
     sealed: bool = Field(True, description="seal each vote for the other sites (X25519 + ChaCha20-Poly1305): the "
                          "coordinator relays votes it cannot read (labfbo.protocols.vote_sealed); False: it counts them")
 
@@ -382,7 +391,11 @@ class VoteSite(LocalGPSite):
         prior = self._vote_prior
         if prior is None:
             return None
-        return prior, prior_exponent(self.options, prior, round, data.X, data.y)  # type: ignore[arg-type]
+        gamma = prior_exponent(self.options, prior, round, data.X, data.y)  # type: ignore[arg-type]
+        if gamma and self.options.trust == "agreement":
+            density = prior.log_density(torch.as_tensor(data.X, dtype=torch.float64))
+            gamma *= guidance_agreement(self.local_model(data), density)
+        return prior, gamma
 
 
 def count_votes(votes: Iterable[OptimumVote], size: int, randomized: bool | None = None) -> VoteTally:
