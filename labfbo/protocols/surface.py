@@ -62,7 +62,6 @@ import warnings
 from typing import Any, Mapping
 
 import numpy as np
-import torch
 from botorch.models.model import Model
 from pydantic import BaseModel
 
@@ -103,6 +102,7 @@ class SurfaceSite(LocalGPSite):
     _surface_model: Model | None = None
     _weights: np.ndarray | None = None  # the surface of the last proposal (predictions use the same model)
     _transfer: TransferEstimate | None = None  # what that surface was worth to the lab's held-out predictions
+    _surface_estimate: TransferEstimate | None = None  # ... for the cached surface model
 
     def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
         super().__init__(space, options, context)
@@ -290,14 +290,15 @@ class SurfaceSite(LocalGPSite):
         key = data.key() + w.tobytes()
         if key != self._surface_key or self._surface_model is None:
             o = self.options
-            shared = self.features.of_unit(data.X) @ w
-            trust = top_trust(shared, data.y) if o.trust == "top" else 1.0
+            trust = top_trust(self.features.of_unit(data.X) @ w, data.y) if o.trust == "top" else 1.0
             model = self._fit_surface(data, w, o.scale_mean * trust)
+            estimate = surface_transfer(model)
             if o.trust == "agreement":  # refit with the prior mean scaled by P(the lab agrees with the surface)
-                trust = agreement_probability(held_out_gain(model, None, torch.as_tensor(shared, dtype=torch.float64)))
+                trust = agreement_probability(estimate)
                 if trust < AGREEMENT_REFIT:
                     model = self._fit_surface(data, w, o.scale_mean * trust)
-            self._surface_model, self._surface_key = model, key
+                    estimate = surface_transfer(model)
+            self._surface_model, self._surface_estimate, self._surface_key = model, estimate, key
         return self._surface_model
 
     def _fit_surface(self, data: SiteData, w: np.ndarray, scale_mean: float) -> Model:
@@ -319,8 +320,7 @@ class SurfaceSite(LocalGPSite):
         if m > 1:  # qLogNEHVI over the objectives' GPs on their surfaces (outcome_model)
             return self.propose_local(data, n, round)
         model = self.surface_model(data, w)
-        partners = model.mean_module.surface(model.train_inputs[0]).detach()  # their prediction at the lab's inputs
-        self._transfer = held_out_gain(model, float(model.mean_module.scale.detach()), partners)
+        self._transfer = self._surface_estimate
         return self.propose_with(model, data, n, round)
 
     def transfer(self) -> TransferEstimate | None:
@@ -353,6 +353,13 @@ class SurfaceSite(LocalGPSite):
         if self._weights is None or self._weights.ndim != 1 or data.n < 2:
             return super().predict(data, X)
         return predict(self.surface_model(data, self._weights), X)
+
+
+def surface_transfer(model: Model) -> TransferEstimate | None:
+    """What a GP on the partners' surface is worth to the lab (:func:`~labfbo.models.transfer.held_out_gain`),
+    with their prediction at the lab's inputs for the agreement."""
+    partners = model.mean_module.surface(model.train_inputs[0]).detach()
+    return held_out_gain(model, float(model.mean_module.scale.detach()), partners)
 
 
 def features(space: SearchSpace, options: SurfaceOptions) -> SurfaceFeatures:
