@@ -11,8 +11,8 @@ Protocol ``vote`` (randomized response over a public codebook) is in the grid be
 * **pacd** — the `pacd` quick setting: Branin and Wing Weight families, 5 sites, T = 30,
   3 seeds (``--quick``: the same); metric: the final normalized regret and the AUC over the
   first 10 % of iterations, site-averaged;
-* **reactions** — the Buchwald–Hartwig scenario (a) (5 labs, 3 initial experiments, 20
-  rounds); metric: yield regret after 10 and 20 (``--quick``: 3 seeds).
+* **reactions** — a Buchwald–Hartwig scenario (``--scenario``: (a), 5 labs, the default; (c), all 15),
+  3 initial experiments, 20 rounds; metric: yield regret after 10 and 20 (``--quick``: 3 seeds).
 
 The *gain kept* of a private row is ``(R_independent - R_dp) / (R_independent - R_nonprivate)``
 (means over seeds; undefined when the non-private gain is not larger than one standard error
@@ -51,12 +51,14 @@ PRIVATE: dict[str, tuple[str, dict[str, Any], float]] = {
     # the example-level guarantee: one experiment's setting and result protected (DP(unit="experiment"))
     # (gradient refuses that unit; distribution's noise is the same under both: docs/privacy.md)
     "surface-experiment": ("surface", {}, 2.0),
+    "surface-experiment-every5": ("surface", {"release_every": 5}, 2.0),  # 4 releases over 20 rounds, not 20
     # the harm guard's leave-one-out check in place of most of the noise guard
     "surface-experiment-loose": ("surface", {"noise_guard": 4.0}, 2.0),
     "surface-loose": ("surface", {"noise_guard": 4.0}, 2.0),
 }
 #: the unit of protection of a variant (the others: "site", the task level)
-UNITS: dict[str, str] = {"surface-experiment": "experiment", "surface-experiment-loose": "experiment"}
+UNITS: dict[str, str] = {"surface-experiment": "experiment", "surface-experiment-loose": "experiment",
+                         "surface-experiment-every5": "experiment"}
 PACD_FUNCTIONS = ("branin", "wing_weight")
 NON_PRIVATE = {"independent": "Independent (labfbo defaults)", "gradient": "PACD-BO (labfbo defaults)",
                "distribution": "GUIDE-FBO (labfbo defaults)", "surface": "Surface (labfbo defaults)",

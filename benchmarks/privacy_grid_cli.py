@@ -50,7 +50,7 @@ def _reactions(args: argparse.Namespace, names: list[str], epsilons: list[float]
     from labfbo.harness import run_with_progress
 
     data = load_reactions(None)
-    scen = {"a": scenarios(data)["a"]}
+    scen = {args.scenario: scenarios(data)[args.scenario]}
     plain = ["independent", *sorted({pg.reaction_plain(n) for n in names})]
     methods = plain + [pg.reaction_method(n, e) for n in names for e in epsilons]
     jobs = rx.jobs(args.reactions_out, scen, methods, seeds, budget=20)
@@ -66,7 +66,7 @@ def _reactions(args: argparse.Namespace, names: list[str], epsilons: list[float]
             rows = {n: ([e for e in epsilons if pg.reaction_method(n, e) in summary],
                         [float(np.mean(summary[pg.reaction_method(n, e)][k])) for e in epsilons
                          if pg.reaction_method(n, e) in summary]) for n in names}
-            panels[f"reactions (a), 5 labs: regret after {k[1:]}"] = {
+            panels[f"reactions ({args.scenario}), {len(scen[args.scenario])} labs: regret after {k[1:]}"] = {
                 "ylabel": "yield regret (points)", "independent": float(np.mean(summary["independent"][k])),
                 "rows": rows, "plain": {n: float(np.mean(summary[n][k])) for n in names if n in summary}}
     png = pg.plot(panels, Path(args.reactions_out) / "privacy_utility.png") if panels else None

@@ -97,6 +97,8 @@ def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type
     pu = bsub.add_parser("privacy-utility", help="regret against the campaign budget DP(epsilon=...) for every "
                          "protocol with DP, beside no DP and independent (cached)")
     pu.add_argument("--suite", choices=["pacd", "reactions"], default="pacd")
+    pu.add_argument("--scenario", choices=["a", "c"], default="a", help="reactions suite: the labs (a: 5 alike, "
+                    "the default; c: all 15)")
     pu.add_argument("--epsilons", type=float, nargs="+", help="budgets per site (default 0.5 1 2 4 8 16; "
                     "--quick: 0.5 2 8)")
     pu.add_argument("--protocols", nargs="+", help="protocols and mechanism variants (default: gradient "

@@ -144,7 +144,7 @@ def test_private_statistics_add_noise_of_the_units_sensitivity_and_site_level_as
 # -- surface: a campaign under each unit ---------------------------------------------------------------
 def _campaign(unit: str, horizon: int = 3, n_init: int = 4) -> list[labfbo.Optimizer]:
     dp = labfbo.DP(epsilon=2.0, delta=1e-5, unit=unit)
-    opts = {"num_restarts": 2, "raw_samples": 32, "fourier_features": 8, "privacy": dp}
+    opts = {"num_restarts": 2, "raw_samples": 32, "fourier_features": 8, "privacy": dp, "secure_aggregation": "off"}
     coord = labfbo.Coordinator("surface", sites=SITES, seed=0, horizon=horizon, **opts)
     sites = [labfbo.Optimizer(SPACE, protocol="surface", coordinator=coord, site=s, seed=0, n_init=n_init,
                               secret=11 + i, **opts) for i, s in enumerate(SITES)]
@@ -154,8 +154,9 @@ def _campaign(unit: str, horizon: int = 3, n_init: int = 4) -> list[labfbo.Optim
 
 @pytest.mark.integration
 def test_a_surface_campaign_per_experiment_needs_far_less_noise_within_the_same_budget() -> None:
-    """Same budget, same plan, so the same noise multiplier (noise std over sensitivity); the
-    sensitivity and with it the noise std per entry are about n times smaller per experiment."""
+    """Statistics in the clear (``secure_aggregation="off"``; over secure sums see
+    ``test_surface_ranked.py``). Same budget, same plan, so the same noise multiplier (noise std over
+    sensitivity); the sensitivity and with it the noise std per entry are about n times smaller per experiment."""
     site, exp = _campaign("site"), _campaign("experiment")
     norm = SurfaceFeatures(SPACE, fourier=8).norm_bound
     for a, b in zip(site, exp):

@@ -88,7 +88,8 @@ class SurfaceFeatures:
         self.pairs = [(a, b) for i, a in enumerate(self.ordered) for b in self.ordered[i + 1:]]
         m = fourier if d_o else 0
         # a function of the study's space alone (not of a lab's stock): every lab draws the same basis
-        gen = rng(int(space.shared().fingerprint()[:15], 16), 0, 0, "surface-fourier-basis")
+        self.fingerprint = space.shared().fingerprint()
+        gen = rng(int(self.fingerprint[:15], 16), 0, 0, "surface-fourier-basis")
         self.omega = torch.as_tensor(gen.normal(0.0, 1.0 / lengthscale, (d_o, m)), dtype=DTYPE)
         self.phase = torch.as_tensor(gen.uniform(0.0, 2 * math.pi, m), dtype=DTYPE)
         #: the Fourier features' amplitude sqrt(2/F) (Rahimi & Recht): with unit-variance weights their sum
@@ -119,6 +120,11 @@ class SurfaceFeatures:
         """Features of unit-cube points ``(n, d)`` (as the sites' statistics use them)."""
         Z = self.fmap(torch.as_tensor(np.asarray(X, dtype=np.float64), dtype=DTYPE))
         return self(Z).numpy()
+
+    @functools.cached_property
+    def design(self) -> np.ndarray:
+        """:func:`design_gram` of these features (computed once)."""
+        return design_gram(self)
 
 
 def upper(G: np.ndarray) -> np.ndarray:
@@ -251,6 +257,47 @@ def private_statistics(Phi: np.ndarray, y: np.ndarray, dp: DP, norm_bound: float
     delta = dp_sensitivity(norm_bound, dp.clip, m, dp.unit, len(Y))
     gram, moment = _noised(gram, moment, dp.sigma * delta, rng)
     return gram, moment, delta
+
+
+def ranked_moments(Phi: np.ndarray, y: np.ndarray, clip: float) -> np.ndarray:
+    r"""The moment *sums* :math:`h = \Phi^\top z` of the values' centred ranks :math:`z` in :math:`[-C, C]`
+    (:func:`rank_scores`, each outcome on its own): ``(p,)``, or ``(m, p)`` for ``y (n, m)``. Their
+    constant feature's entry is :math:`\sum_i z_i = 0` whatever the values (mid-ranks keep their sum)."""
+    Y = np.asarray(y, dtype=np.float64)
+    if Y.ndim == 1:
+        return Phi.T @ rank_scores(Y, clip)
+    return np.stack([Phi.T @ rank_scores(col, clip) for col in Y.T])
+
+
+def ranked_sum_sensitivity(norm_bound: float, clip: float, outcomes: int = 1) -> float:
+    r""":math:`\ell_2` sensitivity of :func:`ranked_moments` when one experiment — its setting and its
+    results — is replaced (``unit="experiment"``; the count is public):
+
+    .. math:: \Delta_\Sigma = 4C\sqrt{m\,(P - 1)},
+
+    independent of the count, so each member of a secure sum can add its *share* of the noise.
+    Let :math:`\tilde\phi` be the features without the constant (:math:`\lVert\tilde\phi\rVert^2
+    \le P - 1`); the constant's entry never moves (:math:`\sum_i z_i = 0`). Replacing experiment
+    :math:`k`: :math:`\Delta h = \tilde\phi'_k z'_k - \tilde\phi_k z_k + \sum_{i\ne k}\tilde\phi_i\,\Delta z_i`.
+    The first two terms have norm at most :math:`2C\sqrt{P-1}`; every other mid-rank moves by at most 1
+    (one value leaves, one arrives), so :math:`|\Delta z_i| \le 2C/(n-1)` over the :math:`n - 1` others
+    and the sum has norm at most :math:`2C\sqrt{P-1}`. Per outcome :math:`4C\sqrt{P-1}`; the
+    :math:`m` outcomes' moments stacked, :math:`\sqrt m` times that (tested on random datasets with ties)."""
+    return 4.0 * clip * math.sqrt(outcomes * max(norm_bound - 1.0, 0.0))
+
+
+def design_gram(features: "SurfaceFeatures", points: int = 4096) -> np.ndarray:
+    r"""The *design Gram* :math:`\bar G_\mathcal{U} = E_{x \sim \mathcal U}[\phi(x)\phi(x)^\top]` of
+    a uniform design over the space's unit cube (a scrambled Sobol sequence of ``points`` points,
+    seeded by the space: the same matrix at every site), ``(p, p)``. A function of the space alone:
+    ``surface``'s experiment-level release sends :math:`n\,\bar G_\mathcal{U}` in the Gram's place (no
+    information beyond the public count), so only the moments carry data and noise."""
+    from scipy.stats import qmc
+
+    seed = int(features.fingerprint[:15], 16)
+    U = qmc.Sobol(features.fmap.d, scramble=True, seed=seed).random(points)
+    Phi = features.of_unit(U)
+    return Phi.T @ Phi / points
 
 
 def ridge_weights(G: np.ndarray, h: np.ndarray, ridge: float) -> np.ndarray:

@@ -61,7 +61,9 @@ class PublicKeyShare(Message):
 class MaskedScores(Message):
     """Site -> coordinator (secure aggregation): the site's encoded vector plus its self mask and
     pairwise masks, in Z_{2^64}; alone it is uniform noise. ``gradient``: ``enc([A_i.ravel(), 1/n_i, 1])``;
-    ``surface``: ``enc([n_i upper(G_i), n_i h_i, n_i, 1])`` (under DP the averages, weight 1).
+    ``surface``: ``enc([n_i upper(G_i), n_i h_i, n_i, 1])`` (under DP the averages, weight 1; under
+    ``DP(unit="experiment")`` ``enc([n_i upper(G_U), h_i, n_i, 1])``, the design Gram and the moment sum of
+    centred ranks, ``dp_unit`` stated).
 
     In the clear, configuration only: the DP clip and noise multiplier (and the l2 sensitivity
     the release states), and ``surface``'s schedule ``release_every`` (the coordinator may reuse
@@ -74,6 +76,8 @@ class MaskedScores(Message):
     dp_clip: float | None = None
     dp_noise_multiplier: float | None = None
     dp_sensitivity: float | None = Field(None, gt=0, allow_inf_nan=False)
+    dp_unit: Literal["experiment"] | None = Field(None, description="surface under DP(unit='experiment'): the "
+                                                  "upload is a moment sum of centred ranks (left off otherwise)")
     release_every: int | None = Field(None, ge=1)
     sealed: dict[str, str] | None = Field(None, max_length=100_000, description="sum_seen_by='members', from the "
                                           "cohort's leader: the release's group key sealed for each other site "
@@ -85,7 +89,7 @@ class MaskedScores(Message):
     def _unset_left_off(self, handler: Any) -> Any:
         out = handler(self)
         if isinstance(out, dict):
-            for name in ("dp_sensitivity", "release_every", "sealed", "agreement"):
+            for name in ("dp_sensitivity", "dp_unit", "release_every", "sealed", "agreement"):
                 if getattr(self, name) is None:
                     out.pop(name, None)
         return out

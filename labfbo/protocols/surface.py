@@ -68,8 +68,8 @@ from pydantic import BaseModel
 from labfbo.exceptions import ConfigurationError
 from labfbo.messages import Abstain, Array, Message
 from labfbo.models.gp import fit_local_gp, predict
-from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, private_statistics,
-                                   ridge_weights, site_statistics, symmetric)
+from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, private_statistics, ranked_moments,
+                                   ranked_sum_sensitivity, ridge_weights, site_statistics, symmetric, upper)
 from labfbo.models.transfer import held_out_gain, top_trust, agreement_probability
 from labfbo.privacy import DP, secagg
 from labfbo.privacy.distributed import honest_members, share_purpose
@@ -93,6 +93,12 @@ STATS_MECHANISM = ("Gaussian on the averaged ridge statistics (G/n, h/n), values
                    "(labfbo.models.surface); the count n is released exactly")
 STATS_MECHANISM_RANKS = ("Gaussian on the averaged ridge statistics (G/n, h/n) of the values' centred ranks in "
                          "[-C, C] (labfbo.models.surface.private_statistics); the count n is released exactly")
+RANKED_MECHANISM = ("distributed Gaussian on the secure sum of the moment sums of the values' centred ranks in [-C, C] "
+                    "(labfbo.models.surface.ranked_moments; one experiment replaced moves them by at most "
+                    "4 C sqrt(m (P - 1)), whatever the count): each of the cohort's n members adds N(0, (sigma Delta)^2 / "
+                    "max(n - t, 1)), t = {t}; the Gram's place holds the design Gram times the count (a function of the "
+                    "space and the public count); trust: an honest-but-curious coordinator, at most {t} other site(s) "
+                    "collude with it, the others add their shares honestly")
 
 
 class SurfaceSite(LocalGPSite):
@@ -177,13 +183,12 @@ class SurfaceSite(LocalGPSite):
             w = agreement_probability(self._transfer) if self.options.weigh_upload == "agreement" and m == 1 else 1.0
             gram, moment = site_statistics(Phi, values)
             return w * gram, w * moment, m, None
-        digest = data.digest() if m == 1 else hashlib.sha256(data.key() + values.tobytes()).hexdigest()[:16]
-        purpose = f"dp-surface/{digest}"
-        if cohort is None or not self.options.distributed():  # the full noise, in the unit's sensitivity
+        purpose = f"dp-surface/{_digest(data, values, m)}"
+        if cohort is None or dp.unit != "site":  # the full noise, in the unit's sensitivity
             gram, moment, delta = private_statistics(Phi, values, dp, self.features.norm_bound,
                                                      self.context.private_rng(round, purpose))
             return gram, moment, m, delta
-        gram, moment = site_statistics(Phi, values, dp.clip)  # distributed: unit "site" only
+        gram, moment = site_statistics(Phi, values, dp.clip)  # distributed, unit "site" (experiment: ranked sums)
         delta = dp_sensitivity(self.features.norm_bound, dp.clip, m)
         t = self.options.dp_colluders
         scale = dp.sigma * delta / math.sqrt(honest_members(cohort, t))
@@ -207,9 +212,28 @@ class SurfaceSite(LocalGPSite):
         """This member's vector for a secure sum of ``cohort`` members (:func:`~labfbo.protocols.surface_secure.contribution`)
         and the DP fields its upload states in the clear."""
         dp: DP | None = self.options.privacy
+        if dp is not None and dp.unit == "experiment":
+            return self._ranked_contribution(data, round, cohort, dp)
         gram, moment, _, delta = self._statistics(data, round, cohort)
         fields = {} if dp is None else {"dp_clip": dp.clip, "dp_noise_multiplier": dp.sigma, "dp_sensitivity": delta}
         return contribution(gram, moment, data.n, averaged=dp is not None), fields
+
+    def _ranked_contribution(self, data: SiteData, round: int, cohort: int, dp: DP) -> tuple[np.ndarray, dict[str, Any]]:
+        """Under ``DP(unit="experiment")``: ``[n upper(G_U), h + share, n, 1]``, the design Gram times the
+        count and the moment sum of the values' centred ranks with this member's share of the noise
+        (:mod:`~labfbo.protocols.surface_secure`), from the site-private stream keyed by the data."""
+        m = self.objectives(data)
+        values = data.y if m == 1 else data.Y[:, :m]  # type: ignore[index]
+        moment = ranked_moments(self.features.of_unit(data.X), values, dp.clip)
+        delta = ranked_sum_sensitivity(self.features.norm_bound, dp.clip, m)
+        t = self.options.dp_colluders
+        scale = dp.sigma * delta / math.sqrt(honest_members(cohort, t))
+        if scale > 0:
+            gen = self.context.private_rng(round, share_purpose(f"dp-surface-ranks/{_digest(data, values, m)}", cohort, t))
+            moment = moment + gen.normal(0.0, scale, moment.shape)
+        vector = np.concatenate([data.n * upper(self.features.design), moment.ravel(), [float(data.n), 1.0]])
+        return vector, {"dp_clip": dp.clip, "dp_noise_multiplier": dp.sigma, "dp_sensitivity": delta,
+                        "dp_unit": "experiment"}
 
     def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
                         sensitivity: float | None) -> Release | None:
@@ -226,7 +250,8 @@ class SurfaceSite(LocalGPSite):
                 return Release.unprotected(kind, round, step, secure_aggregation=True)
             return super().declare_release(kind, round, step, noised, sensitivity)
         delta_l2 = dp_sensitivity(self.features.norm_bound, dp.clip) if sensitivity is None else sensitivity
-        how = MECHANISM.format(t=self.options.dp_colluders) if masked and self.options.distributed() else \
+        t = self.options.dp_colluders
+        how = (RANKED_MECHANISM if dp.unit == "experiment" else MECHANISM).format(t=t) if masked else \
             STATS_MECHANISM if dp.unit == "site" else STATS_MECHANISM_RANKS
         return Release.gaussian(kind, round, dp, how, sensitivity=delta_l2, noise_std=dp.sigma * delta_l2, step=step,
                                 secure_aggregation=masked)
@@ -259,10 +284,15 @@ class SurfaceSite(LocalGPSite):
         if sites < 1:
             return None
         noise = None
-        if total.averages:  # the others' summed averages, scaled by their mean count
+        dp = self.options.privacy
+        if total.ranked and dp is not None:  # the others' shares of the noise on their moment sums
+            outs = 1 if moment.ndim == 1 else len(moment)
+            shares = honest_members(len(members), self.options.dp_colluders)
+            noise = float(dp.sigma * ranked_sum_sensitivity(self.features.norm_bound, dp.clip, outs)
+                          * math.sqrt(max(sites, 1) / shares))
+        elif total.averages:  # the others' summed averages, scaled by their mean count
             scale = count / sites
             gram, moment = scale * gram, scale * moment
-            dp = self.options.privacy
             if dp is not None:
                 outs = 1 if moment.ndim == 1 else len(moment)  # per experiment: at the others' mean count
                 per = dp.sigma * dp_sensitivity(self.features.norm_bound, dp.clip, outs, dp.unit,
@@ -353,6 +383,11 @@ class SurfaceSite(LocalGPSite):
         if self._weights is None or self._weights.ndim != 1 or data.n < 2:
             return super().predict(data, X)
         return predict(self.surface_model(data, self._weights), X)
+
+
+def _digest(data: SiteData, values: np.ndarray, outcomes: int) -> str:
+    """What keys a release's private noise stream: the data it protects (all outcomes shared)."""
+    return data.digest() if outcomes == 1 else hashlib.sha256(data.key() + values.tobytes()).hexdigest()[:16]
 
 
 def surface_transfer(model: Model) -> TransferEstimate | None:

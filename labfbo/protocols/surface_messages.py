@@ -119,12 +119,15 @@ class SurfaceTotals(Message):
     summed_round: int | None = Field(None, ge=0, description="secure aggregation: the round of the sum (earlier "
                                      "than this one when the coordinator reuses it, release_every)")
     averages: bool = Field(False, description="secure aggregation under DP: a sum of averages (weight 1)")
+    ranked: bool = Field(False, description="secure aggregation under DP(unit='experiment'): the members' moment "
+                         "sums of centred ranks, with their shares of the noise, and the design Gram times their "
+                         "counts in the Gram's place (labfbo.models.surface.design_gram)")
 
     @model_serializer(mode="wrap")
     def _no_unset_noise(self, handler: Any) -> Any:
         # totals without DP noise (and without secure aggregation) are byte for byte as before
         return _left_off(handler(self), self, {"noise_sd": None, "members": None, "summed_round": None,
-                                               "averages": False})
+                                               "averages": False, "ranked": False})
 
     @model_validator(mode="after")
     def _shapes(self) -> "SurfaceTotals":
@@ -149,6 +152,12 @@ class SealedTotals(Message):
     summed_round: int = Field(ge=0, description="the round of the sum (earlier than this one when the "
                               "coordinator reuses it, release_every)")
     averages: bool = Field(False, description="under DP: a sum of averages (weight 1)")
+    ranked: bool = Field(False, description="under DP(unit='experiment'): sums of centred ranks' moments and the "
+                         "design Gram (as SurfaceTotals.ranked)")
+
+    @model_serializer(mode="wrap")
+    def _no_unset_ranked(self, handler: Any) -> Any:
+        return _left_off(handler(self), self, {"ranked": False})
 
     @model_validator(mode="before")
     @classmethod

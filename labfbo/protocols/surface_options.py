@@ -75,6 +75,6 @@ class SurfaceOptions(ModelOptions):
         return self
 
     def distributed(self) -> bool:
-        """Under secure sums each member adds a share of the DP noise (``unit="site"``; another unit's
-        sensitivity depends on the count, so each member adds its full noise)."""
-        return self.privacy is not None and getattr(self.privacy, "unit", "site") == "site"
+        """Under secure sums each member adds a share of the DP noise: of the averages' under ``unit="site"``,
+        of the ranked moment sums' under ``unit="experiment"`` (:mod:`labfbo.protocols.surface_secure`)."""
+        return self.privacy is not None

@@ -38,8 +38,20 @@ accounted as in local mode. The averages are summed with weight 1 (not :math:`n_
 count-weighted sum would be :math:`\sum_j n_j Z_j`, too little for the site with the most
 observations; the site then scales the others' summed averages by their mean count
 :math:`\bar n_{-i} = \sum_{j\ne i} n_j / (|S|-1)`, the count-weighted sum exactly when the counts are
-equal. ``unit="experiment"`` (a sensitivity that depends on the count): every member adds its full
-noise (:func:`~labfbo.models.surface.privatize`), still masked.
+equal.
+
+**One experiment protected** (``DP(unit="experiment")``). A member uploads
+:math:`[\,n_i\,\mathrm{upper}(\bar G_\mathcal{U}),\; h_i + \text{share},\; n_i,\; 1\,]`: the *design Gram*
+:math:`\bar G_\mathcal{U}` (:func:`~labfbo.models.surface.design_gram`, a function of the space: the Gram's
+place carries nothing but the public count) and the moment *sum* :math:`h_i = \Phi_i^\top z_i` of its
+values' centred ranks (:func:`~labfbo.models.surface.ranked_moments`), whose sensitivity
+:math:`\Delta_\Sigma = 4C\sqrt{m(P-1)}` (:func:`~labfbo.models.surface.ranked_sum_sensitivity`) does not
+depend on the count — so each member adds only its share :math:`\mathcal N(0, \sigma^2\Delta_\Sigma^2/h)`,
+and the sum's noise is that of one mechanism however many labs contribute, while its signal grows
+with their experiments. The site's surface is :math:`w = (N_{-i}\bar G_\mathcal{U} + \lambda I)^{-1} h_{-i}`
+(the ridge on a uniform design: no noisy Gram to invert). The uploads state ``dp_unit``; the sums are
+``ranked`` (:class:`~labfbo.protocols.surface_messages.SurfaceTotals`). In the clear (two sites,
+``secure_aggregation="off"``) such a site sends noised averages instead (:func:`~labfbo.models.surface.private_statistics`).
 
 **Dropouts.** A member whose upload (or self-mask seed) does not arrive makes the exchange run
 again with the members that answered, under new masks (:class:`~labfbo.protocols.secure_sum.SecureSum`);
@@ -144,6 +156,7 @@ class HeldSum:
     averaged: bool
     sealed: dict[str, dict[str, str]] | None = None
     keys: dict[str, str] | None = None
+    ranked: bool = False  # under DP(unit="experiment"): moment sums of centred ranks and the design Gram
 
     def stands(self, t: int) -> bool:
         return t == self.round or self.round < t < self.round + self.every
@@ -151,20 +164,21 @@ class HeldSum:
     def state(self) -> dict[str, Any]:
         out = {"round": self.round, "members": list(self.members), "every": self.every, "averaged": self.averaged,
                "total": Array.of(self.total, dtype="float64" if self.sealed is None else "uint64").model_dump(mode="json")}
+        out = {**out, "ranked": True} if self.ranked else out
         return out if self.sealed is None else {**out, "sealed": self.sealed, "keys": self.keys}
 
     @classmethod
     def restore(cls, state: dict[str, Any]) -> "HeldSum":
         return cls(round=int(state["round"]), total=Array.model_validate(state["total"]).numpy(),
                    members=tuple(state["members"]), every=int(state["every"]), averaged=bool(state["averaged"]),
-                   sealed=state.get("sealed"), keys=state.get("keys"))
+                   sealed=state.get("sealed"), keys=state.get("keys"), ranked=bool(state.get("ranked", False)))
 
     def sealed_for(self, site: str) -> SealedTotals:
         """What member ``site`` receives of a sealed sum."""
         assert self.sealed is not None and self.keys is not None
         masked, members = self._shared
         return SealedTotals(masked=masked, members=members, leader_key=self.keys[members[0]], sealed=self.sealed[site],
-                            summed_round=self.round, averages=self.averaged)
+                            summed_round=self.round, averages=self.averaged, ranked=self.ranked)
 
     @functools.cached_property
     def _shared(self) -> tuple[Array, list[str]]:
@@ -208,11 +222,13 @@ def open_totals(msg: SealedTotals, me: str, key_seed: bytes, p: int) -> SurfaceT
         raise ProtocolError(f"surface: a sealed sum of {total.size} entries does not fit {p} features")
     gram, moment, count, members = split(total, p)
     bound = (1.0 + 1e-6) * max(count, 0) + 1e-6
-    if not msg.averages and (count < 0 or max(np.abs(gram).max(), np.abs(moment).max()) > bound):
+    noised = [] if msg.ranked else [np.abs(moment).max()]  # ranked: the noised moments have no bound
+    if not msg.averages and (count < 0 or max([np.abs(gram).max(), *noised]) > bound):
         raise ProtocolError(f"surface: the cohort's sum of round {msg.summed_round} is outside what {count} "
                             "observations can produce (a member sent statistics its data cannot give)")
     return SurfaceTotals(sites=members, count=count, gram=Array.of(gram), moment=Array.of(moment),
-                         members=sorted(msg.members), summed_round=msg.summed_round, averages=msg.averages)
+                         members=sorted(msg.members), summed_round=msg.summed_round, averages=msg.averages,
+                         ranked=msg.ranked)
 
 
 def opened(msg: SealedTotals, me: str, key_seed: bytes, p: int) -> SurfaceTotals | None:
@@ -276,9 +292,9 @@ class SecureRounds:
             uploads = [responses[s] for s in self.secure.cohort if isinstance(responses.get(s), MaskedScores)]
             if not uploads:  # nobody had anything to add (not a release round, no data): the held sum
                 return self._finish(t, None)
-            stated = {(m.dp_noise_multiplier, m.dp_clip) for m in uploads}  # type: ignore[union-attr]
+            stated = {(m.dp_noise_multiplier, m.dp_clip, m.dp_unit) for m in uploads}  # type: ignore[union-attr]
             if len(stated) > 1:  # a share relies on the others': never unmask unequal ones
-                warnings.warn(f"surface: the cohort of round {t} stated different DP noise {sorted(map(str, stated))};"
+                warnings.warn(f"surface: the cohort of round {t} stated different DP noise or units {sorted(map(str, stated))};"
                               " one member's smaller share would weaken the others' guarantee, so this round ends "
                               "without unmasking the sum", stacklevel=2)
                 return self._finish(t, None)
@@ -291,9 +307,9 @@ class SecureRounds:
             return Exchange(out)
         sealed = out if isinstance(out, SealedSum) else None
         self.held_sum = HeldSum(round=t, total=out.masked if sealed else out, members=tuple(self.secure.cohort),
-                                every=self._every, averaged=self._stated[0] is not None,
+                                every=self._every, averaged=self._stated[0] is not None and self._stated[2] is None,
                                 sealed=sealed.sealed if sealed else None,
-                                keys=self.secure.cohort_keys() if sealed else None)
+                                keys=self.secure.cohort_keys() if sealed else None, ranked=self._stated[2] is not None)
         return self._finish(t, self.held_sum)
 
     def _finish(self, t: int, fresh: HeldSum | None) -> Finish:
@@ -311,7 +327,8 @@ class SecureRounds:
             return Finish({})
         gram, moment, count, members = split(held.total, shape[0])
         reply = SurfaceTotals(sites=members, count=count, gram=Array.of(gram), moment=Array.of(moment),
-                              members=list(held.members), summed_round=held.round, averages=held.averaged)
+                              members=list(held.members), summed_round=held.round, averages=held.averaged,
+                              ranked=held.ranked)
         return Finish({s: reply for s in self.sites})
 
 

@@ -1,0 +1,135 @@
+"""``surface`` under ``DP(unit="experiment")`` over secure sums: ranked moment sums, the design Gram, noise shares."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import labfbo
+from labfbo.messages import Array
+from labfbo.models.surface import (SurfaceFeatures, design_gram, rank_scores, ranked_moments, ranked_sum_sensitivity,
+                                   upper)
+from labfbo.privacy import secagg
+from labfbo.protocols.secure_sum import MaskedScores
+from labfbo.protocols.surface_secure import HeldSum
+from test_dp_unit import MIXED, _neighbours
+from test_surface_secagg import SITES, SPACE, _opened, _run
+
+
+@pytest.mark.parametrize("space", [MIXED, SPACE], ids=["mixed", "categorical"])
+@pytest.mark.parametrize("outcomes", [1, 2])
+def test_replacing_one_experiment_never_moves_the_ranked_sums_beyond_the_stated_sensitivity(space, outcomes) -> None:
+    """Random datasets (ties, results far out), one experiment's setting and results replaced: the moment
+    sums move by at most 4 C sqrt(m (P - 1)), whatever the count — and by a good part of it; the constant's
+    entry is always 0."""
+    feats = SurfaceFeatures(space, fourier=8)
+    gen = np.random.default_rng(2)
+    worst = 0.0
+    for trial in range(400):
+        n, clip = int(gen.integers(2, 60)), float(gen.choice([0.5, 1.0, 2.0]))
+        X, Y, X2, Y2 = _neighbours(gen, n, outcomes, space.dim)
+        y, y2 = (Y[:, 0], Y2[:, 0]) if outcomes == 1 else (Y, Y2)
+        a, b = ranked_moments(feats.of_unit(X), y, clip), ranked_moments(feats.of_unit(X2), y2, clip)
+        assert np.allclose(np.atleast_2d(a)[:, 0], 0.0, atol=1e-9)
+        bound = ranked_sum_sensitivity(feats.norm_bound, clip, outcomes)
+        change = float(np.linalg.norm(a - b))
+        assert change <= bound * (1 + 1e-12), (trial, n, change, bound)
+        worst = max(worst, change / bound)
+    assert worst > 0.25
+
+
+def test_ranked_moments_are_the_features_times_the_centred_ranks() -> None:
+    gen = np.random.default_rng(0)
+    Phi, y = gen.random((7, 4)), gen.random(7)
+    assert np.allclose(ranked_moments(Phi, y, 2.0), Phi.T @ rank_scores(y, 2.0))
+    Y = gen.random((7, 2))
+    assert np.allclose(ranked_moments(Phi, Y, 1.0), np.stack([Phi.T @ rank_scores(Y[:, j], 1.0) for j in range(2)]))
+
+
+def test_the_design_gram_is_the_uniform_designs_and_the_same_at_every_site() -> None:
+    """On a categorical space the expectation is exact: 1/k on a block's diagonal, 1/(k k') across blocks."""
+    feats = SurfaceFeatures(SPACE)
+    G = design_gram(feats)
+    sizes = [3, 4, 5]
+    probs = np.concatenate([[1.0], *[np.full(k, 1.0 / k) for k in sizes]])
+    exact = np.outer(probs, probs)
+    start = 1
+    for k in sizes:
+        block = slice(start, start + k)
+        exact[block, block] = np.diag(np.full(k, 1.0 / k))
+        start += k
+    assert np.allclose(G, exact, atol=2e-3)
+    assert np.array_equal(G, SurfaceFeatures(SPACE).design)   # every site computes the same matrix
+    mixed = SurfaceFeatures(MIXED, fourier=8).design
+    assert np.allclose(mixed, mixed.T) and np.linalg.eigvalsh(mixed).min() > -1e-12
+
+
+def test_uploads_are_the_design_gram_and_noised_ranked_sums_with_a_third_of_the_noise_each() -> None:
+    dp = labfbo.DP(clip=1.0, noise_multiplier=1.5, unit="experiment")
+    _, sites, _ = _run(rounds=2, privacy=dp)
+    logic, data = sites[0].agent.logic, sites[0].site_data()
+    delta = ranked_sum_sensitivity(logic.features.norm_bound, 1.0)
+    for o in sites:
+        rel = o.releases()
+        assert rel and all(r.message == "masked_score" and r.secure_aggregation and r.unit == "experiment"
+                           for r in rel)
+        assert all("centred ranks" in r.mechanism and r.sensitivity == pytest.approx(delta)
+                   and r.effective_noise_multiplier == pytest.approx(1.5) for r in rel)
+        ups = [m for m in o.sent_messages() if isinstance(m, MaskedScores)]
+        assert ups and all(m.dp_unit == "experiment" and m.dp_sensitivity == pytest.approx(delta) for m in ups)
+    P = logic.features.p * (logic.features.p + 1) // 2
+    clean = ranked_moments(logic.features.of_unit(data.X), data.y, 1.0)
+    noise = []
+    for r in range(100, 160):  # each round's share is a fresh draw of the site's private stream
+        vector, fields = logic.contribution(data, r, 3)
+        assert np.array_equal(vector[:P], data.n * upper(logic.features.design))   # nothing but the public count
+        assert vector[-2:].tolist() == [data.n, 1.0] and fields["dp_unit"] == "experiment"
+        noise.append(vector[P:-2] - clean)
+    assert np.array_equal(logic.contribution(data, 100, 3)[0], logic.contribution(data, 100, 3)[0])
+    share = 1.5 * delta / np.sqrt(3)
+    assert 0.9 < np.std(noise) / share < 1.1
+
+
+def test_the_sums_open_ranked_and_the_surface_is_used_until_the_noise_swamps_it() -> None:
+    """Little noise (a large budget): each site opens a ranked sum, subtracts its own upload and learns the
+    others' surface (it stated its noise); much noise: the guard leaves every site on its own GP, as alone."""
+    quiet = labfbo.DP(clip=1.0, noise_multiplier=0.01, unit="experiment")
+    _, sites, props = _run(rounds=3, privacy=quiet)
+    totals = _opened(sites[0])
+    assert totals and all(t.ranked and not t.averages for t in totals)
+    design = upper(sites[0].agent.logic.features.design)
+    for t in totals:
+        assert np.allclose(t.gram.numpy(), t.count * design, rtol=1e-6, atol=1e-6)
+    assert any(o.agent.logic._weights is not None for o in sites)
+    loud = labfbo.DP(clip=1.0, noise_multiplier=50.0, unit="experiment")
+    _, alone_sites, alone = _run(rounds=3, privacy=loud)
+    assert all(o.agent.logic._weights is None for o in alone_sites)
+    assert props != alone
+
+
+def test_a_cohort_mixing_units_is_not_unmasked() -> None:
+    from labfbo.protocols.surface import SurfaceAggregator, SurfaceOptions
+
+    agg = SurfaceAggregator(SurfaceOptions(), SITES, 0, None, SPACE)
+    agg.secure.keys = {s: secagg.public_key(bytes([i + 1]) * 32) for i, s in enumerate(SITES)}
+    agg.open_round(0)
+    ups = {s: MaskedScores(step=0, masked=Array.of(np.zeros(4), dtype="uint64"), dp_clip=1.0, dp_noise_multiplier=1.0,
+                           dp_unit="experiment" if s == "lab-c" else None) for s in SITES}
+    with pytest.warns(UserWarning, match="different DP noise or units"):
+        done = agg.on_responses(0, ups)
+    assert done.replies == {} and agg.held_sum is None
+
+
+def test_a_held_ranked_sum_survives_a_coordinator_restart_and_old_states_read_as_before() -> None:
+    held = HeldSum(round=2, total=np.arange(5.0), members=("a", "b", "c"), every=3, averaged=False, ranked=True)
+    again = HeldSum.restore(held.state())
+    assert again.ranked and not again.averaged and np.array_equal(again.total, held.total)
+    old = HeldSum(round=2, total=np.arange(5.0), members=("a", "b", "c"), every=3, averaged=True).state()
+    assert "ranked" not in old and not HeldSum.restore(old).ranked
+
+
+def test_a_masked_upload_without_the_unit_serializes_as_before() -> None:
+    m = MaskedScores(step=0, masked=Array.of(np.zeros(2), dtype="uint64"), dp_clip=1.0, dp_noise_multiplier=1.0)
+    assert "dp_unit" not in m.model_dump(mode="json")
+    ranked = m.model_copy(update={"dp_unit": "experiment"})
+    assert MaskedScores.model_validate(ranked.model_dump(mode="json")).dp_unit == "experiment"
