@@ -96,7 +96,7 @@ def regret(data: Any, yields: list[list[float | None]]) -> float:
 def noise_table(n_init: int, budget: int, epsilon: float, delta: float) -> str:
     """The noise each unit needs for ``budget`` releases of `surface` at (epsilon, delta) on the
     demo's space, its last release made with ``n_init + budget - 1`` experiments."""
-    from labfbo.models.surface import dp_sensitivity
+    from labfbo.models.surface import dp_sensitivity, ranked_sum_sensitivity
     from labfbo.privacy.budget import calibrate
     from labfbo.protocols.surface import SurfaceOptions, features
 
@@ -110,6 +110,9 @@ def noise_table(n_init: int, budget: int, epsilon: float, delta: float) -> str:
     for unit in ("site", "experiment"):
         d = dp_sensitivity(feats.norm_bound, 1.0, 1, unit, n)
         rows.append(f"  unit={unit!r:13} sensitivity {d:.4f}   noise std per entry of the averages {sigma * d:.3f}")
+    d = ranked_sum_sensitivity(feats.norm_bound, 1.0)
+    rows.append(f"  unit='experiment' over secure sums (3 labs or more): sensitivity {d:.4f} of the moment sums, "
+                f"noise std per entry of the cohort's sum {sigma * d:.3f} (against signals of order the count)")
     return "\n".join(rows)
 
 

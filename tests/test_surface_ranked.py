@@ -7,8 +7,8 @@ import pytest
 
 import labfbo
 from labfbo.messages import Array
-from labfbo.models.surface import (SurfaceFeatures, design_gram, rank_scores, ranked_moments, ranked_sum_sensitivity,
-                                   upper)
+from labfbo.models.surface import (SurfaceFeatures, design_gram, noisy_ridge_weights, rank_scores, ranked_moments,
+                                   ranked_sum_sensitivity, upper)
 from labfbo.privacy import secagg
 from labfbo.protocols.secure_sum import MaskedScores
 from labfbo.protocols.surface_secure import HeldSum
@@ -90,11 +90,24 @@ def test_uploads_are_the_design_gram_and_noised_ranked_sums_with_a_third_of_the_
     assert 0.9 < np.std(noise) / share < 1.1
 
 
-def test_the_sums_open_ranked_and_the_surface_is_used_until_the_noise_swamps_it() -> None:
+def test_the_sums_open_ranked_and_the_surface_is_used_until_the_noise_swamps_it(monkeypatch) -> None:
     """Little noise (a large budget): each site opens a ranked sum, subtracts its own upload and learns the
-    others' surface (it stated its noise); much noise: the guard leaves every site on its own GP, as alone."""
+    others' surface by the noise-aware ridge at the noise it states; much noise: the guard leaves every
+    site on its own GP, as alone."""
+    import labfbo.protocols.surface as surface
+
+    calls: list[float] = []
+
+    def spy(G, h, ridge, noise_sd, value_var):  # type: ignore[no-untyped-def]
+        calls.append(noise_sd)
+        assert value_var == pytest.approx(1 / 3)
+        return noisy_ridge_weights(G, h, ridge, noise_sd, value_var)
+
+    monkeypatch.setattr(surface, "noisy_ridge_weights", spy)
     quiet = labfbo.DP(clip=1.0, noise_multiplier=0.01, unit="experiment")
     _, sites, props = _run(rounds=3, privacy=quiet)
+    delta = ranked_sum_sensitivity(sites[0].agent.logic.features.norm_bound, 1.0)
+    assert calls and all(c == pytest.approx(0.01 * delta * np.sqrt(2 / 3)) for c in calls)  # 2 others' shares of 3
     totals = _opened(sites[0])
     assert totals and all(t.ranked and not t.averages for t in totals)
     design = upper(sites[0].agent.logic.features.design)
@@ -133,3 +146,25 @@ def test_a_masked_upload_without_the_unit_serializes_as_before() -> None:
     assert "dp_unit" not in m.model_dump(mode="json")
     ranked = m.model_copy(update={"dp_unit": "experiment"})
     assert MaskedScores.model_validate(ranked.model_dump(mode="json")).dp_unit == "experiment"
+
+
+def test_the_noise_aware_ridge_is_the_ridge_without_noise_and_shrinks_what_the_noise_swamps() -> None:
+    from labfbo.models.surface import ridge_weights
+
+    feats = SurfaceFeatures(SPACE)
+    G = 40 * feats.design
+    gen = np.random.default_rng(4)
+    truth = np.concatenate([[0.0], gen.normal(0.0, 0.5, feats.p - 1)])
+    h = G @ truth
+    assert np.allclose(noisy_ridge_weights(G, h, 1.0, 0.0, 1 / 3), ridge_weights(G, h, 1.0))
+    assert np.allclose(noisy_ridge_weights(G, h, 1.0, 1e-6, 1 / 3), ridge_weights(G, h, 1.0), atol=1e-6)
+    assert np.abs(noisy_ridge_weights(G, h + gen.normal(0, 1e6, h.shape), 1.0, 1e6, 1 / 3)).max() < 1e-3
+    H = np.stack([h, -h])   # one surface per outcome
+    assert np.allclose(noisy_ridge_weights(G, H, 1.0, 3.0, 1 / 3)[1], -noisy_ridge_weights(G, h, 1.0, 3.0, 1 / 3))
+    # at a noise that swamps the rare choices, it errs less than the plain ridge that trusts the noise
+    errs = {"plain": [], "aware": []}
+    for _ in range(200):
+        noisy = h + gen.normal(0.0, 10.0, h.shape)
+        errs["plain"].append(np.linalg.norm(ridge_weights(G, noisy, 1.0) - truth))
+        errs["aware"].append(np.linalg.norm(noisy_ridge_weights(G, noisy, 1.0, 10.0, 1 / 3) - truth))
+    assert np.mean(errs["aware"]) < 0.8 * np.mean(errs["plain"])

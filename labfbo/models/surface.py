@@ -309,6 +309,31 @@ def ridge_weights(G: np.ndarray, h: np.ndarray, ridge: float) -> np.ndarray:
     return W.T.reshape(np.shape(h))
 
 
+def noisy_ridge_weights(G: np.ndarray, h: np.ndarray, ridge: float, noise_sd: float, value_var: float) -> np.ndarray:
+    r"""The posterior mean of the coefficients when the moments carry DP noise of std ``noise_sd`` per
+    entry (a Wiener filter): with :math:`z = \phi^\top w + \varepsilon`, :math:`\varepsilon \sim
+    \mathcal N(0, s^2)` (``value_var`` :math:`= s^2`), the moment sum is :math:`\tilde h = Gw +
+    \Phi^\top\varepsilon + e`, so :math:`\tilde h \mid w \sim \mathcal N(Gw,\ s^2 G + \sigma_n^2 I)`;
+    under the ridge's prior :math:`w \sim \mathcal N(0, (s^2/\lambda) I)`, in the eigenbasis
+    :math:`G = V\,\mathrm{diag}(g)\,V^\top`,
+
+    .. math:: (V^\top w)_j = \frac{g_j\,(V^\top\tilde h)_j / (s^2 g_j + \sigma_n^2)}
+                                   {g_j^2 / (s^2 g_j + \sigma_n^2) + \lambda / s^2}.
+
+    Without noise this is :func:`ridge_weights`; a direction the design covers little (small
+    :math:`g_j`: a choice among many) shrinks to 0 as the noise grows, instead of taking the
+    noise as signal. ``h (m, p)`` gives ``w (m, p)``."""
+    if noise_sd <= 0:
+        return ridge_weights(G, h, ridge)
+    vals, vecs = np.linalg.eigh(0.5 * (G + G.T))
+    g = np.clip(vals, 0.0, None)
+    den = value_var * g + noise_sd ** 2
+    gain = (g / den) / (g ** 2 / den + ridge / value_var)
+    H = np.atleast_2d(h).T
+    W = vecs @ ((vecs.T @ H) * gain[:, None])
+    return W.T.reshape(np.shape(h))
+
+
 class SurfaceMean(Mean):
     r""":math:`m(x) = a + c\,\phi(x)^\top w`: a constant and an agreement scale :math:`c`, both
     hyper-parameters of the GP (:math:`c` with a normal prior); :math:`w` is fixed."""

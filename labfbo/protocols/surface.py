@@ -68,8 +68,9 @@ from pydantic import BaseModel
 from labfbo.exceptions import ConfigurationError
 from labfbo.messages import Abstain, Array, Message
 from labfbo.models.gp import fit_local_gp, predict
-from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, private_statistics, ranked_moments,
-                                   ranked_sum_sensitivity, ridge_weights, site_statistics, symmetric, upper)
+from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, noisy_ridge_weights, private_statistics,
+                                   ranked_moments, ranked_sum_sensitivity, ridge_weights, site_statistics, symmetric,
+                                   upper)
 from labfbo.models.transfer import held_out_gain, top_trust, agreement_probability
 from labfbo.privacy import DP, secagg
 from labfbo.privacy.distributed import honest_members, share_purpose
@@ -82,7 +83,7 @@ from labfbo.protocols.secure_sum import (MIN_COHORT, KeyRequest, MaskedScores, P
 from labfbo.protocols.surface_aggregate import admit_stats, capped_counts, leave_one_out
 from labfbo.protocols.surface_messages import SealedTotals, SurfaceRequest, SurfaceStats, SurfaceTotals
 from labfbo.protocols.surface_options import AGREEMENT_REFIT, NOISE_GUARD, SurfaceOptions  # noqa: F401 (re-exported)
-from labfbo.protocols.surface_secure import (MECHANISM, UNMASKED_2_SITES, SecureRounds,
+from labfbo.protocols.surface_secure import (MECHANISM, RANKED_MECHANISM, UNMASKED_2_SITES, SecureRounds,
                                              as_summed, contribution, leave_out, masked_study, masked_upload, opened)
 from labfbo.records import TransferEstimate
 from labfbo.space import SearchSpace
@@ -93,12 +94,6 @@ STATS_MECHANISM = ("Gaussian on the averaged ridge statistics (G/n, h/n), values
                    "(labfbo.models.surface); the count n is released exactly")
 STATS_MECHANISM_RANKS = ("Gaussian on the averaged ridge statistics (G/n, h/n) of the values' centred ranks in "
                          "[-C, C] (labfbo.models.surface.private_statistics); the count n is released exactly")
-RANKED_MECHANISM = ("distributed Gaussian on the secure sum of the moment sums of the values' centred ranks in [-C, C] "
-                    "(labfbo.models.surface.ranked_moments; one experiment replaced moves them by at most "
-                    "4 C sqrt(m (P - 1)), whatever the count): each of the cohort's n members adds N(0, (sigma Delta)^2 / "
-                    "max(n - t, 1)), t = {t}; the Gram's place holds the design Gram times the count (a function of the "
-                    "space and the public count); trust: an honest-but-curious coordinator, at most {t} other site(s) "
-                    "collude with it, the others add their shares honestly")
 
 
 class SurfaceSite(LocalGPSite):
@@ -300,7 +295,7 @@ class SurfaceSite(LocalGPSite):
                 shares = honest_members(len(members), self.options.dp_colluders) if self.options.distributed() else 1
                 noise = float(scale * per * math.sqrt(sites / shares))
         return SurfaceTotals(sites=sites, count=max(count, 0), gram=Array.of(gram), moment=Array.of(moment),
-                             noise_sd=noise)
+                             noise_sd=noise, ranked=total.ranked)
 
     def weights(self, totals: SurfaceTotals, objectives: int = 1) -> np.ndarray | None:
         """The surface's coefficients from the others' totals, ``(p,)`` (or ``(m, p)``, one surface per
@@ -314,6 +309,9 @@ class SurfaceSite(LocalGPSite):
         if totals.noise_sd is not None and totals.noise_sd > self.options.noise_guard * max(totals.count, 1):
             return None
         G = symmetric(totals.gram.numpy(), self.features.p)
+        dp = self.options.privacy
+        if totals.ranked and totals.noise_sd and dp is not None:  # centred ranks in [-C, C]: variance C^2 / 3
+            return noisy_ridge_weights(G, totals.moment.numpy(), self.options.ridge, totals.noise_sd, dp.clip ** 2 / 3)
         return ridge_weights(G, totals.moment.numpy(), self.options.ridge)
 
     def surface_model(self, data: SiteData, w: np.ndarray) -> Model:

@@ -105,6 +105,13 @@ MECHANISM = ("distributed Gaussian on the secure sum of the ridge statistics' av
              "the count n_i is summed exactly; trust: an honest-but-curious coordinator, at most {t} other site(s) "
              "collude with it, the others add their shares honestly with the same clip and noise multiplier")
 
+RANKED_MECHANISM = ("distributed Gaussian on the secure sum of the moment sums of the values' centred ranks in [-C, C] "
+                    "(labfbo.models.surface.ranked_moments; one experiment replaced moves them by at most "
+                    "4 C sqrt(m (P - 1)), whatever the count): each of the cohort's n members adds N(0, (sigma Delta)^2 / "
+                    "max(n - t, 1)), t = {t}; the Gram's place holds the design Gram times the count (a function of the "
+                    "space and the public count); trust: an honest-but-curious coordinator, at most {t} other site(s) "
+                    "collude with it, the others add their shares honestly")
+
 
 def masked_study(mode: str, n_sites: int) -> bool:
     """Whether a study of ``n_sites`` runs ``surface`` over secure sums: ``"on"``, or ``"auto"`` from 3 sites."""
