@@ -82,17 +82,22 @@ def _neighbours(gen: np.random.Generator, n: int, m: int, d: int) -> tuple[np.nd
     return X, Y, X2, Y2
 
 
+def replacements(space: labfbo.SearchSpace, outcomes: int, seed: int, trials: int = 400):  # type: ignore[no-untyped-def]
+    """``(n, clip, X, y, X2, y2)`` of random neighbouring datasets: one experiment replaced (:func:`_neighbours`)."""
+    gen = np.random.default_rng(seed)
+    for _ in range(trials):
+        n, clip = int(gen.integers(2, 40)), float(gen.choice([0.5, 1.0, 2.0]))
+        X, Y, X2, Y2 = _neighbours(gen, n, outcomes, space.dim)
+        yield (n, clip, X, *((Y[:, 0], X2, Y2[:, 0]) if outcomes == 1 else (Y, X2, Y2)))
+
+
 @pytest.mark.parametrize("outcomes", [1, 2])
 def test_replacing_one_experiment_never_moves_the_statistics_beyond_the_stated_sensitivity(outcomes) -> None:
     """Random datasets (with ties and results far out), one experiment replaced: the statistics of
     ``unit="experiment"`` move by at most :func:`experiment_sensitivity` — and by a good part of it."""
     feats = SurfaceFeatures(MIXED, fourier=8)
-    gen = np.random.default_rng(1)
     worst = 0.0
-    for trial in range(400):
-        n, clip = int(gen.integers(2, 40)), float(gen.choice([0.5, 1.0, 2.0]))
-        X, Y, X2, Y2 = _neighbours(gen, n, outcomes, MIXED.dim)
-        y, y2 = (Y[:, 0], Y2[:, 0]) if outcomes == 1 else (Y, Y2)
+    for trial, (n, clip, X, y, X2, y2) in enumerate(replacements(MIXED, outcomes, seed=1)):
         a = _stack(*site_statistics(feats.of_unit(X), y, clip, "experiment"))
         b = _stack(*site_statistics(feats.of_unit(X2), y2, clip, "experiment"))
         bound = experiment_sensitivity(feats.norm_bound, clip, n, outcomes)

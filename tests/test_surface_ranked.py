@@ -7,12 +7,12 @@ import pytest
 
 import labfbo
 from labfbo.messages import Array
-from labfbo.models.surface import (SurfaceFeatures, design_gram, noisy_ridge_weights, rank_scores, ranked_moments,
-                                   ranked_sum_sensitivity, upper)
+from labfbo.models.surface import (SurfaceFeatures, design_gram, guarded_noisy_weights, noisy_ridge_weights,
+                                   rank_scores, ranked_moments, ranked_sum_sensitivity, upper)
 from labfbo.privacy import secagg
 from labfbo.protocols.secure_sum import MaskedScores
 from labfbo.protocols.surface_secure import HeldSum
-from test_dp_unit import MIXED, _neighbours
+from test_dp_unit import MIXED, replacements
 from test_surface_secagg import SITES, SPACE, _opened, _run
 
 
@@ -23,12 +23,8 @@ def test_replacing_one_experiment_never_moves_the_ranked_sums_beyond_the_stated_
     sums move by at most 4 C sqrt(m (P - 1)), whatever the count — and by a good part of it; the constant's
     entry is always 0."""
     feats = SurfaceFeatures(space, fourier=8)
-    gen = np.random.default_rng(2)
     worst = 0.0
-    for trial in range(400):
-        n, clip = int(gen.integers(2, 60)), float(gen.choice([0.5, 1.0, 2.0]))
-        X, Y, X2, Y2 = _neighbours(gen, n, outcomes, space.dim)
-        y, y2 = (Y[:, 0], Y2[:, 0]) if outcomes == 1 else (Y, Y2)
+    for trial, (n, clip, X, y, X2, y2) in enumerate(replacements(space, outcomes, seed=2)):
         a, b = ranked_moments(feats.of_unit(X), y, clip), ranked_moments(feats.of_unit(X2), y2, clip)
         assert np.allclose(np.atleast_2d(a)[:, 0], 0.0, atol=1e-9)
         bound = ranked_sum_sensitivity(feats.norm_bound, clip, outcomes)
@@ -98,12 +94,12 @@ def test_the_sums_open_ranked_and_the_surface_is_used_until_the_noise_swamps_it(
 
     calls: list[float] = []
 
-    def spy(G, h, ridge, noise_sd, value_var):  # type: ignore[no-untyped-def]
+    def spy(G, h, ridge, noise_sd, value_var, shares, count, guard):  # type: ignore[no-untyped-def]
         calls.append(noise_sd)
-        assert value_var == pytest.approx(1 / 3)
-        return noisy_ridge_weights(G, h, ridge, noise_sd, value_var)
+        assert value_var == pytest.approx(1 / 3) and guard == 0.25
+        return guarded_noisy_weights(G, h, ridge, noise_sd, value_var, shares, count, guard)
 
-    monkeypatch.setattr(surface, "noisy_ridge_weights", spy)
+    monkeypatch.setattr(surface, "guarded_noisy_weights", spy)
     quiet = labfbo.DP(clip=1.0, noise_multiplier=0.01, unit="experiment")
     _, sites, props = _run(rounds=3, privacy=quiet)
     delta = ranked_sum_sensitivity(sites[0].agent.logic.features.norm_bound, 1.0)
@@ -168,3 +164,22 @@ def test_the_noise_aware_ridge_is_the_ridge_without_noise_and_shrinks_what_the_n
         errs["plain"].append(np.linalg.norm(ridge_weights(G, noisy, 1.0) - truth))
         errs["aware"].append(np.linalg.norm(noisy_ridge_weights(G, noisy, 1.0, 10.0, 1 / 3) - truth))
     assert np.mean(errs["aware"]) < 0.8 * np.mean(errs["plain"])
+
+
+def test_the_guard_per_feature_reads_a_reagent_of_few_choices_before_one_of_many() -> None:
+    """Each feature is kept while the noise is at most the guard times the experiments its moment sums
+    (a choice among k: the count over k); the others' coefficients are 0; nothing kept: None."""
+    feats = SurfaceFeatures(SPACE)
+    assert feats.shares.tolist() == [1.0] + [1 / 3] * 3 + [1 / 4] * 4 + [1 / 5] * 5
+    N = 60
+    G = N * feats.design
+    h = np.random.default_rng(5).normal(0.0, 5.0, feats.p)
+    # noise 4.5: 0.25 * 60 / 3 = 5 keeps the bases; 0.25 * 60 / 4 = 3.75 drops ligands and additives
+    w = guarded_noisy_weights(G, h, 1.0, 4.5, 1 / 3, feats.shares, N, 0.25)
+    assert w is not None and np.all(w[1:4] != 0) and np.all(w[4:] == 0)
+    sub = noisy_ridge_weights(G[:4, :4], h[:4], 1.0, 4.5, 1 / 3)
+    assert np.allclose(w[:4], sub)
+    assert np.count_nonzero(guarded_noisy_weights(G, h, 1.0, 2.0, 1 / 3, feats.shares, N, 0.25)) == feats.p
+    assert guarded_noisy_weights(G, h, 1.0, 6.0, 1 / 3, feats.shares, N, 0.25) is None
+    two = guarded_noisy_weights(G, np.stack([h, 2 * h]), 1.0, 4.5, 1 / 3, feats.shares, N, 0.25)
+    assert two.shape == (2, feats.p) and np.allclose(two[1], 2 * w)

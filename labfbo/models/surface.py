@@ -122,6 +122,13 @@ class SurfaceFeatures:
         return self(Z).numpy()
 
     @functools.cached_property
+    def shares(self) -> np.ndarray:
+        """Per feature, the share of a uniform design's experiments it carries: 1/k for each choice of a
+        one-hot block of k, 1 for every other feature (the constant first, as :meth:`__call__` orders them)."""
+        blocks = [np.full(k, 1.0 / k) for _, k in self.onehot]
+        return np.concatenate([[1.0], *blocks, np.ones(self.p - 1 - sum(k for _, k in self.onehot))])
+
+    @functools.cached_property
     def design(self) -> np.ndarray:
         """:func:`design_gram` of these features (computed once)."""
         return design_gram(self)
@@ -332,6 +339,24 @@ def noisy_ridge_weights(G: np.ndarray, h: np.ndarray, ridge: float, noise_sd: fl
     H = np.atleast_2d(h).T
     W = vecs @ ((vecs.T @ H) * gain[:, None])
     return W.T.reshape(np.shape(h))
+
+
+def guarded_noisy_weights(G: np.ndarray, h: np.ndarray, ridge: float, noise_sd: float, value_var: float,
+                          shares: np.ndarray, count: int, guard: float) -> np.ndarray | None:
+    r""":func:`noisy_ridge_weights` on the features whose moment the noise does not swamp: feature
+    :math:`j` is kept while ``noise_sd`` :math:`\le` ``guard`` :math:`\cdot\, N s_j`, :math:`s_j` its
+    share of the experiments (``shares``: :math:`1/k` for a choice among :math:`k`), so :math:`N s_j`
+    is about how many of the others' :math:`N` experiments enter its moment; the others' coefficients
+    are 0. A reagent with three choices is read long before one of 23 additives. None if no feature
+    but the constant is kept."""
+    keep = noise_sd <= guard * max(count, 1) * np.asarray(shares)
+    keep[0] = True
+    if not keep[1:].any():
+        return None
+    H = np.atleast_2d(h)
+    W = np.zeros_like(H)
+    W[:, keep] = noisy_ridge_weights(G[np.ix_(keep, keep)], H[:, keep], ridge, noise_sd, value_var)
+    return W.reshape(np.shape(h))
 
 
 class SurfaceMean(Mean):

@@ -68,9 +68,9 @@ from pydantic import BaseModel
 from labfbo.exceptions import ConfigurationError
 from labfbo.messages import Abstain, Array, Message
 from labfbo.models.gp import fit_local_gp, predict
-from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, noisy_ridge_weights, private_statistics,
-                                   ranked_moments, ranked_sum_sensitivity, ridge_weights, site_statistics, symmetric,
-                                   upper)
+from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, guarded_noisy_weights,
+                                   private_statistics, ranked_moments, ranked_sum_sensitivity, ridge_weights,
+                                   site_statistics, symmetric, upper)
 from labfbo.models.transfer import held_out_gain, top_trust, agreement_probability
 from labfbo.privacy import DP, secagg
 from labfbo.privacy.distributed import honest_members, share_purpose
@@ -302,16 +302,18 @@ class SurfaceSite(LocalGPSite):
         objective); None if there are none, they do not fit (another shape than ``objectives``
         asks for), or their DP noise swamps them: a noise std per entry above ``noise_guard`` (:data:`NOISE_GUARD`)
         times the others' count, the scale of the sums — a trusted noise surface misleads, so the
-        site then proposes from its own GP."""
+        site then proposes from its own GP. Ranked sums (``unit="experiment"``): the guard per feature,
+        against the experiments its moment sums (:func:`~labfbo.models.surface.guarded_noisy_weights`)."""
         expected = (self.features.p,) if objectives == 1 else (objectives, self.features.p)
         if totals.sites == 0 or tuple(totals.moment.shape) != expected:
             return None
-        if totals.noise_sd is not None and totals.noise_sd > self.options.noise_guard * max(totals.count, 1):
-            return None
         G = symmetric(totals.gram.numpy(), self.features.p)
-        dp = self.options.privacy
+        dp, guard = self.options.privacy, self.options.noise_guard
         if totals.ranked and totals.noise_sd and dp is not None:  # centred ranks in [-C, C]: variance C^2 / 3
-            return noisy_ridge_weights(G, totals.moment.numpy(), self.options.ridge, totals.noise_sd, dp.clip ** 2 / 3)
+            return guarded_noisy_weights(G, totals.moment.numpy(), self.options.ridge, totals.noise_sd, dp.clip ** 2 / 3,
+                                         self.features.shares, totals.count, guard)
+        if totals.noise_sd is not None and totals.noise_sd > guard * max(totals.count, 1):
+            return None
         return ridge_weights(G, totals.moment.numpy(), self.options.ridge)
 
     def surface_model(self, data: SiteData, w: np.ndarray) -> Model:
