@@ -175,19 +175,24 @@ def rank_scores(y: np.ndarray, clip: float) -> np.ndarray:
     return clip * (2.0 * ranks - n - 1.0) / (n - 1.0)
 
 
+def _per_outcome(y: np.ndarray, transform: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """``transform`` of the values ``y (n,)``, or of each column of ``y (n, m)`` on its own."""
+    Y = np.asarray(y, dtype=np.float64)
+    return np.stack([transform(col) for col in Y.T], axis=1) if Y.ndim == 2 else transform(Y)
+
+
 def site_statistics(Phi: np.ndarray, y: np.ndarray, clip: float | None = None,
                     unit: Unit = "site") -> tuple[np.ndarray, np.ndarray]:
     r"""``(upper(G/n), h/n)`` of a site's features ``Phi (n, p)`` and values ``y (n,)``; with
     ``clip`` the standardized values are clipped to :math:`[-C, C]` first. Several outcomes,
     ``y (n, m)``: each column standardized on its own, ``h/n`` of shape ``(m, p)``.
     ``unit="experiment"`` (needs ``clip``): the values are :func:`rank_scores` instead."""
-    Y = np.asarray(y, dtype=np.float64)
     transform: Callable[[np.ndarray], np.ndarray] = standardized
     if unit == "experiment":
         if clip is None:
             raise ValueError("unit='experiment' standardizes by ranks scaled to [-C, C]: give clip")
         transform = functools.partial(rank_scores, clip=clip)
-    Z = np.stack([transform(col) for col in np.atleast_2d(Y.T)], axis=1) if Y.ndim == 2 else transform(Y)
+    Z = _per_outcome(y, transform)
     if clip is not None:
         Z = np.clip(Z, -clip, clip)
     n = Z.shape[0]
@@ -270,10 +275,7 @@ def ranked_moments(Phi: np.ndarray, y: np.ndarray, clip: float) -> np.ndarray:
     r"""The moment *sums* :math:`h = \Phi^\top z` of the values' centred ranks :math:`z` in :math:`[-C, C]`
     (:func:`rank_scores`, each outcome on its own): ``(p,)``, or ``(m, p)`` for ``y (n, m)``. Their
     constant feature's entry is :math:`\sum_i z_i = 0` whatever the values (mid-ranks keep their sum)."""
-    Y = np.asarray(y, dtype=np.float64)
-    if Y.ndim == 1:
-        return Phi.T @ rank_scores(Y, clip)
-    return np.stack([Phi.T @ rank_scores(col, clip) for col in Y.T])
+    return (Phi.T @ _per_outcome(y, functools.partial(rank_scores, clip=clip))).T
 
 
 def ranked_sum_sensitivity(norm_bound: float, clip: float, outcomes: int = 1) -> float:
@@ -310,9 +312,15 @@ def design_gram(features: "SurfaceFeatures", points: int = 4096) -> np.ndarray:
 def ridge_weights(G: np.ndarray, h: np.ndarray, ridge: float) -> np.ndarray:
     r""":math:`w = (G_+ + \lambda I)^{-1} h`, :math:`G_+` the PSD part of the symmetric ``G``;
     ``h (m, p)`` (one moment per outcome) gives ``w (m, p)``."""
+    return _spectral(G, h, lambda g: 1.0 / (g + ridge))
+
+
+def _spectral(G: np.ndarray, h: np.ndarray, gain: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """:math:`V\,\mathrm{diag}(\mathrm{gain}(g))\,V^\top h`, :math:`G = V\,\mathrm{diag}(g)\,V^\top` the
+    symmetric ``G`` with its eigenvalues clipped at 0; ``h (m, p)`` gives ``(m, p)``."""
     vals, vecs = np.linalg.eigh(0.5 * (G + G.T))
     H = np.atleast_2d(h).T
-    W = vecs @ ((vecs.T @ H) / (np.clip(vals, 0.0, None) + ridge)[:, None])
+    W = vecs @ ((vecs.T @ H) * gain(np.clip(vals, 0.0, None))[:, None])
     return W.T.reshape(np.shape(h))
 
 
@@ -332,13 +340,12 @@ def noisy_ridge_weights(G: np.ndarray, h: np.ndarray, ridge: float, noise_sd: fl
     noise as signal. ``h (m, p)`` gives ``w (m, p)``."""
     if noise_sd <= 0:
         return ridge_weights(G, h, ridge)
-    vals, vecs = np.linalg.eigh(0.5 * (G + G.T))
-    g = np.clip(vals, 0.0, None)
-    den = value_var * g + noise_sd ** 2
-    gain = (g / den) / (g ** 2 / den + ridge / value_var)
-    H = np.atleast_2d(h).T
-    W = vecs @ ((vecs.T @ H) * gain[:, None])
-    return W.T.reshape(np.shape(h))
+
+    def gain(g: np.ndarray) -> np.ndarray:
+        den = value_var * g + noise_sd ** 2
+        return (g / den) / (g ** 2 / den + ridge / value_var)
+
+    return _spectral(G, h, gain)
 
 
 def guarded_noisy_weights(G: np.ndarray, h: np.ndarray, ridge: float, noise_sd: float, value_var: float,

@@ -48,8 +48,9 @@ values' centred ranks (:func:`~labfbo.models.surface.ranked_moments`), whose sen
 :math:`\Delta_\Sigma = 4C\sqrt{m(P-1)}` (:func:`~labfbo.models.surface.ranked_sum_sensitivity`) does not
 depend on the count — so each member adds only its share :math:`\mathcal N(0, \sigma^2\Delta_\Sigma^2/h)`,
 and the sum's noise is that of one mechanism however many labs contribute, while its signal grows
-with their experiments. The site's surface is :math:`w = (N_{-i}\bar G_\mathcal{U} + \lambda I)^{-1} h_{-i}`
-(the ridge on a uniform design: no noisy Gram to invert). The uploads state ``dp_unit``; the sums are
+with their experiments. The site fits :math:`h_{-i}` against :math:`N_{-i}\bar G_\mathcal{U}` (no noisy Gram to
+invert) by the coefficients' posterior mean at the stated noise, each reagent choice only while the
+noise does not swamp its moment (:func:`~labfbo.models.surface.guarded_noisy_weights`). The uploads state ``dp_unit``; the sums are
 ``ranked`` (:class:`~labfbo.protocols.surface_messages.SurfaceTotals`). In the clear (two sites,
 ``secure_aggregation="off"``) such a site sends noised averages instead (:func:`~labfbo.models.surface.private_statistics`).
 
