@@ -1,4 +1,5 @@
-"""``surface`` under ``DP(unit="experiment")`` over secure sums: ranked moment sums, the design Gram, noise shares."""
+"""``surface`` under ``DP(unit="experiment")`` over secure sums: ranked moment sums, feature sums and the tilted
+design's Gram, noise shares."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import pytest
 
 import labfbo
 from labfbo.messages import Array
-from labfbo.models.surface import (SurfaceFeatures, design_gram, guarded_noisy_weights, noisy_ridge_weights,
-                                   rank_scores, ranked_moments, ranked_sum_sensitivity, upper)
+from labfbo.models.design_tilt import tilt_weights, tilted_gram
+from labfbo.models.surface import (SurfaceFeatures, design_points, feature_sums, guarded_noisy_weights,
+                                   noisy_ridge_weights, rank_scores, ranked_moments, ranked_sum_sensitivity)
 from labfbo.privacy import secagg
 from labfbo.protocols.secure_sum import MaskedScores
 from labfbo.protocols.surface_secure import HeldSum
@@ -18,17 +20,19 @@ from test_surface_secagg import SITES, SPACE, _opened, _run
 
 @pytest.mark.parametrize("space", [MIXED, SPACE], ids=["mixed", "categorical"])
 @pytest.mark.parametrize("outcomes", [1, 2])
-def test_replacing_one_experiment_never_moves_the_ranked_sums_beyond_the_stated_sensitivity(space, outcomes) -> None:
+def test_replacing_one_experiment_never_moves_the_release_beyond_the_stated_sensitivity(space, outcomes) -> None:
     """Random datasets (ties, results far out), one experiment's setting and results replaced: the moment
-    sums move by at most 4 C sqrt(m (P - 1)), whatever the count — and by a good part of it; the constant's
-    entry is always 0."""
+    sums and C times the feature sums move by at most 2 C sqrt((P - 1)(4 m + 1)), whatever the count — and
+    by a good part of it; the moments' constant entry is always 0."""
     feats = SurfaceFeatures(space, fourier=8)
     worst = 0.0
     for trial, (n, clip, X, y, X2, y2) in enumerate(replacements(space, outcomes, seed=2)):
-        a, b = ranked_moments(feats.of_unit(X), y, clip), ranked_moments(feats.of_unit(X2), y2, clip)
+        Phi, Phi2 = feats.of_unit(X), feats.of_unit(X2)
+        a, b = ranked_moments(Phi, y, clip), ranked_moments(Phi2, y2, clip)
         assert np.allclose(np.atleast_2d(a)[:, 0], 0.0, atol=1e-9)
         bound = ranked_sum_sensitivity(feats.norm_bound, clip, outcomes)
-        change = float(np.linalg.norm(a - b))
+        moved = np.concatenate([(a - b).ravel(), clip * (feature_sums(Phi) - feature_sums(Phi2))])
+        change = float(np.linalg.norm(moved))
         assert change <= bound * (1 + 1e-12), (trial, n, change, bound)
         worst = max(worst, change / bound)
     assert worst > 0.25
@@ -42,29 +46,53 @@ def test_ranked_moments_are_the_features_times_the_centred_ranks() -> None:
     assert np.allclose(ranked_moments(Phi, Y, 1.0), np.stack([Phi.T @ rank_scores(Y[:, j], 1.0) for j in range(2)]))
 
 
-def test_the_design_gram_is_the_uniform_designs_and_the_same_at_every_site() -> None:
-    """On a categorical space the expectation is exact: 1/k on a block's diagonal, 1/(k k') across blocks."""
-    feats = SurfaceFeatures(SPACE)
-    G = design_gram(feats)
-    sizes = [3, 4, 5]
-    probs = np.concatenate([[1.0], *[np.full(k, 1.0 / k) for k in sizes]])
-    exact = np.outer(probs, probs)
+def _independent_gram(counts: list[np.ndarray], n: float) -> np.ndarray:
+    """The Gram of ``n`` experiments whose reagents are drawn independently with these counts per block."""
+    probs = np.concatenate([[1.0], *[c / n for c in counts]])
+    G = np.outer(probs, probs)
     start = 1
-    for k in sizes:
-        block = slice(start, start + k)
-        exact[block, block] = np.diag(np.full(k, 1.0 / k))
-        start += k
-    assert np.allclose(G, exact, atol=2e-3)
-    assert np.array_equal(G, SurfaceFeatures(SPACE).design)   # every site computes the same matrix
-    mixed = SurfaceFeatures(MIXED, fourier=8).design
-    assert np.allclose(mixed, mixed.T) and np.linalg.eigvalsh(mixed).min() > -1e-12
+    for c in counts:
+        block = slice(start, start + len(c))
+        G[block, block] = np.diag(c / n)
+        start += len(c)
+    return n * G
 
 
-def test_uploads_are_the_design_gram_and_noised_ranked_sums_with_a_third_of_the_noise_each() -> None:
-    dp = labfbo.DP(clip=1.0, noise_multiplier=1.5, unit="experiment")
+def test_the_tilted_design_matches_the_counts_and_is_the_uniform_design_without_a_signal() -> None:
+    """On a categorical space: at the uniform design's own sums the Gram is the uniform design's (1/k on a block's
+    diagonal, 1/(k k') across blocks); at any counts, each choice's count exactly and each pair's the product of
+    its choices' counts over N (reagents drawn independently); the same matrix at every site."""
+    feats = SurfaceFeatures(SPACE)
+    U = design_points(feats)
+    assert np.array_equal(U, SurfaceFeatures(SPACE).design)
+    uniform = [np.full(k, 40 / k) for k in (3, 4, 5)]
+    assert np.allclose(tilted_gram(U, 40, np.concatenate(uniform)), _independent_gram(uniform, 40), atol=0.1)
+    counts = [np.array([30.0, 8.0, 2.0]), np.array([10.0, 10.0, 0.0, 20.0]), np.array([1.0, 2.0, 3.0, 4.0, 30.0])]
+    G = tilted_gram(U, 40, np.concatenate(counts))
+    assert np.allclose(G, _independent_gram(counts, 40), atol=0.1)   # a Sobol design of 4,096 points
+    assert np.allclose(G, G.T) and np.linalg.eigvalsh(G).min() > -1e-9
+    assert tilted_gram(U, 0, np.zeros(feats.p - 1)).sum() == 0.0
+
+
+def test_noisy_feature_sums_move_the_design_by_their_evidence() -> None:
+    """The weights stay a distribution; sums far off in the noise leave the design near uniform, the same sums
+    without noise are matched."""
+    feats = SurfaceFeatures(SPACE)
+    U = design_points(feats)
+    skewed = np.concatenate([[36.0, 2.0, 2.0], np.full(4, 10.0), np.full(5, 8.0)])
+    for sd in (0.0, 3.0, 1e3):
+        w = tilt_weights(U[:, 1:], skewed / 40, sd / 40)
+        assert w.min() >= 0 and w.sum() == pytest.approx(1.0)
+    exact, noisy = (tilted_gram(U, 40, skewed, sd)[1, 1] for sd in (0.0, 1e3))
+    assert exact == pytest.approx(36.0, abs=0.05) and noisy == pytest.approx(40 / 3, abs=0.5)
+    assert 40 / 3 < tilted_gram(U, 40, skewed, 6.0)[1, 1] < 36.0
+
+
+def test_uploads_are_the_counts_the_feature_sums_and_noised_ranked_sums_with_a_third_of_the_noise_each() -> None:
+    dp = labfbo.DP(clip=2.0, noise_multiplier=1.5, unit="experiment")
     _, sites, _ = _run(rounds=2, privacy=dp)
     logic, data = sites[0].agent.logic, sites[0].site_data()
-    delta = ranked_sum_sensitivity(logic.features.norm_bound, 1.0)
+    delta = ranked_sum_sensitivity(logic.features.norm_bound, 2.0)
     for o in sites:
         rel = o.releases()
         assert rel and all(r.message == "masked_score" and r.secure_aggregation and r.unit == "experiment"
@@ -73,17 +101,21 @@ def test_uploads_are_the_design_gram_and_noised_ranked_sums_with_a_third_of_the_
                    and r.effective_noise_multiplier == pytest.approx(1.5) for r in rel)
         ups = [m for m in o.sent_messages() if isinstance(m, MaskedScores)]
         assert ups and all(m.dp_unit == "experiment" and m.dp_sensitivity == pytest.approx(delta) for m in ups)
-    P = logic.features.p * (logic.features.p + 1) // 2
-    clean = ranked_moments(logic.features.of_unit(data.X), data.y, 1.0)
-    noise = []
+    p = logic.features.p
+    P = p * (p + 1) // 2
+    Phi = logic.features.of_unit(data.X)
+    clean, sums = ranked_moments(Phi, data.y, 2.0), feature_sums(Phi)
+    moment_noise, sum_noise = [], []
     for r in range(100, 160):  # each round's share is a fresh draw of the site's private stream
         vector, fields = logic.contribution(data, r, 3)
-        assert np.array_equal(vector[:P], data.n * upper(logic.features.design))   # nothing but the public count
+        assert vector[0] == data.n and not vector[p:P].any()   # of the Gram, only the constant row
         assert vector[-2:].tolist() == [data.n, 1.0] and fields["dp_unit"] == "experiment"
-        noise.append(vector[P:-2] - clean)
+        moment_noise.append(vector[P:-2] - clean)
+        sum_noise.append(vector[1:p] - sums)
     assert np.array_equal(logic.contribution(data, 100, 3)[0], logic.contribution(data, 100, 3)[0])
     share = 1.5 * delta / np.sqrt(3)
-    assert 0.9 < np.std(noise) / share < 1.1
+    assert 0.9 < np.std(moment_noise) / share < 1.1
+    assert 0.9 < np.std(sum_noise) / (share / 2.0) < 1.1   # C s carries the share: s carries it over C
 
 
 def test_the_sums_open_ranked_and_the_surface_is_used_until_the_noise_swamps_it(monkeypatch) -> None:
@@ -106,9 +138,10 @@ def test_the_sums_open_ranked_and_the_surface_is_used_until_the_noise_swamps_it(
     assert calls and all(c == pytest.approx(0.01 * delta * np.sqrt(2 / 3)) for c in calls)  # 2 others' shares of 3
     totals = _opened(sites[0])
     assert totals and all(t.ranked and not t.averages for t in totals)
-    design = upper(sites[0].agent.logic.features.design)
+    p = sites[0].agent.logic.features.p
     for t in totals:
-        assert np.allclose(t.gram.numpy(), t.count * design, rtol=1e-6, atol=1e-6)
+        gram = t.gram.numpy()
+        assert gram[0] == t.count and not gram[p:].any() and abs(gram[1:p]).max() > 1
     assert any(o.agent.logic._weights is not None for o in sites)
     loud = labfbo.DP(clip=1.0, noise_multiplier=50.0, unit="experiment")
     _, alone_sites, alone = _run(rounds=3, privacy=loud)
@@ -148,7 +181,7 @@ def test_the_noise_aware_ridge_is_the_ridge_without_noise_and_shrinks_what_the_n
     from labfbo.models.surface import ridge_weights
 
     feats = SurfaceFeatures(SPACE)
-    G = 40 * feats.design
+    G = 40 * feats.design.T @ feats.design / len(feats.design)   # the uniform design's Gram
     gen = np.random.default_rng(4)
     truth = np.concatenate([[0.0], gen.normal(0.0, 0.5, feats.p - 1)])
     h = G @ truth
@@ -172,7 +205,7 @@ def test_the_guard_per_feature_reads_a_reagent_of_few_choices_before_one_of_many
     feats = SurfaceFeatures(SPACE)
     assert feats.shares.tolist() == [1.0] + [1 / 3] * 3 + [1 / 4] * 4 + [1 / 5] * 5
     N = 60
-    G = N * feats.design
+    G = N * feats.design.T @ feats.design / len(feats.design)
     h = np.random.default_rng(5).normal(0.0, 5.0, feats.p)
     # noise 4.5: 0.25 * 60 / 3 = 5 keeps the bases; 0.25 * 60 / 4 = 3.75 drops ligands and additives
     w = guarded_noisy_weights(G, h, 1.0, 4.5, 1 / 3, feats.shares, N, 0.25)

@@ -130,8 +130,8 @@ class SurfaceFeatures:
 
     @functools.cached_property
     def design(self) -> np.ndarray:
-        """:func:`design_gram` of these features (computed once)."""
-        return design_gram(self)
+        """:func:`design_points` of these features (computed once)."""
+        return design_points(self)
 
 
 def upper(G: np.ndarray) -> np.ndarray:
@@ -279,34 +279,40 @@ def ranked_moments(Phi: np.ndarray, y: np.ndarray, clip: float) -> np.ndarray:
 
 
 def ranked_sum_sensitivity(norm_bound: float, clip: float, outcomes: int = 1) -> float:
-    r""":math:`\ell_2` sensitivity of :func:`ranked_moments` when one experiment — its setting and its
-    results — is replaced (``unit="experiment"``; the count is public):
+    r""":math:`\ell_2` sensitivity of the experiment-level release :math:`(h, C s)` — the moment sums of
+    :func:`ranked_moments` and :math:`C` times the features' sums :math:`s = \sum_i\tilde\phi(x_i)` — when one
+    experiment, its setting and its results, is replaced (``unit="experiment"``; the count is public):
 
-    .. math:: \Delta_\Sigma = 4C\sqrt{m\,(P - 1)},
+    .. math:: \Delta_\Sigma = 2C\sqrt{(P - 1)(4m + 1)},
 
     independent of the count, so each member of a secure sum can add its *share* of the noise.
     Let :math:`\tilde\phi` be the features without the constant (:math:`\lVert\tilde\phi\rVert^2
-    \le P - 1`); the constant's entry never moves (:math:`\sum_i z_i = 0`). Replacing experiment
+    \le P - 1`); the constant's entry of :math:`h` never moves (:math:`\sum_i z_i = 0`). Replacing experiment
     :math:`k`: :math:`\Delta h = \tilde\phi'_k z'_k - \tilde\phi_k z_k + \sum_{i\ne k}\tilde\phi_i\,\Delta z_i`.
     The first two terms have norm at most :math:`2C\sqrt{P-1}`; every other mid-rank moves by at most 1
     (one value leaves, one arrives), so :math:`|\Delta z_i| \le 2C/(n-1)` over the :math:`n - 1` others
-    and the sum has norm at most :math:`2C\sqrt{P-1}`. Per outcome :math:`4C\sqrt{P-1}`; the
-    :math:`m` outcomes' moments stacked, :math:`\sqrt m` times that (tested on random datasets with ties)."""
-    return 4.0 * clip * math.sqrt(outcomes * max(norm_bound - 1.0, 0.0))
+    and the sum has norm at most :math:`2C\sqrt{P-1}`: per outcome :math:`4C\sqrt{P-1}`, the :math:`m`
+    outcomes stacked :math:`\sqrt m` times that. :math:`C\Delta s = C(\tilde\phi'_k - \tilde\phi_k)` has
+    norm at most :math:`2C\sqrt{P-1}`; the two in quadrature (tested on random datasets with ties)."""
+    return 2.0 * clip * math.sqrt(max(norm_bound - 1.0, 0.0) * (4.0 * outcomes + 1.0))
 
 
-def design_gram(features: "SurfaceFeatures", points: int = 4096) -> np.ndarray:
-    r"""The *design Gram* :math:`\bar G_\mathcal{U} = E_{x \sim \mathcal U}[\phi(x)\phi(x)^\top]` of
-    a uniform design over the space's unit cube (a scrambled Sobol sequence of ``points`` points,
-    seeded by the space: the same matrix at every site), ``(p, p)``. A function of the space alone:
-    ``surface``'s experiment-level release sends :math:`n\,\bar G_\mathcal{U}` in the Gram's place (no
-    information beyond the public count), so only the moments carry data and noise."""
+def feature_sums(Phi: np.ndarray) -> np.ndarray:
+    r""":math:`s = \sum_i\tilde\phi(x_i)`, the sums of the features but the constant (the Gram's constant
+    row; for a one-hot block the count of each choice): what ``surface``'s experiment-level release tells
+    of the design (:mod:`labfbo.models.design_tilt`)."""
+    return np.asarray(Phi, dtype=np.float64)[:, 1:].sum(axis=0)
+
+
+def design_points(features: "SurfaceFeatures", points: int = 4096) -> np.ndarray:
+    r"""The features ``(points, p)`` of a uniform design over the space's unit cube (a scrambled Sobol
+    sequence, seeded by the space: the same at every site). A function of the space alone: under
+    ``surface``'s experiment-level release the others' Gram is this design's, tilted to the released
+    sums of their features (:func:`labfbo.models.design_tilt.tilted_gram`)."""
     from scipy.stats import qmc
 
     seed = int(features.fingerprint[:15], 16)
-    U = qmc.Sobol(features.fmap.d, scramble=True, seed=seed).random(points)
-    Phi = features.of_unit(U)
-    return Phi.T @ Phi / points
+    return features.of_unit(qmc.Sobol(features.fmap.d, scramble=True, seed=seed).random(points))
 
 
 def ridge_weights(G: np.ndarray, h: np.ndarray, ridge: float) -> np.ndarray:

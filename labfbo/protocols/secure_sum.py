@@ -62,8 +62,8 @@ class MaskedScores(Message):
     """Site -> coordinator (secure aggregation): the site's encoded vector plus its self mask and
     pairwise masks, in Z_{2^64}; alone it is uniform noise. ``gradient``: ``enc([A_i.ravel(), 1/n_i, 1])``;
     ``surface``: ``enc([n_i upper(G_i), n_i h_i, n_i, 1])`` (under DP the averages, weight 1; under
-    ``DP(unit="experiment")`` ``enc([n_i upper(G_U), h_i, n_i, 1])``, the design Gram and the moment sum of
-    centred ranks, ``dp_unit`` stated).
+    ``DP(unit="experiment")`` ``enc([upper(S_i), h_i, n_i, 1])``, the moment sum of centred ranks and a Gram
+    holding only its constant row, the count and the features' sums, ``dp_unit`` stated).
 
     In the clear, configuration only: the DP clip and noise multiplier (and the l2 sensitivity
     the release states), and ``surface``'s schedule ``release_every`` (the coordinator may reuse

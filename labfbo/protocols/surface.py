@@ -8,12 +8,10 @@ effects of every choice and a quadratic in the ordered parameters
 
 One exchange per BO round :math:`t`:
 
-**Site → coordinator** (:class:`SurfaceStats`): its ridge sufficient statistics on its
-standardized values, :math:`\bar G_i = \Phi_i^\top\Phi_i/n_i` (upper triangle,
-:math:`p(p+1)/2` scalars), :math:`\bar h_i = \Phi_i^\top z_i/n_i` (:math:`p`) and
-:math:`n_i`. With ``privacy`` the values are clipped to :math:`[-C, C]` and both averages
-get the Gaussian mechanism (:func:`~labfbo.models.surface.private_statistics`, in the unit of
-``DP(unit=...)``: the site's whole dataset, or one experiment with the values' centred ranks).
+**Site → coordinator** (:class:`SurfaceStats`): its ridge statistics on its standardized values,
+:math:`\bar G_i = \Phi_i^\top\Phi_i/n_i` (upper triangle), :math:`\bar h_i = \Phi_i^\top z_i/n_i` and :math:`n_i`;
+with ``privacy`` values clipped to :math:`[-C, C]` and the Gaussian mechanism in the unit of ``DP(unit=...)``
+(:func:`~labfbo.models.surface.private_statistics`; over secure sums :mod:`~labfbo.protocols.surface_secure`).
 
 **Coordinator** (:func:`leave_one_out`): each site gets the other contributors' sums
 :math:`\sum_{j\ne i} n_j\bar G_j` and :math:`\sum_{j\ne i} n_j\bar h_j`
@@ -38,14 +36,11 @@ the same way as the surface (``trust="agreement"``, :func:`~labfbo.models.transf
 With ``weigh_upload="agreement"`` (no DP) a site multiplies its statistics by the :math:`P` of its
 last proposal, so a site unlike the others pulls their surface less.
 
-**Fewer releases** (``release_every=k``). A site uploads its statistics only in rounds
-:math:`t \equiv 0 \pmod k` — :math:`\lceil T/k\rceil` releases over rounds :math:`0..T-1`
-(a site without two observations in a release round waits for the next one) — and
-otherwise answers ``Abstain("not a release round (release_every=k)")``. The statistics
-state their ``k``; the coordinator reuses a site's last statistics from round :math:`r` in
-the rounds :math:`r < t < r + k` it sent none (post-processing: no new privacy cost), so the
-totals keep coming every round, at most :math:`k - 1` rounds stale. Under
-``DP(epsilon=...)`` fewer releases compose to the budget with less noise each.
+**Fewer releases** (``release_every=k``). A site uploads only in rounds :math:`t \equiv 0 \pmod k`
+(:math:`\lceil T/k\rceil` releases over rounds :math:`0..T-1`; without two observations it waits for the
+next) and otherwise abstains; the coordinator reuses its statistics of round :math:`r` in rounds
+:math:`r < t < r + k` (post-processing: no new privacy cost). Under ``DP(epsilon=...)`` fewer releases
+compose to the budget with less noise each.
 
 **Several objectives** (``multi_objective="hypervolume"``, the default): one moment
 :math:`\bar h_{i,k}` per objective :math:`k` beside the one :math:`\bar G_i`, one surface
@@ -68,9 +63,10 @@ from pydantic import BaseModel
 from labfbo.exceptions import ConfigurationError
 from labfbo.messages import Abstain, Array, Message
 from labfbo.models.gp import fit_local_gp, predict
-from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, guarded_noisy_weights,
-                                   private_statistics, ranked_moments, ranked_sum_sensitivity, ridge_weights,
-                                   site_statistics, symmetric, upper)
+from labfbo.models.design_tilt import LastTilt
+from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, feature_sums, guarded_noisy_weights,
+                                   packed_size, private_statistics, ranked_moments, ranked_sum_sensitivity,
+                                   ridge_weights, site_statistics, symmetric)
 from labfbo.models.transfer import held_out_gain, top_trust, agreement_probability
 from labfbo.privacy import DP, secagg
 from labfbo.privacy.distributed import honest_members, share_purpose
@@ -111,6 +107,7 @@ class SurfaceSite(LocalGPSite):
         self._objective_models: dict[int, tuple[bytes, Model]] = {}  # objective -> (data + surface key, its GP)
         self._mine: dict[int, tuple[tuple[str, ...], np.ndarray]] = {}  # round -> (cohort, this site's upload)
         self._warned = self._warned_restart = False
+        self._tilted = LastTilt()  # the others' tilted Gram, kept while a sum is reused (release_every)
 
     def objectives(self, data: SiteData) -> int:
         """How many surfaces the site shares: one per objective under several objectives with
@@ -214,29 +211,32 @@ class SurfaceSite(LocalGPSite):
         return contribution(gram, moment, data.n, averaged=dp is not None), fields
 
     def _ranked_contribution(self, data: SiteData, round: int, cohort: int, dp: DP) -> tuple[np.ndarray, dict[str, Any]]:
-        """Under ``DP(unit="experiment")``: ``[n upper(G_U), h + share, n, 1]``, the design Gram times the
-        count and the moment sum of the values' centred ranks with this member's share of the noise
-        (:mod:`~labfbo.protocols.surface_secure`), from the site-private stream keyed by the data."""
+        """Under ``DP(unit="experiment")``: ``[upper(G), h + share, n, 1]``, ``G`` only the constant row: the count and the
+        features' sums (:func:`~labfbo.models.surface.feature_sums`); shares of the noise on ``(h, C s)`` from the
+        site-private stream keyed by the data (:mod:`~labfbo.protocols.surface_secure`)."""
         m = self.objectives(data)
         values = data.y if m == 1 else data.Y[:, :m]  # type: ignore[index]
-        moment = ranked_moments(self.features.of_unit(data.X), values, dp.clip)
+        Phi = self.features.of_unit(data.X)
+        moment, sums = ranked_moments(Phi, values, dp.clip), feature_sums(Phi)
         delta = ranked_sum_sensitivity(self.features.norm_bound, dp.clip, m)
         t = self.options.dp_colluders
         scale = dp.sigma * delta / math.sqrt(honest_members(cohort, t))
         if scale > 0:
             gen = self.context.private_rng(round, share_purpose(f"dp-surface-ranks/{_digest(data, values, m)}", cohort, t))
             moment = moment + gen.normal(0.0, scale, moment.shape)
-        vector = np.concatenate([data.n * upper(self.features.design), moment.ravel(), [float(data.n), 1.0]])
+            sums = sums + gen.normal(0.0, scale / dp.clip, sums.shape)
+        gram = np.zeros(packed_size(self.features.p))
+        gram[0], gram[1:self.features.p] = data.n, sums  # upper() is row by row: the constant row first
+        vector = np.concatenate([gram, moment.ravel(), [float(data.n), 1.0]])
         return vector, {"dp_clip": dp.clip, "dp_noise_multiplier": dp.sigma, "dp_sensitivity": delta,
                         "dp_unit": "experiment"}
 
     def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
                         sensitivity: float | None) -> Release | None:
-        """The averaged statistics are one Gaussian mechanism of the sensitivity the message states
-        (:func:`labfbo.models.surface.dp_sensitivity`); the count travels exactly. Masked into a secure
-        sum (``masked_score``) the same, declared as secure-aggregated: with the noise shared among the
-        cohort, the honest members' shares total ``sigma Delta`` whatever its size, so the declaration
-        (and the accounting) is local mode's. Keys and self-mask seeds carry nothing of the data."""
+        """The statistics are one Gaussian mechanism of the sensitivity the message states; the count travels
+        exactly. Masked into a secure sum (``masked_score``) the same, declared as secure-aggregated: the honest
+        members' shares of the noise total ``sigma Delta`` whatever the cohort's size, so the declaration (and
+        the accounting) is local mode's. Keys and self-mask seeds carry nothing of the data."""
         if kind in ("secagg_public_key", "secagg_self_mask"):
             return None
         dp, masked = self.options.privacy, kind == "masked_score"
@@ -256,8 +256,8 @@ class SurfaceSite(LocalGPSite):
         return {"masked_score" if self.masked else "surface_stats": -(-horizon // self.options.release_every)}
 
     def others(self, total: SurfaceTotals, data: SiteData, round: int) -> SurfaceTotals | None:
-        """The others' totals from a secure sum: the sum less this site's own upload (kept from its
-        answer, or recomputed from the round's data after a restart); None when it cannot be had."""
+        """The others' totals from a secure sum: the sum less this site's own upload (kept from its answer, or
+        recomputed from the round's data after a restart); None when it cannot be had."""
         members, r, me = total.members or [], total.summed_round, self.context.site
         gram, moment, count, sites = total.gram.numpy(), total.moment.numpy(), total.count, total.sites
         if me in members:
@@ -298,20 +298,22 @@ class SurfaceSite(LocalGPSite):
                              noise_sd=noise, ranked=total.ranked)
 
     def weights(self, totals: SurfaceTotals, objectives: int = 1) -> np.ndarray | None:
-        """The surface's coefficients from the others' totals, ``(p,)`` (or ``(m, p)``, one surface per
-        objective); None if there are none, they do not fit (another shape than ``objectives``
-        asks for), or their DP noise swamps them: a noise std per entry above ``noise_guard`` (:data:`NOISE_GUARD`)
-        times the others' count, the scale of the sums — a trusted noise surface misleads, so the
-        site then proposes from its own GP. Ranked sums (``unit="experiment"``): the guard per feature,
-        against the experiments its moment sums (:func:`~labfbo.models.surface.guarded_noisy_weights`)."""
+        """The surface's coefficients from the others' totals, ``(p,)`` (or ``(m, p)``, one surface per objective);
+        None if there are none, they do not fit (another shape than ``objectives`` asks for), or their DP noise
+        swamps them: a noise std per entry above ``noise_guard`` times the others' count (a trusted noise surface
+        misleads; the site proposes from its own GP). Ranked sums (``unit="experiment"``): the Gram of the design
+        matching the others' feature sums (:func:`~labfbo.models.design_tilt.tilted_gram`), the guard per feature
+        (:func:`~labfbo.models.surface.guarded_noisy_weights`)."""
         expected = (self.features.p,) if objectives == 1 else (objectives, self.features.p)
         if totals.sites == 0 or tuple(totals.moment.shape) != expected:
             return None
         G = symmetric(totals.gram.numpy(), self.features.p)
         dp, guard = self.options.privacy, self.options.noise_guard
-        if totals.ranked and totals.noise_sd and dp is not None:  # centred ranks in [-C, C]: variance C^2 / 3
-            return guarded_noisy_weights(G, totals.moment.numpy(), self.options.ridge, totals.noise_sd, dp.clip ** 2 / 3,
-                                         self.features.shares, totals.count, guard)
+        if totals.ranked and dp is not None:  # the Gram of the design that matches the others' feature sums
+            G = self._tilted(self.features.design, totals.count, G[0, 1:], (totals.noise_sd or 0.0) / dp.clip)
+            if totals.noise_sd:  # centred ranks in [-C, C]: variance C^2 / 3
+                return guarded_noisy_weights(G, totals.moment.numpy(), self.options.ridge, totals.noise_sd,
+                                             dp.clip ** 2 / 3, self.features.shares, totals.count, guard)
         if totals.noise_sd is not None and totals.noise_sd > guard * max(totals.count, 1):
             return None
         return ridge_weights(G, totals.moment.numpy(), self.options.ridge)

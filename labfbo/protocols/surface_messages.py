@@ -120,8 +120,8 @@ class SurfaceTotals(Message):
                                      "than this one when the coordinator reuses it, release_every)")
     averages: bool = Field(False, description="secure aggregation under DP: a sum of averages (weight 1)")
     ranked: bool = Field(False, description="secure aggregation under DP(unit='experiment'): the members' moment "
-                         "sums of centred ranks, with their shares of the noise, and the design Gram times their "
-                         "counts in the Gram's place (labfbo.models.surface.design_gram)")
+                         "sums of centred ranks and, as the Gram's constant row (its other entries 0), their count and "
+                         "features' sums, with their shares of the noise (labfbo.protocols.surface_secure)")
 
     @model_serializer(mode="wrap")
     def _no_unset_noise(self, handler: Any) -> Any:
@@ -152,8 +152,8 @@ class SealedTotals(Message):
     summed_round: int = Field(ge=0, description="the round of the sum (earlier than this one when the "
                               "coordinator reuses it, release_every)")
     averages: bool = Field(False, description="under DP: a sum of averages (weight 1)")
-    ranked: bool = Field(False, description="under DP(unit='experiment'): sums of centred ranks' moments and the "
-                         "design Gram (as SurfaceTotals.ranked)")
+    ranked: bool = Field(False, description="under DP(unit='experiment'): sums of centred ranks' moments and "
+                         "feature sums (as SurfaceTotals.ranked)")
 
     @model_serializer(mode="wrap")
     def _no_unset_ranked(self, handler: Any) -> Any:

@@ -41,16 +41,20 @@ observations; the site then scales the others' summed averages by their mean cou
 equal.
 
 **One experiment protected** (``DP(unit="experiment")``). A member uploads
-:math:`[\,n_i\,\mathrm{upper}(\bar G_\mathcal{U}),\; h_i + \text{share},\; n_i,\; 1\,]`: the *design Gram*
-:math:`\bar G_\mathcal{U}` (:func:`~labfbo.models.surface.design_gram`, a function of the space: the Gram's
-place carries nothing but the public count) and the moment *sum* :math:`h_i = \Phi_i^\top z_i` of its
-values' centred ranks (:func:`~labfbo.models.surface.ranked_moments`), whose sensitivity
-:math:`\Delta_\Sigma = 4C\sqrt{m(P-1)}` (:func:`~labfbo.models.surface.ranked_sum_sensitivity`) does not
-depend on the count — so each member adds only its share :math:`\mathcal N(0, \sigma^2\Delta_\Sigma^2/h)`,
-and the sum's noise is that of one mechanism however many labs contribute, while its signal grows
-with their experiments. The site fits :math:`h_{-i}` against :math:`N_{-i}\bar G_\mathcal{U}` (no noisy Gram to
-invert) by the coefficients' posterior mean at the stated noise, each reagent choice only while the
-noise does not swamp its moment (:func:`~labfbo.models.surface.guarded_noisy_weights`). The uploads state ``dp_unit``; the sums are
+:math:`[\,\mathrm{upper}(S_i),\; h_i + \text{share},\; n_i,\; 1\,]`: the moment *sum* :math:`h_i = \Phi_i^\top z_i`
+of its values' centred ranks (:func:`~labfbo.models.surface.ranked_moments`) and, in the Gram's place, a matrix
+:math:`S_i` whose constant row holds its count and its features' sums :math:`s_i = \sum_k\tilde\phi(x_k)` plus
+a share (:func:`~labfbo.models.surface.feature_sums`; for a reagent the count of each choice), every other
+entry 0. One Gaussian mechanism covers :math:`(h_i, C s_i)`, whose sensitivity
+:math:`\Delta_\Sigma = 2C\sqrt{(P-1)(4m+1)}` (:func:`~labfbo.models.surface.ranked_sum_sensitivity`) does not
+depend on the count — so each member adds only its share :math:`\mathcal N(0, \sigma^2\Delta_\Sigma^2/h)`
+(on :math:`s_i` divided by :math:`C`), and the sum's noise is that of one mechanism however many labs
+contribute, while its signal grows with their experiments. No pair count is released: the site takes
+the others' Gram to be that of the maximum-entropy design matching their feature sums
+(:func:`~labfbo.models.design_tilt.tilted_gram`; for reagents, choices drawn independently with the
+released counts) and fits :math:`h_{-i}` against it by the coefficients' posterior mean at the stated
+noise, each reagent choice only while the noise does not swamp its moment
+(:func:`~labfbo.models.surface.guarded_noisy_weights`). The uploads state ``dp_unit``; the sums are
 ``ranked`` (:class:`~labfbo.protocols.surface_messages.SurfaceTotals`). In the clear (two sites,
 ``secure_aggregation="off"``) such a site sends noised averages instead (:func:`~labfbo.models.surface.private_statistics`).
 
@@ -106,12 +110,12 @@ MECHANISM = ("distributed Gaussian on the secure sum of the ridge statistics' av
              "the count n_i is summed exactly; trust: an honest-but-curious coordinator, at most {t} other site(s) "
              "collude with it, the others add their shares honestly with the same clip and noise multiplier")
 
-RANKED_MECHANISM = ("distributed Gaussian on the secure sum of the moment sums of the values' centred ranks in [-C, C] "
-                    "(labfbo.models.surface.ranked_moments; one experiment replaced moves them by at most "
-                    "4 C sqrt(m (P - 1)), whatever the count): each of the cohort's n members adds N(0, (sigma Delta)^2 / "
-                    "max(n - t, 1)), t = {t}; the Gram's place holds the design Gram times the count (a function of the "
-                    "space and the public count); trust: an honest-but-curious coordinator, at most {t} other site(s) "
-                    "collude with it, the others add their shares honestly")
+RANKED_MECHANISM = ("distributed Gaussian on the secure sum of the moment sums h of the values' centred ranks in [-C, C] "
+                    "(labfbo.models.surface.ranked_moments) and C times the features' sums s (the Gram's constant row; "
+                    "one experiment replaced moves (h, C s) by at most 2 C sqrt((P - 1)(4 m + 1)), whatever the count): "
+                    "each of the cohort's n members adds N(0, (sigma Delta)^2 / max(n - t, 1)), t = {t}; no other Gram "
+                    "entry is released; trust: an honest-but-curious coordinator, at most {t} other site(s) collude "
+                    "with it, the others add their shares honestly")
 
 
 def masked_study(mode: str, n_sites: int) -> bool:
@@ -164,7 +168,7 @@ class HeldSum:
     averaged: bool
     sealed: dict[str, dict[str, str]] | None = None
     keys: dict[str, str] | None = None
-    ranked: bool = False  # under DP(unit="experiment"): moment sums of centred ranks and the design Gram
+    ranked: bool = False  # under DP(unit="experiment"): moment sums of centred ranks and feature sums
 
     def stands(self, t: int) -> bool:
         return t == self.round or self.round < t < self.round + self.every
@@ -230,8 +234,10 @@ def open_totals(msg: SealedTotals, me: str, key_seed: bytes, p: int) -> SurfaceT
         raise ProtocolError(f"surface: a sealed sum of {total.size} entries does not fit {p} features")
     gram, moment, count, members = split(total, p)
     bound = (1.0 + 1e-6) * max(count, 0) + 1e-6
-    noised = [] if msg.ranked else [np.abs(moment).max()]  # ranked: the noised moments have no bound
-    if not msg.averages and (count < 0 or max([np.abs(gram).max(), *noised]) > bound):
+    bounded = [np.abs(moment).max(), np.abs(gram).max()]
+    if msg.ranked:  # the noised moments and feature sums have no bound; the rest of the Gram's place is 0
+        bounded = [abs(gram[0]), np.abs(gram[p:]).max(initial=0.0)]
+    if not msg.averages and (count < 0 or max(bounded) > bound):
         raise ProtocolError(f"surface: the cohort's sum of round {msg.summed_round} is outside what {count} "
                             "observations can produce (a member sent statistics its data cannot give)")
     return SurfaceTotals(sites=members, count=count, gram=Array.of(gram), moment=Array.of(moment),
