@@ -111,8 +111,8 @@ def noise_table(n_init: int, budget: int, epsilon: float, delta: float) -> str:
         d = dp_sensitivity(feats.norm_bound, 1.0, 1, unit, n)
         rows.append(f"  unit={unit!r:13} sensitivity {d:.4f}   noise std per entry of the averages {sigma * d:.3f}")
     d = ranked_sum_sensitivity(feats.norm_bound, 1.0)
-    rows.append(f"  unit='experiment' over secure sums (3 labs or more): sensitivity {d:.4f} of the moment sums, "
-                f"noise std per entry of the cohort's sum {sigma * d:.3f} (against signals of order the count)")
+    rows.append(f"  unit='experiment' over secure sums (3 labs or more): sensitivity {d:.4f} of the moment and "
+                f"feature sums, noise std per entry of the cohort's sum {sigma * d:.3f} (against signals of order the count)")
     return "\n".join(rows)
 
 

@@ -84,6 +84,34 @@ def test_the_sum_of_three_labs_hides_attribution_and_results_not_the_set_of_expe
     assert np.mean([s["rmse"] for s in summed]) > 0.5 > np.mean([s["rmse"] for s in single])
 
 
+def test_feature_sums_alone_give_the_choices_of_a_sum_not_how_they_were_combined():
+    """The experiment-level secure sum holds only the Gram's constant row (each choice's count): from a sum of
+    three labs the attack matches every released count, but pairs the choices into fewer of the cohort's
+    combinations than from the full Gram; one new row at a time it still reads them."""
+    from labfbo.models.surface import feature_sums
+    from labfbo.privacy.attacks.surface import Candidates
+
+    row_only = Candidates(CAND.X, CAND.Phi, CAND.Phi)
+    full, ranked = [], []
+    for seed in range(4):
+        labs = [_lab(10 * seed + k) for k in range(3)]
+        rows, z, snaps = labs[0]
+        cohort = [[r for lab in labs for r in lab[0][:k]] for k in range(3, 11)]
+        total = [Snapshot(t, len(c), sum(lab[2][t].gram for lab in labs), sum(lab[2][t].moment for lab in labs), 0.0, 3)
+                 for t, c in enumerate(cohort)]
+        full.append(score(*attack(total, CAND, single=False), rows, z, len(CAND.X))["recall"])
+        sums = [Snapshot(t, len(c), np.concatenate([[len(c)], feature_sums(CAND.Phi[c])]), total[t].moment, 0.0, 3)
+                for t, c in enumerate(cohort)]
+        guess, values = attack(sums, row_only, single=False)
+        assert np.allclose(CAND.Phi[guess].sum(0), sums[-1].gram)
+        ranked.append(score(guess, values, rows, z, len(CAND.X))["recall"])
+    assert np.mean(full) == 1.0 and np.mean(ranked) < 0.9, ranked
+    rows, z, snaps = _lab(3)
+    one = [Snapshot(s.round, s.count, np.concatenate([[s.count], feature_sums(CAND.Phi[rows[:s.count]])]), s.moment)
+           for s in snaps]
+    assert attack(one, row_only)[0][3:] == rows[3:]
+
+
 def test_the_views_refuse_what_they_cannot_read():
     with pytest.raises(ConfigurationError, match="surface"):
         coordinator_view([])
@@ -121,3 +149,19 @@ def test_privacy_audit_surface_cli_attacks_a_campaign_and_resumes(tmp_path, caps
     assert "(0 to do)" in capsys.readouterr().out
     assert main([*args[:-2], "--n-init", "4", "--out", str(tmp_path)]) == 2  # other settings, same cache: refused
     assert "cached with other settings" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_privacy_audit_surface_cli_audits_the_experiment_unit(tmp_path, capsys):
+    """``--unit experiment``: the campaigns run DP(unit="experiment"); the secure sum attacked is the ranked
+    release (feature and moment sums), the rows the table names with their unit."""
+    args = ["privacy", "audit", "--protocol", "surface", "--iterations", "2", "--seeds", "1", "--epsilons", "8",
+            "--unit", "experiment", "--out", str(tmp_path)]
+    assert main(args) == 0
+    report = (tmp_path / "surface" / "surface_report.md").read_text()
+    assert "| ε = 8 per experiment | sum | 3 |" in report and "| ε = 8 per experiment | coordinator | 1 |" in report
+    data = json.loads((tmp_path / "surface" / "surface_audit.json").read_text())
+    private = [r for r in data["results"] if r["job"]["epsilon"] == 8][0]
+    assert private["job"]["unit"] == "experiment"
+    rows = private["results"]["sum"]
+    assert len(rows) == 3 and all(0.0 <= r["recall"] <= 1.0 and r["noise_sd"] > 0 for r in rows)

@@ -40,7 +40,7 @@ def run_surface(args: argparse.Namespace) -> int:
     seeds = [0] if args.quick else list(range(args.seeds))
     budget = 10 if args.quick else max(args.iterations or [10])
     epsilons = [None, *(args.epsilons or [2.0, 8.0])]
-    jobs = surface_audit.jobs(args.out, labs, epsilons, seeds, budget, n_init=args.n_init or 3)
+    jobs = surface_audit.jobs(args.out, labs, epsilons, seeds, budget, n_init=args.n_init or 3, unit=args.unit)
     cmd = "labfbo privacy audit " + " ".join(sys.argv[3:])
     out = Path(args.out) / "surface"
     print(f"{cmd}\n{len(jobs)} campaigns ({sum(not Path(j.path).exists() for j in jobs)} to do), cache: {out}")
@@ -128,6 +128,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     au.add_argument("--sigmas", type=float, nargs="+", default=[0.0, 2.0, 8.0], help="DP noise multipliers; 0 = no DP")
     au.add_argument("--epsilons", type=float, nargs="+", help="campaign budgets DP(epsilon=...) audited too (the "
                     "table shows the noise multiplier each calibrated)")
+    au.add_argument("--unit", choices=["site", "experiment"], default="site", help="surface: the DP unit of "
+                    "--epsilons (experiment: ranked statistics; the secure sum holds moment and feature sums)")
     au.add_argument("--iterations", type=int, nargs="+", help="BO iterations attacked (default 1 20 60 99)")
     au.add_argument("--seeds", type=int, default=3)
     au.add_argument("--sites", type=int, help="sites (default 5; surface: labs, default 3)")

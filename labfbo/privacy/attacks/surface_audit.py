@@ -24,8 +24,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from labfbo.exceptions import ConfigurationError
-from labfbo.privacy.attacks.surface import (VIEWS, attack, candidates, coordinator_view, peer_view,
-                                           reconstruct_values, score, sealed_view, secure_sum_view, sum_view)
+from labfbo.privacy.attacks.surface import (VIEWS, Candidates, Snapshot, attack, candidates, coordinator_view,
+                                           peer_view, reconstruct_values, score, sealed_view, secure_sum_view, sum_view)
 
 METRICS = ("recall", "precision", "pearson", "spearman", "rmse")
 KNOWN = ("spearman", "spearman_chance", "rmse", "rmse_chance")
@@ -43,13 +43,17 @@ class SurfaceJob:
     epsilon: float | None = None
     delta: float = 1e-5
     sealed: bool = True  # also the campaign at the defaults (secure sums sealed to the members)
+    unit: str = "site"  # DP(unit=...): "experiment" protects one experiment (ranked statistics)
 
 
 def jobs(out: str, labs: Sequence[str], epsilons: Sequence[float | None], seeds: Sequence[int], budget: int,
-         n_init: int = 3) -> list[SurfaceJob]:
-    """One job per (budget epsilon, seed); None is the campaign without DP."""
-    return [SurfaceJob(str(Path(out) / "surface" / ("nodp" if e is None else f"eps{e:g}") / f"seed{k}.json"),
-                       tuple(labs), int(k), int(budget), int(n_init), None if e is None else float(e))
+         n_init: int = 3, unit: str = "site") -> list[SurfaceJob]:
+    """One job per (budget epsilon, seed); None is the campaign without DP; ``unit`` the DP's unit."""
+    def folder(e: float | None) -> str:
+        return "nodp" if e is None else f"eps{e:g}" + ("" if unit == "site" else f"-{unit}")
+
+    return [SurfaceJob(str(Path(out) / "surface" / folder(e) / f"seed{k}.json"), tuple(labs), int(k), int(budget),
+                       int(n_init), None if e is None else float(e), unit=unit if e is not None else "site")
             for e in epsilons for k in seeds]
 
 
@@ -98,13 +102,15 @@ def campaign(labs: Sequence[str], seed: int, budget: int, n_init: int = 3, **opt
 
 
 def _truth(opt: Any, cand: Any, n: int) -> tuple[list[int], np.ndarray]:
-    """The lab's first ``n`` experiments (combination indices) and their results standardized as the lab did."""
-    from labfbo.models.surface import standardized
+    """The lab's first ``n`` experiments (combination indices) and their results standardized as the lab did
+    (under ``DP(unit="experiment")`` centred ranks in [-C, C])."""
+    from labfbo.models.surface import rank_scores, standardized
 
     obs = list(opt.observations)[:n]
     X = np.asarray(opt.space.encode([o.params for o in obs]), dtype=np.float64)
-    sign = -1.0 if opt.objective == "minimize" else 1.0
-    return cand.index(X), standardized(sign * np.asarray([o.value for o in obs], float))
+    y = (-1.0 if opt.objective == "minimize" else 1.0) * np.asarray([o.value for o in obs], float)
+    dp = opt.options.privacy
+    return cand.index(X), rank_scores(y, dp.clip) if dp is not None and dp.unit == "experiment" else standardized(y)
 
 
 def audit_sites(sites: Sequence[Any], seed: int = 0, sealed: Sequence[Any] | None = None
@@ -115,27 +121,27 @@ def audit_sites(sites: Sequence[Any], seed: int = 0, sealed: Sequence[Any] | Non
     cand = candidates(opt0.space, opt0.options.fourier_features, opt0.options.fourier_lengthscale)
     own = [coordinator_view(o.sent_messages()) for o in sites]
     counts = [{s.round: s.count for s in v} for v in own]
-    summed = _secure_sum(sites, cand, counts, seed)
+    summed, sum_cand = _secure_sum(sites, cand, counts, seed)
     held = sealed_view([o.sent_messages() for o in sealed], cand.Phi.shape[1],
                        {r: sum(c.get(r, 0) for c in counts) for r in counts[0]}) if sealed else []
     out: dict[str, list[dict[str, Any]]] = {v: [] for v in VIEWS}
     L = len(sites)
     for i in range(L):
         peer = (i + 1) % L
-        views = {"coordinator": (own[i], [i]), "peer": (peer_view(sites[peer].received_messages()),
-                                                        [k for k in range(L) if k != peer]),
-                 "sum": (summed, list(range(L))), "sealed": (held, list(range(L)))}
-        for view, (snaps, summed_labs) in views.items():
+        views = {"coordinator": (own[i], [i], cand), "peer": (peer_view(sites[peer].received_messages()),
+                                                              [k for k in range(L) if k != peer], cand),
+                 "sum": (summed, list(range(L)), sum_cand), "sealed": (held, list(range(L)), cand)}
+        for view, (snaps, summed_labs, view_cand) in views.items():
             last = [s for s in snaps if s.round in counts[i]]
             if not last:
                 continue
             single = summed_labs == [i]
-            rows, values = attack(last, cand, single)
+            rows, values = attack(last, view_cand, single)
             r = max(s.round for s in last)
             true, z = _truth(sites[i], cand, counts[i][r])
             # the results an attacker that knew every summed lab's combinations would recover (their bound)
             known = [c for k in summed_labs for c in _truth(sites[k], cand, counts[k].get(r, 0))[0]]
-            known_values = reconstruct_values(last, true if single else known, cand, single)
+            known_values = reconstruct_values(last, true if single else known, view_cand, single)
             res_known = score(true if single else known, known_values, true, z, len(cand.X), seed=seed + i)
             out[view].append({"lab": str(sites[i].site), "attacker": view, "peer": peer if view == "peer" else None,
                               "rounds": len(last), "noise_sd": max(s.noise_sd for s in last),
@@ -146,17 +152,24 @@ def audit_sites(sites: Sequence[Any], seed: int = 0, sealed: Sequence[Any] | Non
     return out
 
 
-def _secure_sum(sites: Sequence[Any], cand: Any, counts: list[dict[int, int]], seed: int) -> list[Any]:
-    """What the coordinator learns under secure aggregation, per round all labs released in. Without
-    DP the unmasked sum is the sum of the clear statistics (:func:`sum_view`); under DP each lab adds
-    only its share of the noise (distributed DP), so the sum of the averages carries one mechanism's
-    noise: simulated here from the labs' data and the noise the messages state."""
+def _secure_sum(sites: Sequence[Any], cand: Any, counts: list[dict[int, int]], seed: int) -> tuple[list[Any], Any]:
+    """What the coordinator learns under secure aggregation, per round all labs released in, and the
+    candidates to attack it with. Without DP the unmasked sum is the sum of the clear statistics
+    (:func:`sum_view`); under DP each lab adds only its share of the noise (distributed DP), so the sum
+    carries one mechanism's noise: simulated here from the labs' data and the noise the messages state —
+    of the averages under ``unit="site"``; under ``unit="experiment"`` the ranked release of
+    :mod:`labfbo.protocols.surface_secure` (moment sums of ranks and the features' sums, the Gram's
+    constant row alone), attacked with each combination's features as its only Gram entries."""
     first = next(m for m in sites[0].sent_messages() if getattr(m, "kind", None) == "surface_stats")
     if first.dp_noise_multiplier is None:
-        return sum_view([o.sent_messages() for o in sites])
-    from labfbo.models.surface import site_statistics
+        return sum_view([o.sent_messages() for o in sites]), cand
+    from labfbo.models.surface import feature_sums, ranked_moments, ranked_sum_sensitivity, site_statistics
 
-    sd = float(first.dp_noise_multiplier * first.dp_sensitivity)
+    dp = sites[0].options.privacy
+    ranked = dp.unit == "experiment"
+    p = cand.Phi.shape[1]
+    sd = float(first.dp_noise_multiplier * (ranked_sum_sensitivity(_norm_bound(sites[0]), first.dp_clip)
+                                            if ranked else first.dp_sensitivity))
     gen = np.random.default_rng([seed, 7919])
     sums = []
     for r in sorted(set.intersection(*(set(c) for c in counts))):
@@ -164,13 +177,29 @@ def _secure_sum(sites: Sequence[Any], cand: Any, counts: list[dict[int, int]], s
         for k, o in enumerate(sites):
             obs = list(o.observations)[: counts[k][r]]
             X = np.asarray(o.space.encode([ob.params for ob in obs]), dtype=np.float64)
-            sign = -1.0 if o.objective == "minimize" else 1.0
-            G, h = site_statistics(cand.Phi[cand.index(X)], sign * np.asarray([ob.value for ob in obs]),
-                                   first.dp_clip)
-            V = V + np.concatenate([G, h, [len(obs), 1.0]])
-        V[:-2] += gen.normal(0.0, sd, len(V) - 2)
+            y = (-1.0 if o.objective == "minimize" else 1.0) * np.asarray([ob.value for ob in obs])
+            Phi = cand.Phi[cand.index(X)]
+            if ranked:
+                part = np.concatenate([[len(obs)], feature_sums(Phi), ranked_moments(Phi, y, first.dp_clip)])
+            else:
+                part = np.concatenate(site_statistics(Phi, y, first.dp_clip))
+            V = V + np.concatenate([part, [len(obs), 1.0]])
+        if ranked:  # the share on C s is over C: s carries sd / C
+            V[1:p] += gen.normal(0.0, sd / first.dp_clip, p - 1)
+            V[p:-2] += gen.normal(0.0, sd, p)
+        else:
+            V[:-2] += gen.normal(0.0, sd, len(V) - 2)
         sums.append((r, V))
-    return secure_sum_view(sums, cand.Phi.shape[1], sd)
+    if ranked:
+        return [Snapshot(r, int(round(V[-2])), V[:p], V[p:2 * p], sd / first.dp_clip, int(round(V[-1])))
+                for r, V in sums], Candidates(cand.X, cand.Phi, cand.Phi)
+    return secure_sum_view(sums, p, sd), cand
+
+
+def _norm_bound(opt: Any) -> float:
+    from labfbo.models.surface import SurfaceFeatures
+
+    return SurfaceFeatures(opt.space, opt.options.fourier_features, opt.options.fourier_lengthscale).norm_bound
 
 
 def _matched_values(rows: Sequence[int], values: np.ndarray, true: Sequence[int]) -> list[float | None]:
@@ -190,7 +219,7 @@ def run_job(job: SurfaceJob) -> dict[str, Any]:
 
     options: dict[str, Any] = {}
     if job.epsilon is not None:
-        options["privacy"] = labfbo.DP(epsilon=job.epsilon, delta=job.delta)
+        options["privacy"] = labfbo.DP(epsilon=job.epsilon, delta=job.delta, unit=job.unit)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _, sites = campaign(job.labs, job.seed, job.budget, job.n_init, **options)
@@ -211,7 +240,8 @@ def run_job(job: SurfaceJob) -> dict[str, Any]:
 def run_jobs(todo: Sequence[SurfaceJob], progress: Any = None) -> list[dict[str, Any]]:
     """Run the jobs not cached yet (a cache of other settings is refused); every job's JSON, in order."""
     for j in todo:
-        if Path(j.path).exists() and json.loads(Path(j.path).read_text())["job"] != json.loads(json.dumps(asdict(j))):
+        cached = Path(j.path).exists() and {"unit": "site", **json.loads(Path(j.path).read_text())["job"]}
+        if cached and cached != json.loads(json.dumps(asdict(j))):
             raise ConfigurationError(f"{j.path} was cached with other settings; use another --out")
     out = []
     for k, j in enumerate(todo):
@@ -222,8 +252,8 @@ def run_jobs(todo: Sequence[SurfaceJob], progress: Any = None) -> list[dict[str,
 
 
 def _setting(res: dict[str, Any]) -> str:
-    e = res["job"]["epsilon"]
-    return "no DP" if e is None else f"ε = {e:g}"
+    e, unit = res["job"]["epsilon"], res["job"].get("unit", "site")
+    return "no DP" if e is None else f"ε = {e:g}" + ("" if unit == "site" else f" per {unit}")
 
 
 def cells(results: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, np.ndarray]]:
