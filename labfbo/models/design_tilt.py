@@ -17,7 +17,7 @@ the minimizer of the convex dual
 .. math:: f(\theta) = \log\sum_u e^{\theta^\top\tilde\phi(u)} - \theta^\top\tilde m + \tfrac{\gamma}{2}\lVert\theta\rVert^2,
           \qquad \nabla f = E_w[\tilde\phi] - \tilde m + \gamma\theta
 
-(L-BFGS, scipy). The estimate is :math:`\hat G = N\sum_u w_u\,\phi(u)\phi(u)^\top`. A mismatch of one
+(scipy's ``trust-exact``, with the Hessian :math:`\mathrm{Cov}_w(\tilde\phi) + \gamma I`). The estimate is :math:`\hat G = N\sum_u w_u\,\phi(u)\phi(u)^\top`. A mismatch of one
 standard error costs half a nat, so a noisy sum moves the design little; with one-hot blocks alone the
 tilt is the design whose reagents are drawn independently with the released counts as marginals
 (the counts of each choice are exact, the counts of pairs of choices their product over :math:`N`).
@@ -49,8 +49,13 @@ def tilt_weights(Phi: np.ndarray, target: np.ndarray, noise_sd: float = 0.0) -> 
         value = float(logsumexp(a) - theta @ target + 0.5 * gamma * theta @ theta)
         return value, Phi.T @ w - target + gamma * theta
 
-    theta = minimize(dual, np.zeros(Phi.shape[1]), jac=True, method="L-BFGS-B",
-                     options={"maxiter": 1000, "gtol": 1e-10}).x
+    def hessian(theta: np.ndarray) -> np.ndarray:  # Cov_w(phi) + gamma I
+        w = softmax(Phi @ theta)
+        mean = Phi.T @ w
+        return (Phi.T * w) @ Phi - np.outer(mean, mean) + gamma * np.eye(Phi.shape[1])
+
+    theta = minimize(dual, np.zeros(Phi.shape[1]), jac=True, hess=hessian, method="trust-exact",
+                     options={"gtol": 1e-10, "maxiter": 200}).x
     return softmax(Phi @ theta)
 
 
