@@ -101,14 +101,19 @@ def campaign(labs: Sequence[str], seed: int, budget: int, n_init: int = 3, **opt
     return data, sites
 
 
+def _observed(opt: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The lab's first ``n`` experiments: unit-cube inputs and results, larger better (as the lab fits them)."""
+    obs = list(opt.observations)[:n]
+    X = np.asarray(opt.space.encode([o.params for o in obs]), dtype=np.float64)
+    return X, (-1.0 if opt.objective == "minimize" else 1.0) * np.asarray([o.value for o in obs], float)
+
+
 def _truth(opt: Any, cand: Any, n: int) -> tuple[list[int], np.ndarray]:
     """The lab's first ``n`` experiments (combination indices) and their results standardized as the lab did
     (under ``DP(unit="experiment")`` centred ranks in [-C, C])."""
     from labfbo.models.surface import rank_scores, standardized
 
-    obs = list(opt.observations)[:n]
-    X = np.asarray(opt.space.encode([o.params for o in obs]), dtype=np.float64)
-    y = (-1.0 if opt.objective == "minimize" else 1.0) * np.asarray([o.value for o in obs], float)
+    X, y = _observed(opt, n)
     dp = opt.options.privacy
     return cand.index(X), rank_scores(y, dp.clip) if dp is not None and dp.unit == "experiment" else standardized(y)
 
@@ -175,15 +180,13 @@ def _secure_sum(sites: Sequence[Any], cand: Any, counts: list[dict[int, int]], s
     for r in sorted(set.intersection(*(set(c) for c in counts))):
         V = 0.0
         for k, o in enumerate(sites):
-            obs = list(o.observations)[: counts[k][r]]
-            X = np.asarray(o.space.encode([ob.params for ob in obs]), dtype=np.float64)
-            y = (-1.0 if o.objective == "minimize" else 1.0) * np.asarray([ob.value for ob in obs])
+            X, y = _observed(o, counts[k][r])
             Phi = cand.Phi[cand.index(X)]
             if ranked:
-                part = np.concatenate([[len(obs)], feature_sums(Phi), ranked_moments(Phi, y, first.dp_clip)])
+                part = np.concatenate([[len(y)], feature_sums(Phi), ranked_moments(Phi, y, first.dp_clip)])
             else:
                 part = np.concatenate(site_statistics(Phi, y, first.dp_clip))
-            V = V + np.concatenate([part, [len(obs), 1.0]])
+            V = V + np.concatenate([part, [len(y), 1.0]])
         if ranked:  # the share on C s is over C: s carries sd / C
             V[1:p] += gen.normal(0.0, sd / first.dp_clip, p - 1)
             V[p:-2] += gen.normal(0.0, sd, p)
