@@ -90,3 +90,38 @@ def _opposite_lab_campaign(fast: dict) -> list:
         warnings.simplefilter("ignore")
         run_campaign(opts, f, 3, 4)
     return opts
+
+
+@pytest.mark.integration  # a four-lab campaign with two objectives
+def test_with_several_objectives_a_lab_trusts_each_objectives_surface_as_far_as_its_values_agree() -> None:
+    """Lab 3's first objective goes the partners' way, its second the opposite way: it keeps the first
+    surface at full trust and takes the second at its (low) probability of agreement. (The other labs'
+    second surface holds lab 3's opposite statistics too, unweighted with several objectives: they
+    trust it less than the first.)"""
+    import warnings
+
+    import labfbo
+    from campaign import run_campaign
+
+    space = labfbo.SearchSpace([labfbo.Categorical("a", list("pqrs")), labfbo.Categorical("b", list("vwxyz"))])
+    effect = {"p": 0.0, "q": 0.5, "r": 1.0, "s": 1.5, "v": 0.0, "w": 0.3, "x": 0.6, "y": 0.9, "z": 1.2}
+    fast = {"num_restarts": 2, "raw_samples": 32}
+
+    def f(i: int, params: dict) -> dict:
+        value = sum(effect[v] for v in params.values())
+        return {"purity": value, "yield": -value if i == 3 else value}
+
+    two = [labfbo.Objective("purity", "maximize"), labfbo.Objective("yield", "maximize")]
+    coord = labfbo.Coordinator("surface", sites=["l0", "l1", "l2", "l3"], space=space, seed=3, horizon=6, **fast)
+    opts = [labfbo.Optimizer(space, objective=two, protocol="surface", coordinator=coord, site=f"l{i}", seed=3,
+                             n_init=3, **fast) for i in range(4)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run_campaign(opts, f, 3, 4)
+    prior = []
+    for o in opts:
+        logic, data = o.agent.logic, o.site_data()
+        assert logic._weights is not None and logic._weights.shape == (2, logic.features.p)
+        prior.append([float(logic.outcome_model(data, j).mean_module.scale_prior.loc) for j in range(2)])
+    assert min(p[0] for p in prior) >= 0.9, prior              # the first objective: every lab agrees
+    assert prior[3][1] < 0.5 and prior[3][1] < min(p[1] for p in prior[:3]) / 4, prior

@@ -1,10 +1,8 @@
 r"""Protocol ``surface``: the consortium learns a shared response surface; each lab's GP starts from it.
 
-Not from one of the seed papers: with a handful of labs and twenty experiments each, the
-papers' mechanisms capture little of what pooling the data would
-(``docs/benchmarks/reactions.md``). This one shares what a process chemist's design-of-experiments model would: main
-effects of every choice and a quadratic in the ordered parameters
-(:mod:`labfbo.models.surface`).
+Not from one of the seed papers, whose mechanisms capture little of what pooling would with a handful of labs
+(``docs/benchmarks/reactions.md``). It shares what a process chemist's design-of-experiments model would: main
+effects of every choice and a quadratic in the ordered parameters (:mod:`labfbo.models.surface`).
 
 One exchange per BO round :math:`t`:
 
@@ -44,8 +42,8 @@ compose to the budget with less noise each.
 
 **Several objectives** (``multi_objective="hypervolume"``, the default): one moment
 :math:`\bar h_{i,k}` per objective :math:`k` beside the one :math:`\bar G_i`, one surface
-:math:`w_k` per objective, each objective's GP on its own surface, and the site maximizes
-qLogNEHVI over them (outcome constraints on their plain local GPs). ``"parego"``: the round's
+:math:`w_k` per objective, each objective's GP on its own surface with its own trust (its :math:`P` on
+the site's values of that objective), and the site maximizes qLogNEHVI over them (outcome constraints on their plain local GPs). ``"parego"``: the round's
 shared Chebyshev scalarization, as the other federated protocols.
 """
 
@@ -54,7 +52,7 @@ from __future__ import annotations
 import hashlib
 import math
 import warnings
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 from botorch.models.model import Model
@@ -322,21 +320,23 @@ class SurfaceSite(LocalGPSite):
         key = data.key() + w.tobytes()
         if key != self._surface_key or self._surface_model is None:
             o = self.options
-            trust = top_trust(self.features.of_unit(data.X) @ w, data.y) if o.trust == "top" else 1.0
-            model = self._fit_surface(data, w, o.scale_mean * trust)
-            estimate = surface_transfer(model)
-            if o.trust == "agreement":  # refit with the prior mean scaled by P(the lab agrees with the surface)
-                trust = agreement_probability(estimate)
-                if trust < AGREEMENT_REFIT:
-                    model = self._fit_surface(data, w, o.scale_mean * trust)
-                    estimate = surface_transfer(model)
+            model, estimate = self._trusted_fit(data, w, data.y, lambda mean: fit_local_gp(
+                data.X, data.y, data.yvar, space=self.space, seed=self.context.seed_for(data.n, "gp-fit"), options=o,
+                mean_module=SurfaceMean(self.features, w, mean, o.scale_sd)))
             self._surface_model, self._surface_estimate, self._surface_key = model, estimate, key
         return self._surface_model
 
-    def _fit_surface(self, data: SiteData, w: np.ndarray, scale_mean: float) -> Model:
+    def _trusted_fit(self, data: SiteData, w: np.ndarray, y: np.ndarray,
+                     fit: Callable[[float], Model]) -> tuple[Model, TransferEstimate | None]:
+        """``fit(prior mean of the agreement scale)``: ``scale_mean``, times the lab's trust in the surface ``w``
+        on its values ``y`` (``trust="top"``), or refitted at P(the lab agrees with it) (``"agreement"``)."""
         o = self.options
-        return fit_local_gp(data.X, data.y, data.yvar, space=self.space, seed=self.context.seed_for(data.n, "gp-fit"),
-                            options=o, mean_module=SurfaceMean(self.features, w, scale_mean, o.scale_sd))
+        model = fit(o.scale_mean * (top_trust(self.features.of_unit(data.X) @ w, y) if o.trust == "top" else 1.0))
+        estimate = surface_transfer(model)
+        if o.trust == "agreement" and (trust := agreement_probability(estimate)) < AGREEMENT_REFIT:
+            model = fit(o.scale_mean * trust)
+            estimate = surface_transfer(model)
+        return model, estimate
 
     def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
         m = self.objectives(data)
@@ -365,19 +365,19 @@ class SurfaceSite(LocalGPSite):
         self._transfer = estimate
 
     def outcome_model(self, data: SiteData, j: int) -> Model:
-        """With one surface per objective: objective ``j``'s GP with its surface as prior mean
-        (its agreement scale fitted on the site's own values of that objective); else the local GP."""
+        """With one surface per objective: objective ``j``'s GP with its surface as prior mean, trusted as
+        far as the site's own values of that objective agree with it (``trust``); else the local GP."""
         w = self._weights
         if w is None or w.ndim != 2 or j >= w.shape[0] or data.Y is None or data.n < 2:
             return super().outcome_model(data, j)
         key = data.X.tobytes() + data.Y[:, j].tobytes() + w[j].tobytes()
         models = self._objective_models
         if j not in models or models[j][0] != key:
-            o = self.options
+            o, y = self.options, data.Y[:, j]
             var = None if data.Yvar is None or np.isnan(data.Yvar[:, j]).any() else data.Yvar[:, j]
-            models[j] = (key, fit_local_gp(data.X, data.Y[:, j], var, space=self.space, options=o,
-                                           seed=self.context.seed_for(data.n, f"gp-fit/{j}"), objective=False,
-                                           mean_module=SurfaceMean(self.features, w[j], o.scale_mean, o.scale_sd)))
+            models[j] = (key, self._trusted_fit(data, w[j], y, lambda mean: fit_local_gp(
+                data.X, y, var, space=self.space, options=o, seed=self.context.seed_for(data.n, f"gp-fit/{j}"),
+                objective=False, mean_module=SurfaceMean(self.features, w[j], mean, o.scale_sd)))[0])
         return models[j][1]
 
     def predict(self, data: SiteData, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
