@@ -125,3 +125,6 @@ def test_with_several_objectives_a_lab_trusts_each_objectives_surface_as_far_as_
         prior.append([float(logic.outcome_model(data, j).mean_module.scale_prior.loc) for j in range(2)])
     assert min(p[0] for p in prior) >= 0.9, prior              # the first objective: every lab agrees
     assert prior[3][1] < 0.5 and prior[3][1] < min(p[1] for p in prior[:3]) / 4, prior
+    # its asks record the least trusted objective's estimate (the report and dashboard show it)
+    recorded = [agreement_probability(o.transfer_estimates()[-1][1]) for o in opts]
+    assert recorded[3] < 0.5 and recorded[3] < min(recorded[:3]) / 4, recorded

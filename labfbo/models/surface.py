@@ -55,13 +55,16 @@ from typing import Callable
 
 import numpy as np
 import torch
+from botorch.models.model import Model
 from gpytorch.means import Mean
 from gpytorch.priors import NormalPrior
 from torch import Tensor
 
 from labfbo.models.encoding import FeatureMap
+from labfbo.models.transfer import held_out_gain
 from labfbo.params import choice_index
 from labfbo.privacy.dp import DP, Unit
+from labfbo.records import TransferEstimate
 from labfbo.seeding import rng
 from labfbo.space import Categorical, SearchSpace
 
@@ -392,3 +395,10 @@ class SurfaceMean(Mean):
     def forward(self, x: Tensor) -> Tensor:
         return self.constant + self.scale * self.surface(x)
 
+
+
+def surface_transfer(model: Model) -> TransferEstimate | None:
+    """What a GP whose prior mean is a :class:`SurfaceMean` is worth to the lab
+    (:func:`~labfbo.models.transfer.held_out_gain`), with the surface at the lab's inputs for the agreement."""
+    partners = model.mean_module.surface(model.train_inputs[0]).detach()
+    return held_out_gain(model, float(model.mean_module.scale.detach()), partners)

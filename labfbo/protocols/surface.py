@@ -64,8 +64,8 @@ from labfbo.models.gp import fit_local_gp, predict
 from labfbo.models.design_tilt import LastTilt
 from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, feature_sums, guarded_noisy_weights,
                                    packed_size, private_statistics, ranked_moments, ranked_sum_sensitivity,
-                                   ridge_weights, site_statistics, symmetric)
-from labfbo.models.transfer import held_out_gain, top_trust, agreement_probability
+                                   ridge_weights, site_statistics, surface_transfer, symmetric)
+from labfbo.models.transfer import top_trust, agreement_probability
 from labfbo.privacy import DP, secagg
 from labfbo.privacy.distributed import honest_members, share_purpose
 from labfbo.privacy.release import Release
@@ -102,7 +102,7 @@ class SurfaceSite(LocalGPSite):
     def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
         super().__init__(space, options, context)
         self.features = features(space, options)
-        self._objective_models: dict[int, tuple[bytes, Model]] = {}  # objective -> (data + surface key, its GP)
+        self._objective_models: dict[int, tuple[bytes, Model, TransferEstimate | None]] = {}  # objective -> key, GP, estimate
         self._mine: dict[int, tuple[tuple[str, ...], np.ndarray]] = {}  # round -> (cohort, this site's upload)
         self._warned = self._warned_restart = False
         self._tilted = LastTilt()  # the others' tilted Gram, kept while a sum is reused (release_every)
@@ -349,8 +349,11 @@ class SurfaceSite(LocalGPSite):
         if w is None or data.n < 2:
             self._weights = None
             return self.propose_local(data, n, round)
-        if m > 1:  # qLogNEHVI over the objectives' GPs on their surfaces (outcome_model)
-            return self.propose_local(data, n, round)
+        if m > 1:  # qLogNEHVI over the objectives' GPs on their surfaces (outcome_model); the least trusted is recorded
+            X = self.propose_local(data, n, round)
+            estimates = [self._objective_models[j][2] for j in range(m) if j in self._objective_models]
+            self._transfer = min(estimates, key=agreement_probability, default=None)
+            return X
         model = self.surface_model(data, w)
         self._transfer = self._surface_estimate
         return self.propose_with(model, data, n, round)
@@ -375,9 +378,9 @@ class SurfaceSite(LocalGPSite):
         if j not in models or models[j][0] != key:
             o, y = self.options, data.Y[:, j]
             var = None if data.Yvar is None or np.isnan(data.Yvar[:, j]).any() else data.Yvar[:, j]
-            models[j] = (key, self._trusted_fit(data, w[j], y, lambda mean: fit_local_gp(
+            models[j] = (key, *self._trusted_fit(data, w[j], y, lambda mean: fit_local_gp(
                 data.X, y, var, space=self.space, options=o, seed=self.context.seed_for(data.n, f"gp-fit/{j}"),
-                objective=False, mean_module=SurfaceMean(self.features, w[j], mean, o.scale_sd)))[0])
+                objective=False, mean_module=SurfaceMean(self.features, w[j], mean, o.scale_sd))))
         return models[j][1]
 
     def predict(self, data: SiteData, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -390,13 +393,6 @@ class SurfaceSite(LocalGPSite):
 def _digest(data: SiteData, values: np.ndarray, outcomes: int) -> str:
     """What keys a release's private noise stream: the data it protects (all outcomes shared)."""
     return data.digest() if outcomes == 1 else hashlib.sha256(data.key() + values.tobytes()).hexdigest()[:16]
-
-
-def surface_transfer(model: Model) -> TransferEstimate | None:
-    """What a GP on the partners' surface is worth to the lab (:func:`~labfbo.models.transfer.held_out_gain`),
-    with their prediction at the lab's inputs for the agreement."""
-    partners = model.mean_module.surface(model.train_inputs[0]).detach()
-    return held_out_gain(model, float(model.mean_module.scale.detach()), partners)
 
 
 def features(space: SearchSpace, options: SurfaceOptions) -> SurfaceFeatures:
