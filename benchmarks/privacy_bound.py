@@ -210,7 +210,8 @@ def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type
     p.add_argument("--draws", type=int, default=100, help="random draws per target lab")
     p.add_argument("--top", type=int, default=5, help="combinations the lab runs from the estimates")
     p.add_argument("--release", nargs="+", default=list(RELEASES), choices=RELEASES,
-                   help="idealized: Delta = 2 sqrt(B), exact counts; surface: its experiment-level sensitivity, noisy counts")
+                   help="idealized: Delta = 2 sqrt(B), exact counts; surface: its experiment-level sensitivity, "
+                   "noisy counts")
     p.add_argument("--releases", type=int, default=1, help="releases the budget is split over (composed)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_cmd)

@@ -396,7 +396,6 @@ class SurfaceMean(Mean):
         return self.constant + self.scale * self.surface(x)
 
 
-
 def surface_transfer(model: Model) -> TransferEstimate | None:
     """What a GP whose prior mean is a :class:`SurfaceMean` is worth to the lab
     (:func:`~labfbo.models.transfer.held_out_gain`), with the surface at the lab's inputs for the agreement."""

@@ -43,8 +43,9 @@ compose to the budget with less noise each.
 **Several objectives** (``multi_objective="hypervolume"``, the default): one moment
 :math:`\bar h_{i,k}` per objective :math:`k` beside the one :math:`\bar G_i`, one surface
 :math:`w_k` per objective, each objective's GP on its own surface with its own trust (its :math:`P` on
-the site's values of that objective), and the site maximizes qLogNEHVI over them (outcome constraints on their plain local GPs). ``"parego"``: the round's
-shared Chebyshev scalarization, as the other federated protocols.
+the site's values of that objective), and the site maximizes qLogNEHVI over them (outcome constraints
+on their plain local GPs). ``"parego"``: the round's shared Chebyshev scalarization, as the other
+federated protocols.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ class SurfaceSite(LocalGPSite):
     def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
         super().__init__(space, options, context)
         self.features = features(space, options)
-        self._objective_models: dict[int, tuple[bytes, Model, TransferEstimate | None]] = {}  # objective -> key, GP, estimate
+        # objective -> (data + surface key, its GP, what its surface is worth to the lab)
+        self._objective_models: dict[int, tuple[bytes, Model, TransferEstimate | None]] = {}
         self._mine: dict[int, tuple[tuple[str, ...], np.ndarray]] = {}  # round -> (cohort, this site's upload)
         self._warned = self._warned_restart = False
         self._tilted = LastTilt()  # the others' tilted Gram, kept while a sum is reused (release_every)
