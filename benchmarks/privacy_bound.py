@@ -49,6 +49,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from labfbo.models.surface import noisy_ridge_weights
 from labfbo.seeding import rng as seeded_rng
 
 BENCH_ORDER = 96  # where `labfbo bench --help` lists it (after privacy-units)
@@ -104,11 +105,11 @@ def draw(Y: np.ndarray, X: np.ndarray, target: int, n: int, gen: np.random.Gener
 def posterior_effects(h: np.ndarray, counts: np.ndarray, noise_sd: float, tau: float,
                       spread: float) -> tuple[np.ndarray, np.ndarray]:
     """The posterior mean and std of each choice's effect given its (noisy) sum ``h`` and count (module
-    docstring); a negative noisy count reads as 0."""
+    docstring); a negative noisy count reads as 0. The mean is ``surface``'s Wiener filter
+    (:func:`labfbo.models.surface.noisy_ridge_weights`) on the design's diagonal Gram, ridge :math:`v/\tau^2`."""
     n = np.maximum(counts, 0.0)
-    var = n * spread + noise_sd ** 2 + 1e-12
-    precision = 1.0 / tau ** 2 + n ** 2 / var
-    return (n * h / var) / precision, 1.0 / np.sqrt(precision)
+    mean = noisy_ridge_weights(np.diag(n), h, spread / tau ** 2, noise_sd, spread)
+    return mean, 1.0 / np.sqrt(1.0 / tau ** 2 + n ** 2 / (n * spread + noise_sd ** 2 + 1e-12))
 
 
 def picks(X: np.ndarray, ok: np.ndarray, mean: np.ndarray, sd: np.ndarray, top: int, rule: str,
