@@ -49,7 +49,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from labfbo.models.surface import noisy_ridge_weights
+from labfbo.models.surface import noisy_ridge_weights, ranked_sum_sensitivity
 from labfbo.seeding import rng as seeded_rng
 
 BENCH_ORDER = 96  # where `labfbo bench --help` lists it (after privacy-units)
@@ -81,8 +81,6 @@ def centred_ranks(y: np.ndarray) -> np.ndarray:
 def sensitivity(release: str, blocks: int) -> float:
     """:math:`\\Delta` of one experiment replaced: ``idealized`` :math:`2\\sqrt B`, ``surface`` the
     experiment-level release's (:math:`\\lVert\\phi\\rVert^2 = 1 + B`, one outcome)."""
-    from labfbo.models.surface import ranked_sum_sensitivity
-
     if release == "idealized":
         return 2.0 * math.sqrt(blocks)
     return ranked_sum_sensitivity(1.0 + blocks, 1.0)

@@ -53,7 +53,7 @@ from __future__ import annotations
 import hashlib
 import math
 import warnings
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 from botorch.models.model import Model
@@ -321,18 +321,22 @@ class SurfaceSite(LocalGPSite):
     def surface_model(self, data: SiteData, w: np.ndarray) -> Model:
         key = data.key() + w.tobytes()
         if key != self._surface_key or self._surface_model is None:
-            o = self.options
-            model, estimate = self._trusted_fit(data, w, data.y, lambda mean: fit_local_gp(
-                data.X, data.y, data.yvar, space=self.space, seed=self.context.seed_for(data.n, "gp-fit"), options=o,
-                mean_module=SurfaceMean(self.features, w, mean, o.scale_sd)))
+            model, estimate = self._trusted_fit(data, w, data.y, data.yvar, "gp-fit")
             self._surface_model, self._surface_estimate, self._surface_key = model, estimate, key
         return self._surface_model
 
-    def _trusted_fit(self, data: SiteData, w: np.ndarray, y: np.ndarray,
-                     fit: Callable[[float], Model]) -> tuple[Model, TransferEstimate | None]:
-        """``fit(prior mean of the agreement scale)``: ``scale_mean``, times the lab's trust in the surface ``w``
-        on its values ``y`` (``trust="top"``), or refitted at P(the lab agrees with it) (``"agreement"``)."""
+    def _trusted_fit(self, data: SiteData, w: np.ndarray, y: np.ndarray, yvar: np.ndarray | None, stream: str,
+                     objective: bool = True) -> tuple[Model, TransferEstimate | None]:
+        """The GP of the values ``y`` at the site's inputs with the surface ``w`` as prior mean, the agreement
+        scale's prior mean ``scale_mean`` times the lab's trust in ``w`` on ``y`` (``trust="top"``), or refitted at
+        P(the lab agrees with it) (``"agreement"``); ``stream``: the fit's seed stream."""
         o = self.options
+
+        def fit(scale_mean: float) -> Model:
+            return fit_local_gp(data.X, y, yvar, space=self.space, options=o, objective=objective,
+                                seed=self.context.seed_for(data.n, stream),
+                                mean_module=SurfaceMean(self.features, w, scale_mean, o.scale_sd))
+
         model = fit(o.scale_mean * (top_trust(self.features.of_unit(data.X) @ w, y) if o.trust == "top" else 1.0))
         estimate = surface_transfer(model)
         if o.trust == "agreement" and (trust := agreement_probability(estimate)) < AGREEMENT_REFIT:
@@ -378,11 +382,8 @@ class SurfaceSite(LocalGPSite):
         key = data.X.tobytes() + data.Y[:, j].tobytes() + w[j].tobytes()
         models = self._objective_models
         if j not in models or models[j][0] != key:
-            o, y = self.options, data.Y[:, j]
             var = None if data.Yvar is None or np.isnan(data.Yvar[:, j]).any() else data.Yvar[:, j]
-            models[j] = (key, *self._trusted_fit(data, w[j], y, lambda mean: fit_local_gp(
-                data.X, y, var, space=self.space, options=o, seed=self.context.seed_for(data.n, f"gp-fit/{j}"),
-                objective=False, mean_module=SurfaceMean(self.features, w[j], mean, o.scale_sd))))
+            models[j] = (key, *self._trusted_fit(data, w[j], data.Y[:, j], var, f"gp-fit/{j}", objective=False))
         return models[j][1]
 
     def predict(self, data: SiteData, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
