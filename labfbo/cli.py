@@ -75,6 +75,7 @@ def _cmd_site_run(args: argparse.Namespace) -> int:
     from labfbo.lab import SiteConfig, format_report, run_site
 
     cfg = SiteConfig.load(args.config)
+    start = os.getcwd()  # --verify is relative to where the command runs
     # a site works in its config's folder: the adapter's files, commands and modules are found there
     os.chdir(cfg.base_dir)
     sys.path.insert(0, str(cfg.base_dir))
@@ -83,6 +84,9 @@ def _cmd_site_run(args: argparse.Namespace) -> int:
         if args.budget < 0:
             raise ConfigurationError(f"--budget must be >= 0, got {args.budget}")
         cfg = cfg.model_copy(update={"budget": args.budget})
+    if args.verify is not None:
+        verify = False if args.verify.lower() == "false" else os.path.abspath(os.path.join(start, args.verify))
+        cfg = cfg.model_copy(update={"verify": verify})
     report = run_site(cfg, args.adapter, progress=not args.no_progress)
     print(format_report(report, cfg), flush=True)
     return {"interrupted": 130, "failures": 3}.get(report.stopped, 0)
@@ -189,6 +193,9 @@ def build_parser(with_bench: bool = True) -> argparse.ArgumentParser:
     run.add_argument("--adapter", default=None, help="adapter name (overrides `adapter.name` in the config)")
     run.add_argument("--budget", type=int, default=None, help="BO experiments after the initial design")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--verify", default=None, metavar="CA_PEM|false",
+                     help="an https:// coordinator's certificate check: a CA bundle (the consortium's own CA), or "
+                          "false for none (overrides `verify:` in the config)")
     run.set_defaults(func=_cmd_site_run)
     lst = ssub.add_parser("adapters", help="list the installed instrument adapters")
     lst.set_defaults(func=_cmd_site_adapters)

@@ -147,6 +147,8 @@ class Coordinator:
         delta = study_dp.delta if isinstance(study_dp, DP) else DP().delta
         self.ledger = PrivacyLedger(ReleaseReader(self.protocol_cls, self.options, lambda: self.space, delta),
                                     floor=privacy_floor, default_delta=delta)
+        # the noise the study declares: every release is accounted at it, and one stating less is refused
+        self.declared_noise = study_dp.noise_multiplier if isinstance(study_dp, DP) else None
         self._admitted: dict[int, Message] = {}  # answers a transport admitted as they arrived (admit)
         self.discards: dict[int, dict[str, str]] = {}  # round -> site -> why its release was discarded
 
@@ -214,8 +216,20 @@ class Coordinator:
     def admit(self, site: str, msg: Message) -> Message:
         """Account ``site``'s answer ``msg`` as it arrives (a transport that receives answers one by
         one calls this; the round calls it for the others): ``msg`` itself, or — a release beyond the
-        site's budget — an ``Abstain`` with reason ``BUDGET_DISCARDED``, counted, never aggregated."""
-        out, why = self.ledger.admit(site, msg)
+        site's budget — an ``Abstain`` with reason ``BUDGET_DISCARDED``, counted, never aggregated.
+        Where the study declares its DP noise (``privacy=DP(noise_multiplier=...)``), a release is
+        accounted at that noise whatever it states, and one stating less is refused as inadmissible
+        (a warning names the site; neither accounted nor aggregated)."""
+        counted, declared = msg, self.declared_noise
+        if declared is not None and "dp_noise_multiplier" in type(msg).model_fields:
+            stated = msg.dp_noise_multiplier or 0.0  # type: ignore[attr-defined]
+            if stated < declared:
+                return self._reject(max(int(msg.round), 0), site, f"it states DP noise multiplier {stated:g}, less "
+                                    f"than the {declared:g} the study declares", msg)
+            if stated > declared:  # a site's claim of more noise buys no budget: the study's noise is the rule
+                counted = msg.model_copy(update={"dp_noise_multiplier": declared})
+        out, why = self.ledger.admit(site, counted)
+        out = msg if out is counted else out
         with self.ledger.lock:
             if why is not None:
                 self.discards.setdefault(max(int(msg.round), 0), {})[site] = why
@@ -391,12 +405,7 @@ class Coordinator:
                     contrib[s] = agg.admit(s, contrib[s])
                 except Inadmissible as e:  # that site's contribution only: the round goes on without it
                     del contrib[s]
-                    answered[s] = Abstain(reason=f"rejected: {str(e)[:300]}")
-                    self.rejected.setdefault(t, {})[s] = str(e)[:500]
-                    while len(self.rejected) > 100:
-                        del self.rejected[min(self.rejected)]
-                    warnings.warn(f"round {t}: the contribution of site {s!r} was left out: {str(e)[:300]}",
-                                  stacklevel=2)
+                    answered[s] = self._reject(t, s, str(e))
             for s, m in answered.items():
                 if isinstance(m, Abstain):
                     agg.abstained(s, m.reason)
@@ -412,6 +421,19 @@ class Coordinator:
         self.rounds[t] = replies
         self.contributors[t] = contributions
         self.last_round = t
+
+    def _reject(self, t: int, site: str, why: str, msg: Message | None = None) -> Abstain:
+        """``site``'s contribution to round ``t`` left out (``why``, with a warning naming it): its ``Abstain``."""
+        out = Abstain(reason=f"rejected: {why[:300]}", **({} if msg is None else {"round": msg.round,
+                                                                                "study": msg.study}))
+        with self.ledger.lock:
+            self.rejected.setdefault(t, {})[site] = why[:500]
+            while len(self.rejected) > 100:
+                del self.rejected[min(self.rejected)]
+            if msg is not None:
+                self._admitted[id(out)] = out  # refused as it arrived: the round takes it as it is
+        warnings.warn(f"round {t}: the contribution of site {site!r} was left out: {why[:300]}", stacklevel=3)
+        return out
 
 
 class RoundGate:

@@ -18,14 +18,16 @@ modified.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import stat
 import warnings
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal, Protocol, runtime_checkable
 
-from labfbo.exceptions import ConfigurationError, JournalError
+from labfbo.exceptions import ConfigurationError, JournalError, LabFBOError
 from labfbo.records import JOURNAL_VERSION, Header
 
 
@@ -122,24 +124,52 @@ class MemoryJournal:
         pass
 
 
+def open_private(path: str | os.PathLike[str], flags: int,
+                 error: type[LabFBOError] = JournalError) -> int:
+    """A descriptor of ``path`` opened with ``flags``: created 0600 whatever the umask, never through
+    a symbolic link (one at ``path`` is refused with ``error``), and an existing file of this user's
+    is made 0600. For the files that hold a site's secrets or a study's state and tokens."""
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(path):
+            raise error(f"{path} is a symbolic link: refused (labfbo writes this file itself, readable by its "
+                        "owner only, never through a link; remove the link or give the real path)") from None
+        raise error(f"{path} cannot be opened: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{path} is not a regular file")
+        if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != 0o600:
+            os.fchmod(fd, 0o600)  # an existing file keeps its mode on open (and umask may strip bits): set it
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 class FileJournal(MemoryJournal):
-    """A JSON-lines journal on disk; each append is fsync-ed before it returns."""
+    """A JSON-lines journal on disk, 0600 (it holds the site's secret, key seed and raw data); each
+    append is fsync-ed before it returns. A symbolic link at its path is refused."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__()
         self.path = Path(path)
-        if self.path.exists():
-            self._records, self._lines = read_records(self.path, repair=True)
-        else:
+        if not os.path.lexists(self.path):
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "ab")
-        try:  # one live optimizer per journal: a second writer would corrupt the history
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        self._fh = os.fdopen(open_private(self.path, os.O_WRONLY | os.O_APPEND), "ab")
+        try:
+            try:  # one live optimizer per journal: a second writer would corrupt the history
+                fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise JournalError(f"{self.path} is in use by another live Optimizer (close it first)") from None
+            if os.fstat(self._fh.fileno()).st_size:
+                self._records, self._lines = read_records(self.path, repair=True)
+            if os.fstat(self._fh.fileno()).st_size and not self.path.read_bytes().endswith(b"\n"):
+                self._fh.write(b"\n")  # a complete last record whose newline was lost
+        except BaseException:
             self._fh.close()
-            raise JournalError(f"{self.path} is in use by another live Optimizer (close it first)") from None
-        if self.path.stat().st_size and not self.path.read_bytes().endswith(b"\n"):
-            self._fh.write(b"\n")  # a complete last record whose newline was lost
+            raise
 
     def append(self, record: dict[str, Any]) -> None:
         rec = {"v": JOURNAL_VERSION, **record}
@@ -155,10 +185,14 @@ class FileJournal(MemoryJournal):
 
 
 def write_snapshot(path: str | os.PathLike[str], records: list[dict[str, Any]]) -> None:
-    """Write ``records`` as a new journal atomically (temp file, fsync, rename)."""
+    """Write ``records`` as a new journal atomically (temp file, fsync, rename), 0600; a symbolic
+    link at ``path`` (or at its temp file) is refused."""
     path = Path(path)
+    if path.is_symlink():
+        raise JournalError(f"{path} is a symbolic link: refused (a snapshot holds the site's secret and raw "
+                           "data; give the real path)")
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
+    with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "wb") as fh:
         for rec in records:
             fh.write(json.dumps(rec, separators=(",", ":"), allow_nan=False).encode() + b"\n")
         fh.flush()

@@ -76,6 +76,8 @@ class Optimizer:
             Default: drawn from the OS once and kept in the journal (``storage=``), so a
             resumed site continues the same stream. Fix it only for reproducible simulations.
         token: this site's bearer token for an HTTP coordinator.
+        verify: how an ``https://`` coordinator's certificate is checked: ``True`` (the system's CAs),
+            the path of a CA bundle (the consortium's own CA), or ``False`` (no check: tests only).
         approve: called with every message before it leaves the site; returning False
             sends an ``Abstain`` instead (an operator's review of outgoing messages).
         wrappers: extra wrappers of the site's answers to the coordinator, each
@@ -88,6 +90,7 @@ class Optimizer:
                  seed: int = 0, storage: str | os.PathLike[str] | JournalBackend | None = None,
                  n_init: int | None = None,
                  horizon: int | None = None, secret: int | None = None, token: str | None = None,
+                 verify: bool | str | os.PathLike[str] = True,
                  approve: Callable[[Message], bool] | None = None,
                  outcome_constraints: Sequence[Outcome] | None = None, wrappers: Sequence[Wrapper] = (),
                  **protocol_options: Any) -> None:
@@ -101,6 +104,9 @@ class Optimizer:
             raise ConfigurationError(f"seed must be a non-negative integer, got {seed!r}")
         if n_init is not None and n_init < 0:
             raise ConfigurationError("n_init must be >= 0")
+        if isinstance(storage, (str, os.PathLike)) and os.path.isdir(storage):
+            raise ConfigurationError(f"storage={os.fspath(storage)!r} is a directory; give the path of the journal "
+                                     f"file, e.g. {os.path.join(os.fspath(storage), 'site.jsonl')!r}")
         self.space = space
         self.objective = objective
         self.configured = configure_checked(Optimizer.__init__, protocol, protocol_options)
@@ -122,7 +128,7 @@ class Optimizer:
                         protocol=self.protocol, seed=self.seed, site=self.site, n_init=self.n_init,
                         options=self.options.model_dump(mode="json"),
                         outcomes=None if self.outcomes is None else self.outcomes.model_dump(mode="json"))
-        link = connect(coordinator, self.site, self.protocol_cls.federated, self.protocol, token)
+        link = connect(coordinator, self.site, self.protocol_cls.federated, self.protocol, token, verify)
         self._store = SiteStore(storage, header, SiteState(space, self.protocol_cls.federated), self.ledger, secret)
         self._data = LocalData(space, self._to_max, self._store.state, self.outcomes)
         head = self._store.header
@@ -202,6 +208,10 @@ class Optimizer:
         k = 1 if n is None else n
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValidationError(f"n must be a positive integer, got {n!r}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.number))
+                                    or not timeout > 0):
+            raise ValidationError(f"timeout must be a number of seconds > 0 (None: wait as long as it takes), "
+                                  f"got {timeout!r}")
         rows: list[tuple[np.ndarray, str]] = []
         design = self._design_rows()
         while len(rows) < k and self.state.design_used + len(rows) < len(design) and self._needs_design(len(rows)):

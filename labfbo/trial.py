@@ -101,7 +101,10 @@ def parse_value(value: Any) -> tuple[float, float | None]:
         if sem < 0:
             raise ValidationError(f"standard error must be >= 0, got {sem}")
         return mean, sem
-    if isinstance(value, np.ndarray) and value.size == 1:
+    if isinstance(value, np.ndarray):
+        if value.ndim > 0:
+            raise ValidationError(f"a measurement is a number or a (mean, sem) tuple, got an array of shape "
+                                  f"{value.shape}: tell one value per trial (value.item() if it holds one)")
         value = value.item()
     return _number(value, "measured value"), None
 

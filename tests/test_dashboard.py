@@ -42,10 +42,15 @@ def test_refused_logins_from_one_address_are_throttled(tmp_path) -> None:
 
     cfg, tokens, admin = _config(tmp_path)
     server = CoordinatorServer(cfg)
+    server.dashboard.throttled_delay = 0.2
     client = TestClient(server.app)
     assert [client.post("/dashboard/login", data={"token": "guess"}).status_code for _ in range(5)] == [401] * 5
-    r = client.post("/dashboard/login", data={"token": admin}, follow_redirects=False)  # even the right one, now
+    start = time.monotonic()
+    r = client.post("/dashboard/login", data={"token": "guess"}, follow_redirects=False)  # slowed, then 429
+    assert time.monotonic() - start >= 0.2
     assert r.status_code == 429 and 0 < int(r.headers["retry-after"]) <= 60 and "Too many refused logins" in r.text
+    r = client.post("/dashboard/login", data={"token": admin}, follow_redirects=False)  # the right one gets in
+    assert r.status_code == 303 and COOKIE in r.headers["set-cookie"]
     other = TestClient(server.app, client=("10.0.0.9", 4000))  # another address is not held up
     assert other.post("/dashboard/login", data={"token": admin}, follow_redirects=False).status_code == 303
     assert "10.0.0.9" not in server.dashboard.throttle.refused  # an address without refusals takes no memory

@@ -157,8 +157,9 @@ def test_same_seed_same_proposals() -> None:
 
 @pytest.mark.integration
 def test_the_coordinator_never_unmasks_a_cohort_whose_members_stated_different_noise() -> None:
-    opts = {**FAST, **DISTRIBUTED, "privacy": DP}
-    coord = labfbo.Coordinator("gradient", sites=SITES, seed=0, horizon=5, **opts)
+    # a study that declares only a budget (no noise of its own): the aggregator's guard ends the round
+    opts = {**FAST, **DISTRIBUTED}
+    coord = labfbo.Coordinator("gradient", sites=SITES, seed=0, horizon=5, **opts, privacy=labfbo.DP(epsilon=50.0))
     sites = [labfbo.Optimizer(SPACE, protocol="gradient", coordinator=coord, site=s, seed=0, n_init=3, secret=3 + i,
                               **{**opts, "privacy": labfbo.DP(noise_multiplier=0.1) if i == 0 else DP})
              for i, s in enumerate(SITES)]
@@ -168,3 +169,17 @@ def test_the_coordinator_never_unmasks_a_cohort_whose_members_stated_different_n
     agg = coord.aggregator()
     assert not agg.trained  # no step of the sum was ever unmasked
     assert before is None or torch.equal(agg.particles, before)
+
+
+def test_a_member_stating_less_noise_than_the_study_declares_is_left_out_of_the_sum() -> None:
+    opts = {**FAST, **DISTRIBUTED, "privacy": DP}  # the study declares its noise: sigma = 1
+    coord = labfbo.Coordinator("gradient", sites=SITES, seed=0, horizon=5, **opts)
+    sites = [labfbo.Optimizer(SPACE, protocol="gradient", coordinator=coord, site=s, seed=0, n_init=3, secret=3 + i,
+                              **{**opts, "privacy": labfbo.DP(noise_multiplier=0.1) if i == 0 else DP})
+             for i, s in enumerate(SITES)]
+    with pytest.warns(UserWarning, match=f"site {SITES[0]!r} was left out: it states DP noise multiplier 0.1, less "
+                                         "than the 1 the study declares"):
+        run_campaign(sites, _f, 3, 1)
+    assert SITES[0] in coord.rejected[0] and coord.ledger.account(SITES[0]).releases == 0  # never accounted
+    # the step is redone with the members that stated the study's noise (fresh masks, shares for that cohort)
+    assert coord.aggregator().trained and all(coord.ledger.account(s).releases > 0 for s in SITES[1:])

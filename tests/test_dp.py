@@ -11,6 +11,7 @@ import pydantic
 import pytest
 
 import labfbo
+from labfbo.exceptions import ConfigurationError
 from labfbo.privacy import DP, PrivacyLedger, clip_rows, gaussian_epsilon, privatize
 from labfbo.seeding import rng as stream
 
@@ -122,7 +123,7 @@ def test_dp_defaults_and_keywords() -> None:
     ({"epsilon": -1.0}, "epsilon"), ({"epsilon": math.inf}, "epsilon"), ({"budget": 1.0}, "budget"),
 ])
 def test_dp_validation(kw: dict, msg: str) -> None:
-    with pytest.raises(pydantic.ValidationError, match=msg):
+    with pytest.raises(ConfigurationError, match=f"DP settings: .*{msg}"):  # a labfbo error, naming the setting
         DP(**kw)
 
 

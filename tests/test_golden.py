@@ -8,7 +8,11 @@ its commit); anything else that changes a proposal fails here.
 from __future__ import annotations
 
 import json
+import os
+import platform
 import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -16,28 +20,15 @@ from typing import Any
 import pytest
 
 import labfbo
-from golden.record import CONT, FAST, MIXED, SEED, campaign, cont_f, mixed_f, numerics, one_thread
+from golden.record import FAST, MIXED, SEED, UNIT_TOL, campaign, differences, one_thread, space_of
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 RECORDED = json.loads((GOLDEN / "proposals.json").read_text())
-#: this machine's own record where its floating point gives other bits (``record.py --machine``)
-HERE = GOLDEN / f"proposals.{numerics()}.json"
-RECORDED_HERE = json.loads(HERE.read_text())["proposals"] if HERE.exists() else {}
 EXPECTED_JOURNALS = json.loads((GOLDEN / "journals" / "expected.json").read_text())
-
-
-#: `pooled` fits its MultiTaskGP with L-BFGS stopped at 200 iterations, before convergence, so its
-#: proposals follow the machine's floating-point rounding (seen 2026-12-02: 0.357 on an AMD EPYC
-#: against 0.367 recorded elsewhere, on a [0, 1] parameter). It is a non-private reference, not a
-#: product path: its proposals are held to the neighbourhood of the recorded ones.
-#: ``distribution-dp`` likewise moved one coordinate by 1.5e-7 (``rate`` 0.0209458 against 0.0209457,
-#: round 1) on an AMD EPYC (2026-12-03), where the machine that recorded it matches to the digit.
-MACHINE_TOLERANCE = {"pooled": 0.05, "distribution-dp": 1e-6}
-#: campaigns whose proposals were seen to move by more than any tolerance between machine classes at the
-#: same commit (a DP draw or a stopped fit amplifies the last bits): on a class other than the recorder's,
-#: without its own record (``record.py --machine``), they are not compared
-MACHINE_CHAOTIC = {"gradient-dp-sa", "distribution-dp", "pooled"}
-RECORDER = RECORDED.get("numerics")
+#: the math kernels one machine can switch between (``tests/golden/kernels.py``): torch's ATen vector
+#: width, and MKL's instruction set (torch's BLAS and LAPACK on x86)
+KERNELS = {"aten-default": {"ATEN_CPU_CAPABILITY": "default"}, "aten-avx2": {"ATEN_CPU_CAPABILITY": "avx2"},
+           "aten-avx512": {"ATEN_CPU_CAPABILITY": "avx512"}, "mkl-avx2": {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
 
 
 def _same_params(got: list[list[dict[str, Any]]], want: list[list[dict[str, Any]]], tol: float = 1e-12,
@@ -56,16 +47,50 @@ def _same_params(got: list[list[dict[str, Any]]], want: list[list[dict[str, Any]
 @pytest.mark.integration  # campaigns of every protocol
 @pytest.mark.parametrize("key", sorted(RECORDED["proposals"]))
 def test_same_seed_gives_the_recorded_proposals(key: str) -> None:
-    name, label = key.split("/")
-    if name in MACHINE_CHAOTIC and RECORDER not in (None, numerics()) and key not in RECORDED_HERE:
-        pytest.skip(f"{name}'s proposals follow the floating point of the machine: recorded on {RECORDER}, "
-                    f"this is {numerics()} without its own record (tests/golden/record.py --machine)")
-    space, f = (CONT, cont_f) if label == "cont" else (MIXED, mixed_f)
-    want = RECORDED_HERE.get(key, RECORDED["proposals"][key])
-    # another machine class without its own record rounds the last bits differently (seen: 1.5e-9 on
-    # independent/cont): held to 1e-6, still far below what any change of behaviour moves
-    foreign = RECORDER not in (None, numerics()) and key not in RECORDED_HERE
-    _same_params(campaign(name, space, f), want, MACHINE_TOLERANCE.get(name, 1e-12), rel=1e-6 if foreign else 1e-9)
+    space, f = space_of(key)
+    wrong = differences(campaign(key.split("/")[0], space, f), RECORDED["proposals"][key], space)
+    assert not wrong, f"{key} proposes other points than recorded:\n" + "\n".join(wrong)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return set(next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []))
+
+
+@pytest.mark.integration  # every campaign again, in a process of its own per kernel
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+def test_the_record_holds_under_every_math_kernel_of_this_machine(kernel: str) -> None:
+    """What another x86 machine class would run, on this one: the same record holds."""
+    env = KERNELS[kernel]
+    needs = {"default": None, "avx2": "avx2", "avx512": "avx512f", "AVX2": "avx2"}[next(iter(env.values()))]
+    if platform.machine() not in ("x86_64", "AMD64") or (needs and _cpu_flags() and needs not in _cpu_flags()):
+        pytest.skip(f"{kernel} needs an x86 CPU with {needs}")
+    script = GOLDEN / "kernels.py"
+    run = subprocess.run([sys.executable, str(script)], env={**os.environ, **env, "OMP_NUM_THREADS": "1"},
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"under {env}:\n{run.stdout[-4000:]}\n{run.stderr[-4000:]}"
+    checked = json.loads(run.stdout.strip().splitlines()[-1])
+    assert sorted(checked["campaigns"]) == sorted(RECORDED["proposals"])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("changed", [{"num_restarts": 1}, {"raw_samples": 64}, {"kernel": "rbf"}])
+def test_a_changed_default_fails_the_comparison(changed: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tolerance that lets every machine class pass still catches a change of behaviour: the
+    acquisition's restarts or raw samples, or the GP's kernel, changed from what the record used.
+    (Three restarts instead of two find the same optima: no proposal moves by more than 3e-6 of a
+    range, which is no change a user could see, and within what another CPU's round-off moves.)"""
+    import golden.record as record
+
+    monkeypatch.setattr(record, "FAST", {**record.FAST, **changed})
+    moved = []
+    for key in ("independent/cont", "surface/mixed", "vote/cont", "gradient-dp-sa/cont"):
+        space, f = space_of(key)
+        moved += differences(campaign(key.split("/")[0], space, f), RECORDED["proposals"][key], space)
+    assert moved, f"{changed} changed no recorded proposal by more than {UNIT_TOL} of a range"
 
 
 def test_a_journal_of_the_previous_format_opens_and_proposes_what_it_did(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ Example::
     options: {acquisition: ucb}
     coordinator: https://consortium.example:8443   # or "mpi", or flower://127.0.0.1:9500, or omit for independent
     token_env: LABFBO_TOKEN         # the bearer token comes from the environment (or token_file:)
+    verify: consortium-ca.pem       # the consortium's own CA (default: the system's CAs)
     seed: 0
     n_init: 6
     budget: 30                      # BO experiments after the initial design
@@ -23,7 +24,7 @@ Example::
       name: simulated               # `--adapter` on the command line overrides it
       config: {problem: branin, noise_std: 0.1, run_time: 2.0}
 
-Relative paths (``storage``, ``token_file``) are relative to the file's folder.
+Relative paths (``storage``, ``token_file``, ``verify``) are relative to the file's folder.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from labfbo.exceptions import ConfigurationError
+from labfbo.names import check_site_name
 from labfbo.objectives import Objective, Outcome
 from labfbo.space import SearchSpace
 
@@ -68,6 +70,8 @@ class SiteConfig(BaseModel):
     coordinator: str | None = None
     token_env: str | None = "LABFBO_TOKEN"
     token_file: str | None = None
+    verify: bool | str = Field(True, description="an https:// coordinator's certificate check: true (the system's "
+                               "CAs), the path of a CA bundle (the consortium's own CA), or false (none)")
     seed: int = Field(0, ge=0)
     n_init: int | None = Field(None, ge=0)
     budget: int = Field(20, ge=0)
@@ -84,6 +88,11 @@ class SiteConfig(BaseModel):
     @classmethod
     def _space(cls, v: Any) -> Any:
         return {"params": v} if isinstance(v, list) else v  # a bare list of parameters is enough
+
+    @field_validator("site")
+    @classmethod
+    def _site(cls, v: str) -> str:
+        return check_site_name(v, "site:")  # it names the journal file and the server's routes
 
     @field_validator("coordinator")
     @classmethod
@@ -130,6 +139,16 @@ class SiteConfig(BaseModel):
                                          f"{self.token_env} or give token_file")
             return token
         return None
+
+    def tls_verify(self) -> bool | str:
+        """``verify`` for the HTTP client: a CA bundle's path resolved against the config's folder."""
+        if isinstance(self.verify, bool):
+            return self.verify
+        path = self.path(self.verify)
+        if not os.path.isfile(path):
+            raise ConfigurationError(f"verify: no CA bundle at {path} (give the consortium's CA certificate, "
+                                     "true for the system's CAs)")
+        return path
 
     def connector(self) -> Any:
         """What ``Optimizer(coordinator=...)`` takes: None, the URL, or an MPI connector."""

@@ -65,6 +65,7 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+from pydantic import ValidationError as PydanticValidationError
 
 from labfbo.exceptions import ConfigurationError, ValidationError
 
@@ -111,8 +112,13 @@ class DP(BaseModel):
                  epsilon: float | None = None, unit: Unit = "site", **kw: Any) -> None:
         if noise_multiplier is None and epsilon is None:
             noise_multiplier = 1.0
-        super().__init__(clip=clip, noise_multiplier=noise_multiplier, delta=delta, epsilon=epsilon, unit=unit,
-                         **kw)
+        try:
+            super().__init__(clip=clip, noise_multiplier=noise_multiplier, delta=delta, epsilon=epsilon, unit=unit,
+                             **kw)
+        except PydanticValidationError as exc:  # a labfbo error that names each wrong setting
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'DP'}: {e['msg'].removeprefix('Value error, ')}"
+                                 for e in exc.errors())
+            raise ConfigurationError(f"DP settings: {problems}") from None
 
     @model_serializer(mode="wrap")
     def _no_unset_budget(self, handler: Any) -> Any:

@@ -66,6 +66,9 @@ class Release(BaseModel):
     pure_epsilon: float | None = Field(None, gt=0, description="randomized response: its epsilon (pure DP)")
     reported: int | None = Field(None, ge=0, description="a choice: the option this site reported (what left, "
                                  "kept in its own journal so that a restarted site can repeat it)")
+    streams: tuple[str, ...] = Field((), description="the site-private noise streams it drew from, "
+                                     "'purpose#query digest' (kept in its own journal so that a restarted site "
+                                     "never draws a used stream for another query; labfbo.privacy.streams)")
     secure_aggregation: bool = False
     neighbouring: str = NEIGHBOURING
     unit: Unit = Field("site", description="what is protected: the site's whole dataset or one experiment")
@@ -80,6 +83,8 @@ class Release(BaseModel):
             out.pop("pure_epsilon", None)
         if self.reported is None and isinstance(out, dict):
             out.pop("reported", None)
+        if not self.streams and isinstance(out, dict):
+            out.pop("streams", None)
         return out
 
     @model_validator(mode="after")

@@ -50,7 +50,7 @@ def report(releases: Sequence[Release]) -> list[dict[str, Any]]:
         if rel.private:
             used[rel.event] += 1
         at_round_end[rel.round] = Counter(used)
-        row = rel.model_dump(exclude={"delta", "reported"})  # not what was said: a sealed vote stays sealed
+        row = rel.model_dump(exclude={"delta", "reported", "streams"})  # not what was said: a sealed vote stays sealed
         row["unit"] = rel.unit  # what is protected, on every row (the record leaves the default unit out)
         row["_exposed"] = exposed
         rows.append(row)

@@ -30,6 +30,7 @@ from labfbo.exceptions import ConfigurationError, ProtocolError
 from labfbo.messages import Abstain, Message
 from labfbo.privacy.dp import DP
 from labfbo.privacy.release import Release
+from labfbo.privacy.streams import NoiseStreams
 from labfbo.records import TransferEstimate
 from labfbo.seeding import int_seed, stable_hash
 from labfbo.space import SearchSpace
@@ -143,9 +144,25 @@ class SiteLogic(ABC):
         """``message`` left the site: the answer as the operator and the privacy budget let it go
         (an :class:`Abstain` when either held it back). Called after its release was journaled."""
 
+    @property
+    def noise_streams(self) -> NoiseStreams:
+        """Which site-private stream each DP draw takes (:mod:`labfbo.privacy.streams`)."""
+        if "_noise_streams" not in self.__dict__:
+            self._noise_streams = NoiseStreams()
+        return self._noise_streams
+
+    def noise_rng(self, round: int, purpose: str, query: str) -> np.random.Generator:
+        """The site-private generator of one DP draw answering ``query`` (a digest of what the noise
+        protects and answers): ``purpose``'s first stream this round for the first query, the same
+        stream for the same query again, a fresh one for another (:mod:`labfbo.privacy.streams`)."""
+        k = self.noise_streams.index(round, purpose, query)
+        return self.context.private_rng(round, f"{purpose}/stream-{k}")
+
     def resume(self, releases: Sequence[Release]) -> None:
         """The site restarted from its journal: ``releases`` are those it made before (in order),
-        for logic that must remember what it already sent (e.g. a vote made once a campaign)."""
+        for logic that must remember what it already sent (e.g. a vote made once a campaign).
+        Overrides call this first: it replays the noise streams the releases drew from."""
+        self.noise_streams.resume((r.round, r.streams) for r in releases)
 
     def resume_transfer(self, estimate: TransferEstimate | None) -> None:
         """The site restarted from its journal: the transfer estimate of its last model proposal (None:
@@ -156,9 +173,11 @@ class SiteLogic(ABC):
         ``None`` if it carries nothing computed from the data. Journaled before it is sent."""
         if isinstance(message, Abstain):
             return None
-        return self.declare_release(message.kind, message.round, getattr(message, "step", None),
-                                    noised=getattr(message, "dp_noise_multiplier", None) is not None,
-                                    sensitivity=getattr(message, "dp_sensitivity", None))
+        out = self.declare_release(message.kind, message.round, getattr(message, "step", None),
+                                   noised=getattr(message, "dp_noise_multiplier", None) is not None,
+                                   sensitivity=getattr(message, "dp_sensitivity", None))
+        streams = self.noise_streams.drawn(message.round)
+        return out if out is None or not streams else out.model_copy(update={"streams": tuple(streams)})
 
     def declare_release(self, kind: str, round: int, step: int | None, noised: bool,
                         sensitivity: float | None) -> Release | None:

@@ -227,7 +227,7 @@ class DistributionSite(LocalGPSite):
         dp: DP | None = o.privacy
         schedule = None if o.release_every == 1 else o.release_every
         if dp is not None and o.dp_belief == "centre":  # the centre alone; the rest public constants
-            gen = self.context.private_rng(round, f"dp-belief/{data.digest()}")
+            gen = self.noise_rng(round, "dp-belief", data.digest())
             cats = choice_layout(self.space)[1]
             centre, probs = privatize_centre(centre, dp, gen, probs, cats)
             return OptimumBelief(weight=CENTRE_WEIGHT, mean=Array.of(centre),
@@ -240,7 +240,7 @@ class DistributionSite(LocalGPSite):
         value = float((mean[0] - o.kappa * sd[0] - np.mean(data.y)) / y_sd)
         weight, variance = float(belief.weights[k]), belief.variances[k]
         if dp is not None:  # the site-private stream, never the study seed
-            gen = self.context.private_rng(round, f"dp-belief/{data.digest()}")
+            gen = self.noise_rng(round, "dp-belief", data.digest())
             weight, centre, variance, value, probs = privatize_belief(weight, centre, variance, value, dp, gen,
                                                                       probs, choice_layout(self.space)[1])
         return OptimumBelief(weight=weight, mean=Array.of(centre), variance=Array.of(variance), value=value,

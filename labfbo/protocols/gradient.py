@@ -52,7 +52,7 @@ from labfbo.privacy.dp import GRADIENT_UNIT_REFUSAL
 from labfbo.privacy.release import Release
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.gradient_wire import MISSED, CoordinatorWire, ParticlesDelta, SiteWire, quantize
-from labfbo.protocols.gradient_messages import ParticlesReply, ParticlesRequest, ScoreResponse, dp_purpose
+from labfbo.protocols.gradient_messages import ParticlesReply, ParticlesRequest, ScoreResponse, dp_purpose, dp_query
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
 from labfbo.protocols.secure_sum import (MIN_COHORT, KeyRequest, MaskedScores, PublicKeyShare, SecureSum,
                                          UnmaskRequest, check_cohort, digest, reveal, upload)
@@ -178,10 +178,9 @@ class GradientSite(LocalGPSite):
             held = self.wire.particles(request, round)
             if held is None:
                 return Abstain(reason=MISSED)
-            purpose = request.dp_purpose if isinstance(request, ParticlesRequest) else dp_purpose(
-                request.step, Array.of(held))
+            query = request.dp_query if isinstance(request, ParticlesRequest) else dp_query(Array.of(held))
         else:
-            held, purpose = request.particles.numpy(), request.dp_purpose
+            held, query = request.particles.numpy(), request.dp_query
         if data.n == 0:
             return Abstain(reason="no observations yet")
         if isinstance(request, ParticlesRequest) and self.options.secure_aggregation and (
@@ -191,11 +190,11 @@ class GradientSite(LocalGPSite):
         dp: DP | None = self.options.privacy
         if dp is not None and self.options.dp_noise == "distributed":  # this member's share (secure sum only)
             n, t = len(request.cohort or {}), self.options.dp_colluders
-            A = distributed.privatize_share(A, dp, ctx.private_rng(round, distributed.share_purpose(
-                f"{purpose}/{data.digest()}", n, t)), n, t)
+            A = distributed.privatize_share(A, dp, self.noise_rng(round, distributed.share_purpose(
+                dp_purpose(request.step), n, t), f"{query}/{data.digest()}"), n, t)
         elif dp is not None:
-            # never from the study seed; keyed by the data too (a round answered again after a restart)
-            A = privatize(A, dp, ctx.private_rng(round, f"{purpose}/{data.digest()}"))
+            # never from the study seed; the query is the particles and the data (labfbo.privacy.streams)
+            A = privatize(A, dp, self.noise_rng(round, dp_purpose(request.step), f"{query}/{data.digest()}"))
         dp_fields = {"dp_clip": None if dp is None else dp.clip,
                      "dp_noise_multiplier": None if dp is None else dp.sigma}
         if self.options.wire == "compact":  # stochastic rounding: the same codes on every transport

@@ -23,15 +23,20 @@ class ParticlesRequest(Message):
     cohort: dict[str, str] | None = Field(None, description="secure aggregation: member -> public key")
 
     @property
-    def dp_purpose(self) -> str:
-        """The DP noise stream of this request: keyed by the step *and* the particles, so an answer
-        to other particles never reuses noise (their difference would cancel it)."""
-        return dp_purpose(self.step, self.particles)
+    def dp_query(self) -> str:
+        """What this request asks about, for the DP noise stream (:func:`dp_query`)."""
+        return dp_query(self.particles)
 
 
-def dp_purpose(step: int, particles: Array) -> str:
-    """The DP noise stream of one step's particles (as the site holds them)."""
-    return f"dp-noise/{step}/{digest(particles)[:32]}"
+def dp_purpose(step: int) -> str:
+    """The DP noise streams of one step (:meth:`labfbo.protocols.SiteLogic.noise_rng`)."""
+    return f"dp-noise/{step}"
+
+
+def dp_query(particles: Array) -> str:
+    """The particles a step asks about (as the site holds them), by digest: an answer to other
+    particles at the same step draws a fresh stream (their difference would cancel reused noise)."""
+    return digest(particles)[:32]
 
 
 @register

@@ -175,17 +175,17 @@ class SurfaceSite(LocalGPSite):
             w = agreement_probability(self._transfer) if self.options.weigh_upload == "agreement" and m == 1 else 1.0
             gram, moment = site_statistics(Phi, values)
             return w * gram, w * moment, m, None
-        purpose = f"dp-surface/{_digest(data, values, m)}"
+        query = _digest(data, values, m)
         if cohort is None or dp.unit != "site":  # the full noise, in the unit's sensitivity
             gram, moment, delta = private_statistics(Phi, values, dp, self.features.norm_bound,
-                                                     self.context.private_rng(round, purpose))
+                                                     self.noise_rng(round, "dp-surface", query))
             return gram, moment, m, delta
         gram, moment = site_statistics(Phi, values, dp.clip)  # distributed, unit "site" (experiment: ranked sums)
         delta = dp_sensitivity(self.features.norm_bound, dp.clip, m)
         t = self.options.dp_colluders
         scale = dp.sigma * delta / math.sqrt(honest_members(cohort, t))
         if scale > 0:  # the full noise's draws (gram, then moment) at the share's std
-            gen = self.context.private_rng(round, share_purpose(purpose, cohort, t))
+            gen = self.noise_rng(round, share_purpose("dp-surface", cohort, t), query)
             gram, moment = gram + gen.normal(0.0, scale, gram.shape), moment + gen.normal(0.0, scale, moment.shape)
         return gram, moment, m, delta
 
@@ -222,7 +222,7 @@ class SurfaceSite(LocalGPSite):
         t = self.options.dp_colluders
         scale = dp.sigma * delta / math.sqrt(honest_members(cohort, t))
         if scale > 0:
-            gen = self.context.private_rng(round, share_purpose(f"dp-surface-ranks/{_digest(data, values, m)}", cohort, t))
+            gen = self.noise_rng(round, share_purpose("dp-surface-ranks", cohort, t), _digest(data, values, m))
             moment = moment + gen.normal(0.0, scale, moment.shape)
             sums = sums + gen.normal(0.0, scale / dp.clip, sums.shape)
         gram = np.zeros(packed_size(self.features.p))

@@ -216,7 +216,7 @@ class VoteSite(LocalGPSite):
         dp: DP | None = o.privacy
         if dp is not None and dp.sigma:  # the site-private stream, keyed by the data it protects
             choice = respond(choice, self.buckets, vote_epsilon(dp),
-                             self.context.private_rng(round, f"dp-vote/{data.digest()}"))
+                             self.noise_rng(round, "dp-vote", data.digest()))
         vote = self._vote(int(self.mine[choice]))
         if not o.sealed:
             return vote
@@ -234,6 +234,7 @@ class VoteSite(LocalGPSite):
         """After a restart, the journal's last vote: not voted again before its schedule says
         (:meth:`release_round`), and sealed again for newcomers within its window from the index
         the site journaled (``Release.reported``), as the uninterrupted site would."""
+        super().resume(releases)
         votes = [r for r in releases if r.message in ("optimum_vote", "sealed_vote")]
         if not votes:
             return

@@ -40,8 +40,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel, Field
 
 from labfbo import wire
-from labfbo.exceptions import FederationError, LabFBOError, ProtocolError
+from labfbo.exceptions import FederationError, LabFBOError, ProtocolError, ValidationError
 from labfbo.messages import Array, JoinRequest, Message, PrivacyDeclaration, parse
+from labfbo.names import check_site_name
 from labfbo.server.config import ServerConfig, TokenBook, new_token
 from labfbo.server.engine import Conflict, RoundEngine
 from labfbo.server.params import ROUND, ROUND_PATH, SEQ, SITE, WAIT, declared
@@ -417,6 +418,10 @@ class CoordinatorServer:
         msg = read_message(data, self.config.max_array_items)
         if not isinstance(msg, JoinRequest):
             raise HTTPException(422, f"expected a join request, got {msg.kind!r}")
+        try:  # the configuration's names follow the rule; a join names the site it is, by the same rule
+            check_site_name(msg.site, "the joining site")
+        except ValidationError as exc:
+            raise HTTPException(422, str(exc)) from None
         self._own(site, msg.site)
         try:
             reply = self.engine.join(msg)

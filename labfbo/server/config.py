@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from labfbo.exceptions import ConfigurationError
+from labfbo.names import check_site_name
 
 if TYPE_CHECKING:
     from labfbo.coordinator import Coordinator
@@ -98,6 +99,8 @@ class ServerConfig(BaseModel):
     def _digests(cls, v: dict[str, str] | list[str]) -> dict[str, str] | list[str]:
         if not v:
             raise ValueError("a consortium needs at least one site")
+        for site in v:  # a name becomes a file name, a URL path segment and an audit field
+            check_site_name(site, "sites:")
         if isinstance(v, list):
             if len(set(v)) != len(v):
                 raise ValueError("site names must be unique")

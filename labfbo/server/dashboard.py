@@ -4,7 +4,10 @@ Read-only, for the admin token. The token is typed once into a login form (``POS
 /dashboard/login``, form-encoded: never in a URL, and the guard never audits that body) and
 exchanged for a random session id in an HttpOnly, SameSite=Strict cookie (``Secure`` over
 TLS) that expires after ``dashboard_session`` seconds; the server keeps only the id's
-SHA-256 and its expiry, in memory. ``/dashboard/logout`` ends the session.
+SHA-256 and its expiry, in memory. ``/dashboard/logout`` ends the session. Refused logins are
+counted per client address: after 5 in a minute, every login from that address waits
+:data:`THROTTLED_DELAY` before its token is checked and a wrong one gets 429, so guessing stays
+slow; the admin token itself is never refused, whatever any address got wrong before.
 
 The page shows the study, the sites' states, the current round and whom it waits for, the
 rounds' durations, the message bytes to and from each site, each site's cumulative epsilon
@@ -20,6 +23,7 @@ every two seconds.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import secrets
@@ -45,6 +49,7 @@ PATHS = frozenset({PAGE, LOGIN, LOGOUT, STATUS})  # the guard lets them check th
 SECRET_BODIES = frozenset({LOGIN})                  # the guard audits no trace of these bodies
 MAX_BODY = 4096                                     # a login form: read before any credential is known
 REFRESH_MS = 2000
+THROTTLED_DELAY = 1.0  # seconds every login of an address with 5 refused logins in the last minute waits
 TEMPLATES = Path(__file__).parent / "templates"
 
 # the tables' columns: (key in the row, heading); the page and its script both read them
@@ -168,7 +173,8 @@ class Dashboard:
 
         self.server = server
         self.sessions = Sessions(server.config.dashboard_session)
-        self.throttle = AddressThrottle(limit=5)
+        self.throttle = AddressThrottle(limit=5)  # refused logins per address and minute before it is slowed
+        self.throttled_delay = THROTTLED_DELAY
         self.privacy = PrivacyView(server)  # the coordinator accounts every accepted answer (its ledger)
         self.templates = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html"]))
 
@@ -321,16 +327,19 @@ class Dashboard:
         @app.post(LOGIN, include_in_schema=False)
         async def login(request: Request) -> Response:
             address = request.client.host if request.client else "?"
-            wait = self.throttle.blocked(address)
-            if wait > 0:
-                response = self._page(message=f"Too many refused logins from this address: try again in "
-                                              f"{math.ceil(wait)} s.", code=429)
-                response.headers["Retry-After"] = str(math.ceil(wait))
-                return response
+            throttled = self.throttle.blocked(address) > 0
+            if throttled:  # every attempt of a throttled address waits: guesses stay slow, the right token gets in
+                await asyncio.sleep(self.throttled_delay)
             form = parse_qs((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
             token = (form.get("token") or [""])[0].strip()
             if not self.server.tokens.is_admin(token):
                 self.throttle.refuse(address)
+                wait = self.throttle.blocked(address)
+                if throttled and wait > 0:
+                    response = self._page(message=f"Too many refused logins from this address: each login from it "
+                                                  f"is slowed down for {math.ceil(wait)} s.", code=429)
+                    response.headers["Retry-After"] = str(math.ceil(wait))
+                    return response
                 why = ("This server has no admin token (admin_token_sha256 in its configuration): the dashboard "
                        "is off." if self.server.tokens.admin is None else "Enter the admin token." if not token else
                        "Refused: not the admin token. The dashboard takes only the consortium's admin token; "

@@ -6,7 +6,9 @@ configuration it is the study's space: every lab joins with it or is refused, wi
 difference named (:mod:`labfbo.space_diff`); no lab's join defines it.
 
 The configuration holds only the tokens' SHA-256 digests. The tokens themselves go once into
-a separate file, readable by its owner only (0600), for the operator to hand out.
+a separate file for the operator to hand out. Both are written 0600 whatever the umask, never
+through a symbolic link, never over the space file; ``--force`` names what it replaces and moves
+an existing state file aside, so the new study starts with a new state.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from labfbo.exceptions import ConfigurationError
+from labfbo.names import check_site_name
 
 DEFAULT_SITES = ("lab-a", "lab-b", "lab-c")
 
@@ -57,6 +60,8 @@ def build(args: argparse.Namespace, space: Any = None) -> tuple[dict[str, Any], 
 
     space = read_space(args.space) if space is None else space
     sites = list(args.sites)
+    for site in sites:  # a name becomes a file name, a URL path segment and an audit field
+        check_site_name(site, "--sites:")
     if len(set(sites)) != len(sites):
         raise ConfigurationError(f"--sites: site names must be unique, got {sites}")
     tokens = {s: new_token() for s in sites}
@@ -97,40 +102,115 @@ def _option(text: str) -> tuple[str, Any]:
 
 
 def _refuse_existing(paths: list[Path], force: bool) -> None:
-    there = [str(p) for p in paths if p.exists()]
+    there = [str(p) for p in paths if os.path.lexists(p)]
     if there and not force:
-        raise ConfigurationError(f"{', '.join(there)} already exist(s): not overwritten (--force replaces it, and "
-                                 "every token it held stops working)")
+        raise ConfigurationError(f"{', '.join(there)} already exist(s): not overwritten (--force replaces the "
+                                 "configuration, whose tokens all stop working, and moves an old state aside)")
+
+
+def _refuse_links(paths: dict[str, Path]) -> None:
+    """A symbolic link at an output path is refused, with ``--force`` too: the file is never written through it."""
+    for flag, p in paths.items():
+        if p.is_symlink():
+            raise ConfigurationError(f"{flag} {p} is a symbolic link: refused (init writes the file itself, never "
+                                     "through a link; remove the link or give the real path)")
+
+
+def _refuse_same(paths: dict[str, Path]) -> None:
+    """Every path init writes or replaces is distinct from the others and from the space file."""
+    seen: dict[Path, str] = {}
+    for flag, p in paths.items():
+        real = p.resolve()
+        for other_real, other in seen.items():
+            if real == other_real or (p.exists() and other_real.exists() and os.path.samefile(p, other_real)):
+                raise ConfigurationError(f"{flag} {p} and {other} are the same file: init would overwrite one "
+                                         "with the other (give each its own path)")
+        seen[real] = f"{flag} {p}"
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path``, readable and writable by its owner only (0600), from the start."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # an existing file keeps its mode on open: set it
-    with os.fdopen(fd, "w") as f:
+    """Write ``text`` to ``path``, readable and writable by its owner only (0600) from the start, whatever
+    the umask; a symbolic link at ``path`` is refused (ConfigurationError)."""
+    from labfbo.journal import open_private
+
+    with os.fdopen(open_private(path, os.O_WRONLY | os.O_TRUNC, ConfigurationError), "w") as f:
         f.write(text)
 
 
+def state_paths(state: str | None, out: Path) -> list[Path]:
+    """Where ``coordinator serve`` (the working folder) and a Flower ServerApp (the configuration's
+    folder) open the configuration's ``state:``; the same path once when they agree."""
+    if not state:
+        return []
+    here = Path(state).expanduser()
+    paths = [here.resolve(), (out.resolve().parent / here).resolve()]
+    return list(dict.fromkeys(paths))
+
+
+def _set_aside(states: list[Path], stamp: str) -> list[tuple[Path, Path]]:
+    """Move each existing state file (with its SQLite companions) to ``<name>.replaced-<stamp>``."""
+    moved: list[tuple[Path, Path]] = []
+    for state in states:
+        if not os.path.lexists(state):
+            continue
+        for companion in ("", "-wal", "-shm", "-journal"):  # a WAL left behind would be replayed into the new state
+            src = state.with_name(state.name + companion)
+            if os.path.lexists(src):
+                dst = state.with_name(f"{state.name}.replaced-{stamp}{companion}")
+                try:
+                    os.replace(src, dst)
+                except OSError as exc:
+                    for done_src, done_dst in reversed(moved):  # put back what was moved: nothing half-changed
+                        os.replace(done_dst, done_src)
+                    raise ConfigurationError(f"--force: cannot move the old state {src} aside: {exc.strerror}") from None
+                moved.append((src, dst))
+    return moved
+
+
 def run(args: argparse.Namespace) -> int:
-    """The command: write the configuration and the tokens file, say what to do next."""
+    """The command: write the configuration and the tokens file, say what to do next.
+
+    With ``--force`` it says what it replaces, and an existing state file at the configuration's
+    ``state:`` is moved aside (``<state>.replaced-<time>``): the new study starts with a new state."""
+    import time
+
     import yaml
 
     out = Path(args.out)
     tokens_out = Path(args.tokens_out) if args.tokens_out else out.with_name(out.stem + ".tokens.yaml")
-    if tokens_out.resolve() == out.resolve():
-        raise ConfigurationError("--tokens-out must differ from --out: the tokens stay out of the configuration")
-    _refuse_existing([out, tokens_out], args.force)
+    states = state_paths(args.state, out)
+    _refuse_same({"--space": Path(args.space), "--out": out, "--tokens-out": tokens_out,
+                  **{f"--state{' (beside --out)' * i}": p for i, p in enumerate(states)}})
+    _refuse_links({"--out": out, "--tokens-out": tokens_out})
+    _refuse_existing([out, tokens_out, *states], args.force)
     space = read_space(args.space)
     config, tokens = build(args, space)
     head = (f"# labfbo consortium configuration, written by `labfbo coordinator init --space {args.space}`.\n"
             "# `space:` is the study's search space: every lab joins with exactly this space (a lab whose space\n"
             "# differs is refused, each difference named). Tokens are stored as SHA-256 digests only.\n")
-    out.write_text(head + yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
-    write_private(tokens_out, "# labfbo consortium tokens: hand each site its own token (LABFBO_TOKEN); keep the\n"
-                  "# admin token for the dashboard and /v1/admin. The configuration holds their SHA-256 only.\n"
-                  + yaml.safe_dump(tokens, sort_keys=False))
+    replaced = [p for p in (out, tokens_out) if p.exists()]
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    temps = {p: p.with_name(f".{p.name}.{os.getpid()}.tmp") for p in (out, tokens_out)}
+    try:  # both files whole first, then renamed into place: an error leaves the old ones as they were
+        write_private(temps[out], head + yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+        write_private(temps[tokens_out], "# labfbo consortium tokens: hand each site its own token (LABFBO_TOKEN); "
+                      "keep the\n# admin token for the dashboard and /v1/admin. The configuration holds their SHA-256 "
+                      "only.\n" + yaml.safe_dump(tokens, sort_keys=False))
+        moved = _set_aside(states, stamp)
+    except BaseException:
+        for tmp in temps.values():
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+        raise
+    os.replace(temps[out], out)
+    os.replace(temps[tokens_out], tokens_out)
+    if replaced:
+        print(f"replaced {' and '.join(map(str, replaced))} (--force): every token of the old configuration stops "
+              "working")
+    for src, dst in moved:
+        print(f"moved the old study's state {src} aside to {dst} (--force): the new study starts with a new state")
     n = len(config["space"]["params"])
-    print(f"wrote {out}: study {config['study']!r}, protocol {config['protocol']!r}, "
+    print(f"wrote {out} (mode 0600): study {config['study']!r}, protocol {config['protocol']!r}, "
           f"{len(config['sites'])} sites ({', '.join(config['sites'])}), the space of {args.space} pinned "
           f"({n} parameter{'s' * (n != 1)})")
     print(f"wrote {tokens_out} (mode 0600): each site's token and the admin token, shown nowhere else; "
@@ -163,5 +243,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--audit-log", default="audit.jsonl", help="audit log file ('' for none)")
     p.add_argument("--out", default="consortium.yaml")
     p.add_argument("--tokens-out", default=None, help="where the tokens go (default: <out>.tokens.yaml, mode 0600)")
-    p.add_argument("--force", action="store_true", help="overwrite existing files (their tokens stop working)")
+    p.add_argument("--force", action="store_true", help="overwrite existing files (their tokens stop working) and "
+                   "move an existing state file aside (the new study starts with a new state)")
     p.set_defaults(func=run)

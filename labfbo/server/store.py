@@ -8,7 +8,9 @@ coordinator enforces survives a restart). Each write is one transaction, in the 
 returns (``synchronous=NORMAL``: not fsynced, so it survives a crash of the process, not a power
 loss), so a ``kill -9`` loses at most the round in progress, which the sites simply ask for
 again. ``retention_rounds`` keeps only the last N round snapshots. It also keeps which
-sites have left (a restarted coordinator does not wait for them).
+sites have left (a restarted coordinator does not wait for them). The state file, its WAL and
+the audit log are created readable by their owner only (0600, whatever the umask); a symbolic
+link at their path is refused.
 
 :func:`resume` and :func:`persist_round` are how a server process uses it — the HTTP
 server (:mod:`labfbo.server.app`) and the Flower ``ServerApp``
@@ -22,6 +24,7 @@ payload.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -41,6 +44,8 @@ class Store:
     def __init__(self, path: str | None) -> None:
         self.lock = threading.Lock()
         self.pending_budgets: dict[str, dict[str, Any]] = {}  # accounts without a budget, written with the next round
+        if path:
+            _private_state(path)
         try:
             self.db = sqlite3.connect(path or ":memory:", check_same_thread=False, isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL" if path else "PRAGMA journal_mode=MEMORY")
@@ -141,6 +146,18 @@ class Store:
             self.db.close()
 
 
+def _private_state(path: str) -> None:
+    """Create the state file 0600 (or make ours 0600) before SQLite opens it: SQLite gives its WAL and
+    shared-memory files the database's mode. A symbolic link at it or at a companion is refused."""
+    from labfbo.journal import open_private
+
+    os.close(open_private(path, os.O_RDWR, ConfigurationError))
+    for companion in ("-wal", "-shm", "-journal"):
+        if os.path.islink(path + companion):
+            raise ConfigurationError(f"{path + companion} is a symbolic link: refused (the coordinator's state "
+                                     "writes it itself; remove the link)")
+
+
 def resume(coordinator: "Coordinator", store: Store) -> set[str]:
     """Continue ``coordinator``'s study from ``store``; return the sites that had left.
 
@@ -214,7 +231,8 @@ class AuditLog:
             cutoff = time.time() - retention_days * 86400
             keep = [ln for ln in self.path.read_text().splitlines() if _time(ln) >= cutoff]
             tmp = self.path.with_suffix(".tmp")
-            tmp.write_text("".join(ln + "\n" for ln in keep))
+            with os.fdopen(_open_log(tmp, os.O_WRONLY | os.O_TRUNC), "w") as fh:
+                fh.write("".join(ln + "\n" for ln in keep))
             tmp.replace(self.path)
 
     def write(self, site: str | None, route: str, round: int | None, payload: bytes, status: int) -> None:
@@ -239,7 +257,7 @@ class AuditLog:
                 self.path.replace(self.path.with_name(self.path.name + ".1"))
                 self._size = 0
             if self._fh is None or self._fh.closed:
-                self._fh = open(self.path, "a")
+                self._fh = os.fdopen(_open_log(self.path, os.O_WRONLY | os.O_APPEND), "a")
             self._fh.write(line)
             self._fh.flush()
             self._size += len(line.encode())
@@ -253,6 +271,13 @@ class AuditLog:
         """Close the file (a later :meth:`write` opens it again)."""
         with self.lock:
             self._close()
+
+
+def _open_log(path: Path, flags: int) -> int:
+    """The audit log's file, 0600 and never through a symbolic link (:func:`labfbo.journal.open_private`)."""
+    from labfbo.journal import open_private
+
+    return open_private(path, flags, ConfigurationError)
 
 
 def _time(line: str) -> float:

@@ -1,10 +1,12 @@
 """Refusals counted per client address: the dashboard's logins, and requests without a known token.
 
-A client address that is refused ``limit`` times within ``window`` seconds is itself refused
-(429) until the window has passed: a wrong dashboard password cannot be guessed at speed, and a
-host flooding the coordinator with tokenless requests is shut out at its connections, before
-they are parsed or audited (:mod:`labfbo.server.connections`), while every other address is
-served as before. A site behind the same address as such a host is shut out with it.
+A client address that is refused ``limit`` times within ``window`` seconds is throttled until the
+window has passed. A host flooding the coordinator with tokenless requests is shut out at its
+connections, before they are parsed or audited (:mod:`labfbo.server.connections`), while every
+other address is served as before; a site behind the same address as such a host is shut out
+with it. The dashboard's logins are only slowed: each login of a throttled address waits before
+its token is checked and a wrong one gets 429, so the admin token cannot be guessed at speed, yet
+is never refused because of anyone's wrong guesses (:mod:`labfbo.server.dashboard`).
 """
 
 from __future__ import annotations

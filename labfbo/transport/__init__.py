@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from labfbo.coordinator import Coordinator
@@ -20,12 +21,17 @@ def require_coordinator(protocol: str, federated: bool, coordinator: Any,
                                  f"use {alone} to run alone")
 
 
-def connect(coordinator: Any, site: str, federated: bool, protocol: str, token: str | None = None) -> Any:
-    """The site's link to ``coordinator`` (None: a non-federated site without one)."""
+def connect(coordinator: Any, site: str, federated: bool, protocol: str, token: str | None = None,
+            verify: bool | str | os.PathLike[str] = True) -> Any:
+    """The site's link to ``coordinator`` (None: a non-federated site without one); ``verify``: an HTTPS
+    coordinator's certificate check (a CA bundle's path, e.g. the consortium's own CA; False: none)."""
     if isinstance(coordinator, str) and coordinator.startswith(("http://", "https://")):
         from labfbo.transport.http import HTTPCoordinator
 
-        coordinator = HTTPCoordinator(coordinator, token or "")
+        coordinator = HTTPCoordinator(coordinator, token or "", verify=verify)
+    elif verify is not True and coordinator is not None:
+        raise ConfigurationError("verify= applies to an https:// coordinator given by its url; pass it to "
+                                 "HTTPCoordinator(url, token, verify=...) when you build the link yourself")
     elif isinstance(coordinator, str) and coordinator.startswith("flower://"):
         from labfbo.transport.flower import FlowerCoordinator
 

@@ -10,8 +10,9 @@ the rounds it asked for). An ``ask()`` whose timeout runs out hands the round to
 *agent* thread, which answers for the site until the round's guidance arrives.
 
 Every call uses ``requests`` with a connect/read timeout and retries connection errors
-and 5xx answers with exponential backoff and full jitter (0.5 s doubling, ≤ 8 s, 6
-tries). 4xx answers are not retried: they are the server refusing the site (bad token,
+and 5xx answers with exponential backoff and full jitter (0.5 s doubling, ≤ 8 s): 6 tries,
+or within an ``ask(timeout=s)`` as many as fit before its deadline, so a coordinator that
+restarts within ``s`` costs the site nothing but the wait. 4xx answers are not retried: they are the server refusing the site (bad token,
 wrong site, conflict) and raise :class:`~labfbo.exceptions.FederationError`.
 
 (An operator who wants to review each outgoing message passes ``approve=`` to the
@@ -50,6 +51,27 @@ def _content_type(body: bytes | None) -> dict[str, str] | None:
     return {"Content-Type": wire.MEDIA_TYPE if wire.is_frame(body) else "application/json"}
 
 
+def check_token(token: Any) -> None:
+    """Refuse a token that cannot travel in a bearer header, naming the problem (never the token)."""
+    if not token:
+        raise ConfigurationError("an HTTP coordinator needs this site's token (token=...)")
+    if not isinstance(token, str):
+        raise ConfigurationError(f"the site's token must be a string, got a {type(token).__name__}")
+    if token != token.strip():
+        end = "trailing" if token[-1].isspace() else "leading"
+        raise ConfigurationError(f"the site's token has {end} whitespace (a newline kept from the file it was read "
+                                 "from?): strip it, e.g. Path(...).read_text().strip()")
+    bad = next((i for i, ch in enumerate(token) if not (33 <= ord(ch) <= 126)), None)
+    if bad is not None:
+        raise ConfigurationError(f"the site's token has a space, a control or a non-ASCII character at position "
+                                 f"{bad + 1} of {len(token)}: a token is printable ASCII without spaces")
+
+
+def _redacted(text: str, secret: str) -> str:
+    """``text`` without ``secret`` (an error of the HTTP library may quote the header that carried it)."""
+    return text.replace(secret, "<token>") if secret else text
+
+
 class HTTPCoordinator:
     """A coordinator server at ``url``, reached with this site's bearer ``token``."""
 
@@ -57,8 +79,7 @@ class HTTPCoordinator:
                  verify: bool | str = True, poll_wait: float = POLL_WAIT) -> None:
         if not url.startswith(("http://", "https://")):
             raise ConfigurationError(f"coordinator url must start with http:// or https://, got {url!r}")
-        if not token:
-            raise ConfigurationError("an HTTP coordinator needs this site's token (token=...)")
+        check_token(token)
         self.url, self.token = url.rstrip("/"), token
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         self.verify, self.poll_wait = verify, poll_wait
@@ -86,8 +107,12 @@ class HTTPLink(SiteLink):
     # -- plumbing ------------------------------------------------------------------------------
     def _call(self, method: str, path: str, *, body: bytes | None = None,
               params: dict[str, Any] | None = None, read_timeout: float | None = None,
-              accept: str | None = None) -> Any:
-        """The answer's JSON, or — a frame — ``{"type", "seq", "round", "message": frame}``."""
+              accept: str | None = None, deadline: float | None = None) -> Any:
+        """The answer's JSON, or — a frame — ``{"type", "seq", "round", "message": frame}``.
+
+        Connection errors and 5xx answers are retried: ``retries`` times, or with a ``deadline``
+        (``time.monotonic()``), until it passes, however many tries that takes (an ``ask(timeout=s)``
+        rides out a coordinator restart of up to ``s``)."""
         import requests
 
         # Not urllib3's Retry on the session: a closing link must stop retrying at once (a Retry
@@ -95,7 +120,9 @@ class HTTPLink(SiteLink):
         # the backoff is full jitter (uniform in [0, delay]) rather than a doubling plus noise.
         url = self.cfg.url + path
         delay = self.cfg.backoff
-        for attempt in range(self.cfg.retries):
+        attempt = -1
+        while True:
+            attempt += 1
             try:
                 resp = self.session.request(
                     method, url, data=body, params=params,
@@ -114,13 +141,16 @@ class HTTPLink(SiteLink):
                 if resp.status_code < 500:
                     detail = resp.json().get("detail", resp.text) if resp.headers.get(
                         "content-type", "").startswith("application/json") else resp.text
-                    raise Refused(f"coordinator refused {method} {path}: {resp.status_code} {detail}")
+                    raise Refused(f"coordinator refused {method} {path}: {resp.status_code} "
+                                  f"{_redacted(str(detail), self.cfg.token)}")
                 err = FederationError(f"coordinator error {resp.status_code} on {method} {path}")
-            if attempt == self.cfg.retries - 1 or self.closed:
-                raise Unreachable(f"coordinator unreachable at {self.cfg.url}: {err}") from None
-            time.sleep(random.uniform(0, delay))  # full jitter
+            left = None if deadline is None else deadline - time.monotonic()
+            if self.closed or (attempt >= self.cfg.retries - 1 if left is None else left <= 0):
+                raise Unreachable(f"coordinator unreachable at {self.cfg.url} after {attempt + 1} tries: "
+                                  f"{_redacted(str(err), self.cfg.token)}") from None
+            pause = random.uniform(0, delay)  # full jitter
+            time.sleep(pause if left is None else min(pause, left))
             delay = min(delay * 2, 8.0)
-        raise FederationError("unreachable")  # pragma: no cover
 
     # -- SiteLink ---------------------------------------------------------------------------------
     def join(self, request: JoinRequest, handler: Handler) -> JoinReply:
@@ -176,10 +206,10 @@ class HTTPLink(SiteLink):
             try:
                 if work is None and not wanted:  # the first call restarts a failed round; later polls do not
                     work = self._call("POST", f"/v1/sites/{self.site}/rounds/{int(round)}/want", accept=ACCEPT,
-                                      params={"wait": wait}, read_timeout=wait)
+                                      params={"wait": wait}, read_timeout=wait, deadline=end)
                     wanted = True
                 elif work is None:
-                    work = self._poll(round, wait)
+                    work = self._poll(round, wait, end)
                 if work.get("type") == "request":
                     work = self._answer(work, round, wait, end)
                     continue
@@ -222,9 +252,10 @@ class HTTPLink(SiteLink):
         self.session.close()
 
     # -- polls and answers ----------------------------------------------------------------------------
-    def _poll(self, round: int | None, wait: float) -> dict[str, Any]:
+    def _poll(self, round: int | None, wait: float, deadline: float | None = None) -> dict[str, Any]:
         params: dict[str, Any] = {"wait": wait, **({"round": round} if round is not None else {})}
-        return self._call("GET", f"/v1/sites/{self.site}/work", params=params, read_timeout=wait, accept=ACCEPT)
+        return self._call("GET", f"/v1/sites/{self.site}/work", params=params, read_timeout=wait, accept=ACCEPT,
+                          deadline=deadline)
 
     def _answer(self, work: dict[str, Any], round: int | None, wait: float | None,
                 end: float | None = None) -> dict[str, Any] | None:
@@ -245,7 +276,7 @@ class HTTPLink(SiteLink):
         params = None if wait is None else {"wait": wait, **({"round": round} if round is not None else {})}
         try:
             got = self._call("POST", f"/v1/sites/{self.site}/answers/{int(work['seq'])}", body=answer, params=params,
-                             read_timeout=wait, accept=ACCEPT if wait is not None else None)
+                             read_timeout=wait, accept=ACCEPT if wait is not None else None, deadline=end)
         except Refused as exc:
             if "409" not in str(exc):
                 raise
