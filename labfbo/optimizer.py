@@ -464,6 +464,9 @@ class Optimizer:
             raise LabFBOError(f"protocol {self.protocol!r} proposed shape {X.shape}, expected {(m, self.space.dim)}")
         if (transfer := self.agent.logic.transfer()) is not None:
             clock = {**clock, "transfer": transfer}
+        if source == "model" and self.protocol_cls.federated and (why := self.agent.logic.alone()) is not None:
+            source = "model-alone"  # the round ran, but nothing of it reached this proposal: say so
+            warnings.warn(f"site {self.site!r}, round {t}: {why}; proposing from this lab's own data", stacklevel=3)
         gen = rng(self.seed, self.context.site_index, t, "dedupe" if not uses else f"dedupe/{uses}")
         X = dedupe(self.space, self.space.snap(X), data.pending, gen)
         if self.space.local_constraints:  # the protocol's own points (e.g. a consensus average) meet them too

@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict
 from labfbo.exceptions import ValidationError
 
 TrialState = Literal["pending", "complete", "failed", "retracted"]
-Source = Literal["design", "model", "model-last-guidance", "model-local", "enqueued", "random", "historical"]
+Source = Literal["design", "model", "model-alone", "model-last-guidance", "model-local", "enqueued", "random",
+                 "historical"]
 
 
 class Trial(BaseModel):
@@ -22,7 +23,8 @@ class Trial(BaseModel):
 
     ``metadata`` says where it came from (``source``: design / model / enqueued /
     random, or ``model-last-guidance`` / ``model-local`` when ``ask(timeout=...)`` got no
-    guidance in time; ``round``: the BO round).
+    guidance in time, ``model-alone`` when the round's guidance arrived but carried nothing from the
+    partners, e.g. no secure sum formed; ``round``: the BO round).
     """
 
     model_config = ConfigDict(frozen=True)

@@ -8,8 +8,9 @@ local data) for the tests of the optimizer's and the coordinator's federated pat
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any, Literal, Mapping
+from typing import Any, Iterator, Literal, Mapping
 
 import numpy as np
 import pytest
@@ -162,14 +163,30 @@ class SumProtocol(Protocol):
     aggregator = SumAggregator
 
 
+@contextlib.contextmanager
+def registered(protocol: type[Protocol]) -> Iterator[type[Protocol]]:
+    """``protocol`` in the registry for a block, removed again after it."""
+    register_protocol(protocol)
+    try:
+        yield protocol
+    finally:
+        _REGISTRY.pop(protocol.name, None)
+
+
 @pytest.fixture
 def sum_protocol():
     """Register the ``test-sum`` protocol for one test, then remove it again."""
-    register_protocol(SumProtocol)
-    try:
-        yield SumProtocol
-    finally:
-        _REGISTRY.pop(SumProtocol.name, None)
+    with registered(SumProtocol) as protocol:
+        yield protocol
+
+
+@pytest.fixture
+def toy():
+    """Register the toy protocol of ``tests/toy_protocol.py`` for one test, then remove it again."""
+    from toy_protocol import ToyProtocol
+
+    with registered(ToyProtocol) as protocol:
+        yield protocol
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import yaml
 
 import labfbo
 from labfbo.server.config import new_token
+from coordinator_process import free_port, start_coordinator
 from labfbo.transport.http import HTTPCoordinator
 
 pytestmark = pytest.mark.integration  # subprocess sites killed and restarted
@@ -35,15 +35,9 @@ OPTIONS = {"M": 32, "candidates": 64, "num_restarts": 1, "raw_samples": 16}
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Consortium:
     def __init__(self, tmp: Path) -> None:
-        self.tmp, self.port = tmp, _port()
+        self.tmp, self.port = tmp, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.tokens = {s: new_token() for s in SITES}
         self.admin, admin_hash = new_token()
@@ -55,17 +49,7 @@ class Consortium:
         self.sites: dict[str, subprocess.Popen] = {}
 
     def start_coordinator(self) -> None:
-        self.coordinator = subprocess.Popen(
-            [sys.executable, "-m", "labfbo.cli", "coordinator", "serve", "--config", str(self.tmp / "consortium.yaml"),
-             "--port", str(self.port)], env=ENV, stdout=subprocess.DEVNULL, stderr=open(self.tmp / "coord.err", "a"))
-        end = time.monotonic() + 120
-        while time.monotonic() < end:
-            try:
-                if requests.get(f"{self.url}/v1/health", timeout=1).status_code == 200:
-                    return
-            except requests.ConnectionError:
-                time.sleep(0.1)
-        raise AssertionError((self.tmp / "coord.err").read_text()[-2000:])
+        self.coordinator = start_coordinator(self.tmp / "consortium.yaml", self.port, self.tmp / "coord.err")
 
     def start_site(self, s: str) -> None:
         self.sites[s] = subprocess.Popen(

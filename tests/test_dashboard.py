@@ -13,12 +13,10 @@ import pytest
 
 import labfbo
 from browser import chromium, console_errors
-from labfbo.protocols import _REGISTRY, register_protocol  # noqa: PLC2701 - the test unregisters it
 from labfbo.server.app import CoordinatorServer, ServerThread
 from labfbo.server.config import ServerConfig, hash_token, new_token
 from labfbo.server.dashboard import COOKIE, DashboardStatus, Sessions
 from labfbo.transport.http import HTTPCoordinator
-from toy_protocol import ToyProtocol
 
 pytestmark = pytest.mark.integration  # a real server, a real browser
 
@@ -92,12 +90,13 @@ def test_login_refuses_site_and_unknown_tokens_and_sets_a_strict_session_cookie(
     parsed = DashboardStatus.model_validate(status.json())
     assert parsed.study == "dash-study" and [s.name for s in parsed.sites] == list(SITES)
     assert all(s.state == "not joined" for s in parsed.sites) and parsed.current.round == 0
+    assert parsed.counting_since.startswith("bytes, answers and round timings count since the coordinator started")
     page = client.get("/dashboard")
     csp = page.headers["content-security-policy"]
     assert "default-src 'none'" in csp and "connect-src 'self'" in csp and "frame-ancestors 'none'" in csp
     nonce = csp.split("'nonce-")[1].split("'")[0]
     assert f'<script nonce="{nonce}">' in page.text and f'<style nonce="{nonce}">' in page.text
-    assert 'id="sites"' in page.text and 'id="current-round"' in page.text
+    assert 'id="sites"' in page.text and 'id="current-round"' in page.text and 'id="counting-since"' in page.text
     assert "http://" not in page.text and "https://" not in page.text  # no external resource
 
     r = client.post("/dashboard/logout", follow_redirects=False)
@@ -196,13 +195,6 @@ def test_the_dashboard_shows_each_sites_budget_and_when_it_is_spent() -> None:
 
 
 # ------------------------------------------------------------------ the page in Chromium, during a campaign
-@pytest.fixture
-def toy():
-    register_protocol(ToyProtocol)
-    try:
-        yield ToyProtocol
-    finally:
-        _REGISTRY.pop(ToyProtocol.name, None)
 
 
 def _wait(browser, condition, what: str, timeout: float = 30.0) -> None:
@@ -303,12 +295,14 @@ def test_the_dashboard_follows_a_live_campaign_in_chromium(toy, tmp_path) -> Non
         assert _text(browser, "#rounds tbody tr .status") == "done"
         assert _text(browser, "#rounds tbody tr .participants") == "a, b, c"
 
-        # epsilon: the coordinator's account of a and b is the sites' own, c sent without noise
+        # epsilon: the coordinator's account of a and b is the sites' own; c sent without the noise the
+        # study declares, so the coordinator refused its release: nothing of it accounted or aggregated
         status = srv.server.dashboard.status()
         sites = {s.name: s for s in status.sites}
         for o in opts[:2]:
             assert sites[o.site].epsilon == pytest.approx(o.epsilon())
-        assert sites["c"].epsilon is None and _text(browser, "#site-c .epsilon_text").startswith("∞")
+        assert "less than the 2 the study declares" in srv.server.coordinator.rejected[0]["c"]
+        assert sites["c"].epsilon == 0.0 and _text(browser, "#site-c .epsilon_text").startswith("0")
         # bytes: what the coordinator counted is what each site's ledger says crossed its boundary
         for o in opts:
             assert sites[o.site].received == sum(o.ledger.bytes_up.values())
@@ -456,3 +450,23 @@ def test_the_dashboard_shows_the_agreement_a_lab_chose_to_share_in_chromium(tmp_
         for o in opts:
             o.close()
 
+
+
+def test_after_a_restart_the_dashboard_says_since_when_its_counters_count() -> None:
+    from labfbo.server.dashboard import Dashboard
+
+    said = Dashboard._counting_since(0.0, 3)
+    assert "1970-01-01 00:00:00 UTC, after round 3" in said and "their traffic is not" in said
+    assert "after round" not in Dashboard._counting_since(0.0, -1)  # a new study: nothing came before
+
+
+def test_a_round_that_left_labs_without_guidance_names_them() -> None:
+    from labfbo.messages import Abstain, NoGuidance
+    from labfbo.server.dashboard import Dashboard, _without_guidance
+
+    replies = {"a": NoGuidance(), "b": NoGuidance(), "c": Abstain(reason="a stand-in for c's guidance")}
+    alone = _without_guidance(replies, ["a", "b", "c"])
+    assert alone == ["a", "b"]
+    row = Dashboard._round(4, 0.0, 1.0, "done", ["a", "b", "c"], None, alone)
+    assert row.status == "done; no guidance for a, b (they propose alone)"
+    assert Dashboard._round(4, 0.0, 1.0, "done", ["a"], None, []).status == "done"

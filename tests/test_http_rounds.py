@@ -131,3 +131,60 @@ def test_an_account_without_a_budget_is_written_with_the_round_one_with_a_budget
     store.set_budget("a", {"releases": 2, "budget": None})
     store.close()  # and on close
     assert Store(str(tmp_path / "s.sqlite")).budgets()["a"]["releases"] == 2
+
+
+def test_a_site_restarted_with_its_journal_lost_does_not_stall_the_round_under_way(tmp_path) -> None:
+    """Round 1 runs with c's request left unanswered (its process hangs: as good as dead); c's process is
+    started again with an empty journal. Its link answers the request left for it at once (it has no
+    data: it abstains), so a and b get round 1 without waiting out their timeout, and are told that no
+    secure sum formed (``model-alone``)."""
+    import warnings
+
+    QUICK = {"num_restarts": 2, "raw_samples": 32}  # noqa: N806
+    tokens = {s: new_token() for s in SITES}
+    cfg = ServerConfig(protocol="surface", seed=0, sites={s: h for s, (_, h) in tokens.items()},
+                       space=SPACE.model_dump(mode="json"), state=str(tmp_path / "s.sqlite"), options=QUICK)
+    hang = threading.Event()
+
+    def approve(msg) -> bool:  # from round 1 on c's operator never answers
+        if msg.round >= 1:
+            hang.wait(120)
+        return True
+
+    with ServerThread(CoordinatorServer(cfg)) as srv, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+
+        def site(s: str, storage: str, **kw) -> labfbo.Optimizer:
+            return labfbo.Optimizer(SPACE, protocol="surface", site=s, seed=0, n_init=2, storage=storage, **QUICK,
+                                    coordinator=HTTPCoordinator(srv.url, tokens[s][0]), **kw)
+
+        opts = [site(s, str(tmp_path / f"{s}.jsonl"), **({"approve": approve} if s == "c" else {})) for s in SITES]
+        for o in opts:
+            for t in o.ask(n=2):
+                o.tell(t, t.params["x"] ** 2 + t.params["y"])
+        _rounds(opts, 1)
+        got: dict[str, object] = {}
+
+        def ask(i: int) -> None:
+            try:
+                got[SITES[i]] = opts[i].ask(timeout=45)
+            except Exception as exc:  # noqa: BLE001 - the hung site's ask, once released
+                got[SITES[i]] = exc
+
+        threads = [threading.Thread(target=ask, args=(i,), daemon=True) for i in range(3)]
+        for th in threads:
+            th.start()
+        time.sleep(2.0)  # round 1 is under way; c hangs in its answer
+        start = time.monotonic()
+        again = site("c", str(tmp_path / "c-lost.jsonl"))  # its journal is lost
+        threads[0].join()
+        threads[1].join()
+        waited = time.monotonic() - start
+        hang.set()
+        threads[2].join(60)
+        assert waited < 30, f"a and b waited {waited:.0f} s for the restarted site"
+        assert [got[s].metadata["source"] for s in "ab"] == ["model-alone", "model-alone"]
+        assert [got[s].metadata["round"] for s in "ab"] == [1, 1]
+        again.close()
+        for o in opts:
+            o.close()

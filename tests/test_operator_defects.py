@@ -21,7 +21,6 @@ from labfbo.cli import main
 from labfbo.journal import write_snapshot
 from labfbo.messages import Abstain, JoinRequest, PrivacyDeclaration
 from labfbo.names import MAX_SITE_NAME, check_site_name
-from labfbo.protocols import _REGISTRY, register_protocol  # noqa: PLC2701 - the test unregisters it
 from labfbo.server.config import ServerConfig, new_token
 from toy_protocol import NoisedMean, ToyProtocol
 
@@ -41,13 +40,6 @@ def umask_022():
         os.umask(old)
 
 
-@pytest.fixture
-def toy():
-    register_protocol(ToyProtocol)
-    try:
-        yield ToyProtocol
-    finally:
-        _REGISTRY.pop(ToyProtocol.name, None)
 
 
 def _init(tmp_path: Path, *extra: str, sites: tuple[str, ...] = ("a", "b")) -> int:
@@ -83,6 +75,19 @@ def test_the_site_journal_and_its_snapshots_are_0600_and_never_written_through_a
     with pytest.raises(labfbo.JournalError, match="symbolic link"):
         write_snapshot(tmp_path / "snap", [{"op": "header", "v": 1}])
     assert target.read_text() == "not a journal\n"
+
+
+def test_the_sites_log_of_sent_messages_is_0600_and_never_written_through_a_symlink(tmp_path, umask_022) -> None:
+    from labfbo.messages import Abstain
+    from labfbo.site.ledger import SiteLedger
+
+    path = tmp_path / "sent.jsonl"
+    SiteLedger(str(path)).record_sent(Abstain(reason="held", round=1))
+    assert _mode(path) == 0o600  # what left the site, statistics of its data included
+    (tmp_path / "link.jsonl").symlink_to(path)
+    with pytest.raises(labfbo.JournalError, match="symbolic link"):
+        SiteLedger(str(tmp_path / "link.jsonl")).record_sent(Abstain(reason="held", round=2))
+    assert path.read_text().count("\n") == 1
 
 
 def test_the_coordinators_state_and_audit_log_are_0600_and_never_written_through_a_symlink(tmp_path,

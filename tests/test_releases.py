@@ -12,20 +12,12 @@ from labfbo.privacy import gaussian_epsilon
 from labfbo.privacy.dp import composed_epsilon
 from labfbo.privacy.release import Release
 from labfbo.privacy.report import cumulative_epsilon, report
-from labfbo.protocols import _REGISTRY, register_protocol  # noqa: PLC2701 - the test unregisters it
-from toy_protocol import MECHANISM, ToyProtocol
+from toy_protocol import MECHANISM
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Real("y", 0.0, 1.0)])
 SITES = ["a", "b"]
 
 
-@pytest.fixture
-def toy():
-    register_protocol(ToyProtocol)  # the one registry line
-    try:
-        yield ToyProtocol
-    finally:
-        _REGISTRY.pop(ToyProtocol.name, None)
 
 
 def _campaign(dp: labfbo.DP | None, rounds: int = 3) -> list[labfbo.Optimizer]:

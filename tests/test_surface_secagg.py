@@ -324,3 +324,45 @@ def test_a_restarted_coordinator_sends_the_sealed_sum_it_held() -> None:
     opened = open_totals(sent[o.site].model_copy(update={"study": coord.study}), o.site, logic.context.key_seed,
                          logic.features.p)
     assert opened.summed_round == 0 and opened.sites == 3 and opened.members == SITES
+
+
+def test_a_round_that_formed_no_secure_sum_is_named_at_each_lab_and_in_its_trials() -> None:
+    """Two of four labs left: the round runs with two, no secure sum forms, and each lab says so (a
+    warning, the trial's source ``model-alone``) instead of proposing as if it had its partners' surface."""
+    import threading
+    import warnings
+
+    space = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Categorical("c", ["a", "b", "c"])])
+    coord = labfbo.Coordinator("surface", sites=["a", "b", "c", "d"], space=space, seed=1, horizon=4, quorum=2)
+    opts = [labfbo.Optimizer(space, protocol="surface", site=s, seed=1, n_init=2, coordinator=coord, num_restarts=2,
+                             raw_samples=32) for s in "abcd"]
+
+    def f(i: int, p: dict) -> float:
+        return (p["x"] - 0.2 - 0.1 * i) ** 2 + {"a": 0.0, "b": 0.3, "c": -0.2}[p["c"]]
+
+    for i, o in enumerate(opts):
+        for t in o.ask(n=2):
+            o.tell(t, f(i, t.params))
+
+    def round_of(active: list[int]) -> dict[int, labfbo.Trial]:
+        out: dict[int, labfbo.Trial] = {}
+        threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, opts[i].ask())) for i in active]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        for i in active:
+            opts[i].tell(out[i], f(i, out[i].params))
+        return out
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert {t.metadata["source"] for t in round_of([0, 1, 2, 3]).values()} == {"model"}
+        opts[2].close()
+        opts[3].close()
+        alone = round_of([0, 1])
+    assert {t.metadata["source"] for t in alone.values()} == {"model-alone"}
+    said = [str(w.message) for w in caught if "a secure sum needs 3 labs" in str(w.message)]
+    assert len(said) == 2 and all("round 1" in m for m in said)
+    for o in opts[:2]:
+        o.close()

@@ -67,11 +67,11 @@ class SiteData:
         parts = [self.X.tobytes(), self.y.tobytes(), b"" if self.yvar is None else self.yvar.tobytes()]
         return b"|".join(parts)
 
-    def digest(self) -> str:
-        """A short hash of :meth:`key`: keys a DP noise stream to the data it protects, so an answer
-        recomputed from the same data repeats its bytes and one from other data draws fresh noise
-        (the same draw on two datasets would reveal their difference)."""
-        return hashlib.sha256(self.key()).hexdigest()[:16]
+    def digest(self, also: np.ndarray | None = None) -> str:
+        """A short hash of :meth:`key` (and ``also``, e.g. every outcome a release protects): names the
+        query a DP draw answers, so an answer recomputed from the same data repeats its bytes and one
+        from other data draws fresh noise (:mod:`labfbo.privacy.streams`)."""
+        return hashlib.sha256(self.key() + (b"" if also is None else also.tobytes())).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,12 @@ class SiteLogic(ABC):
 
     def expect(self, n: int) -> None:
         """The site is about to ask for ``n`` points (called before its round's guidance)."""
+
+    def alone(self) -> str | None:
+        """Why the last proposal took nothing from the partners although its round's guidance arrived (no
+        secure sum formed, DP noise swamped it, ...): the optimizer names it in a warning and the trial's
+        source (``model-alone``). None: it used the guidance, or this protocol does not say."""
+        return None
 
     def transfer(self) -> TransferEstimate | None:
         """What the partners' information was worth to the last proposal, estimated from this

@@ -50,7 +50,6 @@ federated protocols.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import warnings
 from typing import Any, Mapping
@@ -76,7 +75,8 @@ from labfbo.protocols.independent import LocalGPSite
 from labfbo.protocols.secure_sum import (MIN_COHORT, KeyRequest, MaskedScores, PublicKeyShare, UnmaskRequest,
                                          check_cohort, reveal)
 from labfbo.protocols.surface_aggregate import admit_stats, capped_counts, leave_one_out
-from labfbo.protocols.surface_messages import SealedTotals, SurfaceRequest, SurfaceStats, SurfaceTotals
+from labfbo.protocols.surface_messages import (SealedTotals, SurfaceRequest, SurfaceStats, SurfaceTotals,
+                                               why_no_surface)
 from labfbo.protocols.surface_options import AGREEMENT_REFIT, NOISE_GUARD, SurfaceOptions  # noqa: F401 (re-exported)
 from labfbo.protocols.surface_secure import (MECHANISM, RANKED_MECHANISM, UNMASKED_2_SITES, SecureRounds,
                                              as_summed, contribution, leave_out, masked_study, masked_upload, opened)
@@ -99,6 +99,7 @@ class SurfaceSite(LocalGPSite):
     _weights: np.ndarray | None = None  # the surface of the last proposal (predictions use the same model)
     _transfer: TransferEstimate | None = None  # what that surface was worth to the lab's held-out predictions
     _surface_estimate: TransferEstimate | None = None  # ... for the cached surface model
+    _alone: str | None = None  # why the last proposal took nothing from the partners (None: it took their surface)
 
     def __init__(self, space, options, context) -> None:  # type: ignore[no-untyped-def]
         super().__init__(space, options, context)
@@ -175,7 +176,7 @@ class SurfaceSite(LocalGPSite):
             w = agreement_probability(self._transfer) if self.options.weigh_upload == "agreement" and m == 1 else 1.0
             gram, moment = site_statistics(Phi, values)
             return w * gram, w * moment, m, None
-        query = _digest(data, values, m)
+        query = data.digest(None if m == 1 else values)
         if cohort is None or dp.unit != "site":  # the full noise, in the unit's sensitivity
             gram, moment, delta = private_statistics(Phi, values, dp, self.features.norm_bound,
                                                      self.noise_rng(round, "dp-surface", query))
@@ -222,7 +223,7 @@ class SurfaceSite(LocalGPSite):
         t = self.options.dp_colluders
         scale = dp.sigma * delta / math.sqrt(honest_members(cohort, t))
         if scale > 0:
-            gen = self.noise_rng(round, share_purpose("dp-surface-ranks", cohort, t), _digest(data, values, m))
+            gen = self.noise_rng(round, share_purpose("dp-surface-ranks", cohort, t), data.digest(None if m == 1 else values))
             moment = moment + gen.normal(0.0, scale, moment.shape)
             sums = sums + gen.normal(0.0, scale / dp.clip, sums.shape)
         gram = np.zeros(packed_size(self.features.p))
@@ -346,12 +347,14 @@ class SurfaceSite(LocalGPSite):
 
     def propose(self, data: SiteData, guidance: Message | None, n: int, round: int) -> np.ndarray:
         m = self.objectives(data)
+        received = guidance
         if isinstance(guidance, SealedTotals):
             guidance = opened(guidance, self.context.site, self.context.key_seed, self.features.p)
         if isinstance(guidance, SurfaceTotals) and guidance.members is not None:
             guidance = self.others(guidance, data, round)
         w = self._weights = self.weights(guidance, m) if isinstance(guidance, SurfaceTotals) else None
         self._transfer = None
+        self._alone = None if w is not None or data.n < 2 else why_no_surface(received, guidance)
         if w is None or data.n < 2:
             self._weights = None
             return self.propose_local(data, n, round)
@@ -363,6 +366,9 @@ class SurfaceSite(LocalGPSite):
         model = self.surface_model(data, w)
         self._transfer = self._surface_estimate
         return self.propose_with(model, data, n, round)
+
+    def alone(self) -> str | None:
+        return self._alone
 
     def transfer(self) -> TransferEstimate | None:
         """The last proposal's surface against none: the lab's held-out error with and without
@@ -391,11 +397,6 @@ class SurfaceSite(LocalGPSite):
         if self._weights is None or self._weights.ndim != 1 or data.n < 2:
             return super().predict(data, X)
         return predict(self.surface_model(data, self._weights), X)
-
-
-def _digest(data: SiteData, values: np.ndarray, outcomes: int) -> str:
-    """What keys a release's private noise stream: the data it protects (all outcomes shared)."""
-    return data.digest() if outcomes == 1 else hashlib.sha256(data.key() + values.tobytes()).hexdigest()[:16]
 
 
 def features(space: SearchSpace, options: SurfaceOptions) -> SurfaceFeatures:

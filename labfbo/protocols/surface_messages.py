@@ -176,3 +176,15 @@ class SealedTotals(Message):
             raise ValueError("a sealed sum is a vector of uint64 words")
         return self
 
+
+def why_no_surface(received: Message | None, totals: Message | None) -> str:
+    """Why a round's guidance gave a lab no surface (``received``: as it arrived; ``totals``: the others' part)."""
+    if not isinstance(received, (SurfaceTotals, SealedTotals)):
+        return "no sum of the partners' statistics reached this lab (a secure sum needs 3 labs that answer the round)"
+    if not isinstance(totals, SurfaceTotals):
+        return f"this lab could not take its own upload out of round {received.round}'s secure sum"
+    if totals.sites == 0:
+        members = received.members if isinstance(received, SurfaceTotals) else None
+        return ("no secure sum formed" + ("" if not members else f" ({len(members)} member(s); a sum needs 3)")
+                + " and no partner's statistics reached this lab")
+    return f"the sum of its {totals.sites} partners did not pass the noise guard (DP noise would mislead the lab)"

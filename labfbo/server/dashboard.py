@@ -37,6 +37,7 @@ from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel
 
+from labfbo.messages import Message, NoGuidance
 from labfbo.progress import human_bytes
 from labfbo.server.dashboard_privacy import PrivacyView
 from labfbo.server.served import Served
@@ -123,6 +124,14 @@ class DashboardStatus(BaseModel):
     events: list[EventView]
     privacy_note: str
     audit: str
+    counting_since: str = ""  # what the traffic, answers and round timings count from (they are not saved)
+
+
+def _without_guidance(replies: dict[str, Message] | None, participants: list[str]) -> list[str]:
+    """The round's participants its guidance gave nothing (no secure sum formed, a sum held back, ...)."""
+    if not replies:
+        return []
+    return sorted(s for s in participants if isinstance(replies.get(s), NoGuidance))
 
 
 def _clock(t: float) -> str:
@@ -197,7 +206,8 @@ class Dashboard:
             sites = [self._site(s, coord, eng.gone, missing, answered, to_ask, t_next, traffic.get(s))
                      for s in [*coord.roster, *sorted(set(coord.members) - set(coord.roster))]]
             timings = sorted(eng.timings.items(), reverse=True)[:20]
-            rounds = [self._round(t, tm.start, tm.end, tm.status, tm.participants, eng.errors.get(t))
+            rounds = [self._round(t, tm.start, tm.end, tm.status, tm.participants, eng.errors.get(t),
+                                  _without_guidance(coord.rounds.get(t), tm.participants))
                       for t, tm in timings]
             last = coord.last_round
             reports = coord.site_reports()
@@ -216,7 +226,16 @@ class Dashboard:
         return DashboardStatus(study=cfg.study, protocol=cfg.protocol, time=_clock(time.time()), last_completed=last,
                                current=current, rules=rules, sites=sites, rounds=rounds, events=events,
                                privacy_note=self.privacy.note(),
-                               audit=f"audit log: {cfg.audit_log}" if cfg.audit_log else "audit log: off (memory only)")
+                               audit=f"audit log: {cfg.audit_log}" if cfg.audit_log else "audit log: off (memory only)",
+                               counting_since=self._counting_since(eng.started, last))
+
+    @staticmethod
+    def _counting_since(started: float, last: int) -> str:
+        """Where the site table's bytes and answers and the rounds table start counting (this process)."""
+        day = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started))
+        return (f"bytes, answers and round timings count since the coordinator started at {day} UTC"
+                + (f", after round {last} (a restart from the saved state: the rounds and ε before it are kept, "
+                   "their traffic is not)" if last >= 0 else ""))
 
     @staticmethod
     def _current(running: int | None, missing: list[str], t_next: int, error: str | None, asked: set[str],
@@ -274,11 +293,13 @@ class Dashboard:
 
     @staticmethod
     def _round(t: int, start: float, end: float | None, status: str, participants: list[str],
-               error: str | None) -> RoundView:
+               error: str | None, alone: list[str] | None = None) -> RoundView:
         seconds = None if end is None else end - start
         duration = f"{_seconds(time.time() - start)} so far" if seconds is None else _seconds(seconds)
         if status == "failed" and error is not None:
             status = f"failed: {error[:120]}"
+        elif status == "done" and alone:  # e.g. no secure sum formed: those labs propose from their own data
+            status = f"done; no guidance for {', '.join(alone)} (they propose alone)"
         return RoundView(round=t, status=status, started=_clock(start), duration=duration, seconds=seconds,
                          participants=", ".join(participants))
 

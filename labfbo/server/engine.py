@@ -80,6 +80,7 @@ class RoundEngine:
         # the round thread waits on its own condition (same lock): a poll or a site's newest poll does not
         # wake it, and it re-checks its exchange only on what can change it (answers, failures, leaves)
         self.round_cv = threading.Condition(lock)
+        self.started = time.time()  # the traffic, answers and round timings count from here (not saved)
         self.seq = time.time_ns() // 1000  # unique across restarts: an old answer never matches a new exchange
         self.exchanges: dict[int, _Exchange] = {}
         self.asked: dict[str, int] = {}         # site -> the round whose guidance it waits for

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import defaultdict
 
+from labfbo.journal import open_private
 from labfbo.messages import Message
 from labfbo.records import MessageEntry
 
@@ -34,7 +36,7 @@ class SiteLedger:
         with self._guard:
             self.unjournaled.append(MessageEntry(direction="sent", kind=msg.kind, round=msg.round, nbytes=n))
         if self.log_path:
-            with open(self.log_path, "a") as fh:
+            with os.fdopen(open_private(self.log_path, os.O_WRONLY | os.O_APPEND), "a") as fh:  # 0600, no link
                 fh.write(msg.model_dump_json() + "\n")
         return n
 

@@ -102,6 +102,7 @@ class HTTPLink(SiteLink):
         self.closed = False
         self.waiting: int | None = None  # the round whose guidance ask() waits for (its thread polls)
         self.orphan: int | None = None  # a round asked for whose ask() gave up: the agent polls for it
+        self.mid_study = False  # joined a study under way: a request left for this site is answered at once
         self.handling = threading.Lock()  # the site's handler answers one request at a time
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -158,6 +159,9 @@ class HTTPLink(SiteLink):
         if not isinstance(reply, JoinReply):
             raise FederationError(f"unexpected join answer {reply.kind!r}")
         self.handler = handler
+        with self.lock:
+            self.mid_study = reply.clock >= 0  # a restart, or a journal lost: the round under way may wait for us
+            self.lock.notify_all()
         if self.agent is None:
             self.agent = threading.Thread(target=self._agent, name=f"labfbo-agent-{self.site}", daemon=True)
             self.agent.start()
@@ -283,16 +287,34 @@ class HTTPLink(SiteLink):
             return None  # 409: the exchange closed without us (we were late) or already has our answer
         return got if wait is not None else None
 
+    def _answer_left_request(self) -> None:
+        """Right after a join mid-study: a request the round under way left for this site (its former
+        process asked for the round, then stopped) is answered now, from the data the site has (a site
+        whose journal was lost abstains), so the others do not wait until this site's next ``ask()``."""
+        try:
+            work = self._poll(None, 0.0)
+            if work.get("type") == "request":
+                self._answer(work, None, None)
+        except FederationError:
+            pass  # nothing left for it, or the coordinator is away: the next ask() finds the round
+
     # -- the agent thread ---------------------------------------------------------------------------
     def _agent(self) -> None:
         """Answer for the site while a round it asked for runs without an ``ask()`` waiting on it (the
         ask timed out): poll until that round's guidance arrives, keep it for the next ``ask()``."""
         while True:
             with self.lock:
-                while not self.closed and (self.orphan is None or self.waiting is not None):
+                while not self.closed and not self.mid_study and (self.orphan is None or self.waiting is not None):
                     self.lock.wait()
                 if self.closed:
                     return
+                pending, self.mid_study = self.mid_study, False
+            if pending:
+                self._answer_left_request()
+                continue
+            with self.lock:
+                if self.orphan is None or self.waiting is not None:
+                    continue
                 t = self.orphan
             try:
                 work = self._poll(t, self.cfg.poll_wait)

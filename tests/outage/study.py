@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,35 +22,30 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import requests
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the coordinator's process
 
 import labfbo
 from labfbo.server.config import new_token
 from labfbo.transport.http import HTTPCoordinator
+from coordinator_process import free_port, start_coordinator  # noqa: E402
 
 LABS = ["lab-a", "lab-b", "lab-c", "lab-d"]
 SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Categorical("c", ["a", "b", "c"])])
 OPTIONS = {"num_restarts": 2, "raw_samples": 32}
 SEED, N_INIT = 5, 2
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
 def f(i: int, p: dict[str, Any]) -> float:
     return (p["x"] - 0.2 - 0.15 * i) ** 2 + {"a": 0.0, "b": 0.3, "c": -0.2}[p["c"]] + 0.05 * math.sin(9 * p["x"])
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """``labfbo coordinator serve`` in a subprocess, killed and restarted at will."""
 
     def __init__(self, tmp: Path, rounds: int) -> None:
-        self.tmp, self.port = tmp, _port()
+        self.tmp, self.port = tmp, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.tokens = {s: new_token() for s in LABS}
         self.admin, admin_hash = new_token()
@@ -63,17 +56,7 @@ class Server:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "labfbo.cli", "coordinator", "serve", "--config", str(self.tmp / "consortium.yaml"),
-             "--port", str(self.port)], env=ENV, stdout=subprocess.DEVNULL, stderr=open(self.tmp / "coord.err", "a"))
-        end = time.monotonic() + 120
-        while time.monotonic() < end:
-            try:
-                if requests.get(f"{self.url}/v1/health", timeout=1).status_code == 200:
-                    return
-            except requests.ConnectionError:
-                time.sleep(0.1)
-        raise RuntimeError((self.tmp / "coord.err").read_text()[-2000:])
+        self.proc = start_coordinator(self.tmp / "consortium.yaml", self.port, self.tmp / "coord.err")
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
