@@ -295,6 +295,9 @@ class HTTPLink(SiteLink):
             work = self._poll(None, 0.0)
             if work.get("type") == "request":
                 self._answer(work, None, None)
+            elif work.get("type") in ("guidance", "error"):  # the round its former process asked for: kept
+                with self.lock:
+                    self.results[int(work["round"])] = (work["type"], work["message"])
         except FederationError:
             pass  # nothing left for it, or the coordinator is away: the next ask() finds the round
 
