@@ -85,7 +85,8 @@ def _cmd_site_run(args: argparse.Namespace) -> int:
             raise ConfigurationError(f"--budget must be >= 0, got {args.budget}")
         cfg = cfg.model_copy(update={"budget": args.budget})
     if args.verify is not None:
-        verify = False if args.verify.lower() == "false" else os.path.abspath(os.path.join(start, args.verify))
+        flag = {"false": False, "true": True}.get(args.verify.lower())
+        verify = os.path.abspath(os.path.join(start, args.verify)) if flag is None else flag
         cfg = cfg.model_copy(update={"verify": verify})
     report = run_site(cfg, args.adapter, progress=not args.no_progress)
     print(format_report(report, cfg), flush=True)

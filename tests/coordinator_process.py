@@ -26,8 +26,8 @@ def start_coordinator(config: Path, port: int, errors: Path) -> subprocess.Popen
     proc = subprocess.Popen(
         [sys.executable, "-m", "labfbo.cli", "coordinator", "serve", "--config", str(config), "--port", str(port)],
         env=ENV, stdout=subprocess.DEVNULL, stderr=open(errors, "a"))
-    end = time.monotonic() + 120
-    while time.monotonic() < end:
+    end = time.monotonic() + 120  # importing torch and BoTorch takes tens of seconds on a busy machine
+    while time.monotonic() < end and proc.poll() is None:
         try:
             if requests.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
                 return proc

@@ -414,14 +414,6 @@ def test_failing_and_leaving_sites_are_not_waited_for(study) -> None:
     assert [m.kind for m in opts[1].sent_messages()] == ["join"]  # nothing but the join left site b
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _campaign(opts, rounds: range, log: list) -> None:
     for _ in rounds:
         trials = _ask_all(opts)
@@ -442,35 +434,22 @@ def _sites(url: str, tokens: dict, tmp_path, tag: str) -> list:
 
 @pytest.mark.timeout(300, method="signal")
 def test_coordinator_killed_and_restarted_loses_no_round(tmp_path) -> None:
-    import os
     import subprocess
-    import sys
-    import time
 
     import yaml
+
+    from coordinator_process import free_port, start_coordinator
 
     tokens = {s: new_token() for s in ("a", "b", "c")}
     cfg = {"protocol": "distribution", "seed": 2, "sites": {s: h for s, (_, h) in tokens.items()},
            "space": SPACE.model_dump(mode="json"), "options": {**FAST, **EXTRA["distribution"]},
            "state": str(tmp_path / "coord.sqlite")}
     (tmp_path / "consortium.yaml").write_text(yaml.safe_dump(cfg))
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "labfbo.cli", "coordinator", "serve", "--config", str(tmp_path / "consortium.yaml"),
-           "--port", str(port)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
 
     def start() -> subprocess.Popen:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        start_by = time.monotonic() + 120  # importing torch and BoTorch takes tens of seconds on a busy machine
-        while time.monotonic() < start_by and proc.poll() is None:
-            try:
-                if requests.get(f"{url}/v1/health", timeout=1).status_code == 200:
-                    return proc
-            except requests.ConnectionError:
-                time.sleep(0.1)
-        proc.kill()
-        raise AssertionError(proc.stderr.read().decode()[-2000:])
+        return start_coordinator(tmp_path / "consortium.yaml", port, tmp_path / "coord.err")
 
     proc = start()
     try:

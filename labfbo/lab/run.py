@@ -55,7 +55,7 @@ def open_optimizer(config: SiteConfig, adapter: Adapter, secret: int | None = No
                      protocol=config.protocol, coordinator=config.connector(),
                      site=config.site, seed=config.seed, storage=config.storage_path(), n_init=config.n_init,
                      horizon=config.horizon or config.budget or None, token=config.token(), secret=secret,
-                     **({"verify": config.tls_verify()} if config.verify is not True else {}), **config.options)
+                     verify=config.tls_verify(), **config.options)
 
 
 def run_site(config: SiteConfig, adapter_name: str | None = None, progress: bool = True,

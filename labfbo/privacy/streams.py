@@ -36,10 +36,13 @@ class NoiseStreams:
         """The stream of ``query`` among ``purpose``'s streams of ``round`` (new queries get the next one)."""
         if SEP in purpose or SEP in query:
             raise ValueError(f"a noise stream's purpose and query may not contain {SEP!r}")
+        self._pending.append((int(round), f"{purpose}{SEP}{query}"))
+        return self._register(round, purpose, query)
+
+    def _register(self, round: int, purpose: str, query: str) -> int:
         seen = self._seen.setdefault((int(round), purpose), [])
         if query not in seen:
             seen.append(query)
-        self._pending.append((int(round), f"{purpose}{SEP}{query}"))
         return seen.index(query)
 
     def drawn(self, round: int) -> list[str]:
@@ -55,6 +58,4 @@ class NoiseStreams:
             for key in streams:
                 purpose, _, query = key.rpartition(SEP)
                 if purpose:
-                    seen = self._seen.setdefault((int(round), purpose), [])
-                    if query not in seen:
-                        seen.append(query)
+                    self._register(round, purpose, query)
