@@ -331,6 +331,9 @@ def test_a_server_restarted_on_its_store_resumes_the_study_and_hears_a_leave_mad
         second.store.close()
         link = opts[0].agent.link
         leaving = pool.submit(opts[0].close)  # a leaves while no server runs: the next one hears it
+        end = time.monotonic() + 30
+        while not link.closed and time.monotonic() < end:  # closed before the next server polls its bridge
+            time.sleep(0.01)
         third = server()
         halt = serving(third)
         leaving.result(timeout=30)
