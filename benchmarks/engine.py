@@ -33,7 +33,7 @@ from labfbo.exceptions import ConfigurationError
 from labfbo.harness import write_atomic
 from labfbo.problems.families import stable_hash
 from labfbo_bench.engine_methods import FORMER, RUNNERS
-from labfbo_bench.engine_panel import FAMILIES, PANEL, EngineProblem, engine_problem
+from labfbo_bench.engine_panel import PANEL, EngineProblem, engine_problem, is_known
 
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "labfbo": ("labfbo", {}),
@@ -42,6 +42,18 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "botorch": ("botorch", {}),
     "random": ("random", {}),
     # variants of labfbo's engine (studied with --methods), each a change of the former defaults
+    "labfbo-smiles": ("labfbo", {"encoding": "rdkit"}),  # reagents by RDKit descriptors (reaction labs)
+    "labfbo-smiles-auto": ("labfbo", {"encoding": "rdkit", "descriptors": "auto"}),
+    "labfbo-ls2-smiles": ("labfbo", {"encoding": "rdkit", "lengthscale_prior": "two_sided"}),
+    "labfbo-ls2-smiles-auto": ("labfbo", {"encoding": "rdkit", "lengthscale_prior": "two_sided", "descriptors": "auto"}),
+    "labfbo-ls2": ("labfbo", {"lengthscale_prior": "two_sided"}),
+    "labfbo-ls2-sv": ("labfbo", {"lengthscale_prior": "two_sided", "signal_variance": "learned"}),
+    "labfbo-ls2-sv-obs": ("labfbo", {"lengthscale_prior": "two_sided", "signal_variance": "learned",
+                                     "incumbent": "observed"}),
+    "labfbo-sv": ("labfbo", {"signal_variance": "learned"}),
+    "labfbo-cap": ("labfbo", {"lengthscale_prior": "capped"}),
+    "labfbo-add": ("labfbo", {"categorical_kernel": "additive"}),  # capped prior inside
+    "labfbo-add-ls2": ("labfbo", {"categorical_kernel": "additive", "lengthscale_prior": "two_sided"}),
     "labfbo-former": ("labfbo", dict(FORMER)),
     "labfbo-ucb": ("labfbo", {**FORMER, "acquisition": "ucb", "beta": 4.0}),
     "labfbo-catbotorch": ("labfbo", {**FORMER, "categorical_kernel": "botorch"}),  # the categorical kernel before Hamming
@@ -97,7 +109,10 @@ def _resolved(runner: str, options: dict[str, Any]) -> dict[str, Any]:
         return dict(options)
     from labfbo.protocols import get_protocol, parse_options
 
-    return parse_options(get_protocol("independent"), options).model_dump(mode="json")
+    options = dict(options)
+    encoding = options.pop("encoding", None)
+    resolved = parse_options(get_protocol("independent"), options).model_dump(mode="json")
+    return resolved if encoding is None else {**resolved, "encoding": encoding}
 
 
 def jobs(out: str, problems: Sequence[str], seeds: Sequence[int],
@@ -105,7 +120,7 @@ def jobs(out: str, problems: Sequence[str], seeds: Sequence[int],
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         raise ConfigurationError(f"unknown engine methods {unknown}; available: {list(METHODS)}")
-    bad = sorted(p for p in problems if p not in PANEL and p.split("#")[0] not in FAMILIES)
+    bad = sorted(p for p in problems if not is_known(p))
     if bad:
         raise ConfigurationError(f"unknown engine problems {bad}; available: {list(PANEL)}")
     result = []

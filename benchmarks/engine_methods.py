@@ -39,7 +39,14 @@ def run_labfbo(problem: EngineProblem, design: list[dict[str, Any]], observe: Ev
     """``independent`` with ``options``; returns the seconds of each ``ask()``."""
     import labfbo
 
-    opt = labfbo.Optimizer(problem.space, objective="minimize", seed=seed, n_init=len(design), **options)
+    options = dict(options)
+    encoding = options.pop("encoding", None)  # reagents by structure: a reaction lab's encoded space
+    space = problem.space
+    if encoding is not None:
+        if problem.encoded is None:
+            raise ConfigurationError(f"{problem.name} has no structures to encode")
+        space = problem.encoded(encoding)
+    opt = labfbo.Optimizer(space, objective="minimize", seed=seed, n_init=len(design), **options)
     opt.add_observations(design, [observe(p) for p in design])
     times = []
     for _ in range(problem.budget):

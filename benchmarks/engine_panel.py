@@ -51,6 +51,7 @@ class EngineProblem:
     n_init: int
     budget: int
     noise_sd: float = 0.0
+    encoded: Callable[[str], SearchSpace] | None = None  # the space with reagents by structure (reaction labs)
 
 
 @dataclass(frozen=True)
@@ -299,11 +300,31 @@ def _family_problem(name: str, seed: int) -> EngineProblem:
     return EngineProblem(name, prob.space, fn, f_min, float(prob.objective_ranges()[i]), n_init, budget)
 
 
+def is_known(name: str) -> bool:
+    """A panel problem, a site of a :data:`FAMILIES` entry, a reaction lab or a pairing instance."""
+    from labfbo.datasets.families import FAMILIES as REACTIONS
+
+    head = name.split("#")[0]
+    return name in PANEL or ("#" in name and (head in FAMILIES or head in REACTIONS or head == "pairing"))
+
+
 def engine_problem(name: str, seed: int) -> EngineProblem:
-    """The panel problem ``name`` for ``seed`` (family problems: site ``seed % 5``), or site
-    ``i`` of a :data:`FAMILIES` entry, ``"family#i"`` (the family drawn from ``seed``)."""
-    if "#" in name and name.split("#")[0] in FAMILIES:
+    """The panel problem ``name`` for ``seed`` (family problems: site ``seed % 5``), site
+    ``i`` of a :data:`FAMILIES` entry, ``"family#i"`` (the family drawn from ``seed``), lab ``NN``
+    of a shipped reaction family, ``"borylation#NN"``, or a pairing screen, ``"pairing#i"``
+    (:mod:`labfbo_bench.engine_chem`)."""
+    from labfbo.datasets.families import FAMILIES as REACTIONS
+    from labfbo_bench.engine_chem import lab_problem, pairing_problem
+
+    head = name.split("#")[0]
+    if "#" in name and head in FAMILIES:
         return _family_problem(name, seed)
+    if "#" in name and head in REACTIONS:
+        space, fn, f_min, budget, encoded = lab_problem(name)
+        return EngineProblem(name, space, fn, f_min, _range(space, fn, f_min), 3, budget, encoded=encoded)
+    if "#" in name and head == "pairing":
+        space, fn, f_min, budget = pairing_problem(name, seed)
+        return EngineProblem(name, space, fn, f_min, _range(space, fn, f_min), 3, budget)
     if name not in PANEL:
         raise ConfigurationError(f"unknown engine problem {name!r}; available: {list(PANEL)}")
     spec = PANEL[name]

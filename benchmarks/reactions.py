@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 from linear_operator.utils.warnings import NumericalWarning
 
-from labfbo.datasets import ReactionData, initial_design, load_reactions
+from labfbo.datasets import ReactionData, initial_design, load_family, load_reactions
 from labfbo.exceptions import ProtocolError
 from labfbo.harness import options_fingerprint, write_atomic
 from labfbo.privacy import DP
@@ -87,6 +87,7 @@ class ReactionJob:
     budget: int = 20
     data: str | None = None
     stock: str | None = None  # a parameter of which each lab lacks a different quarter of the choices
+    family: str | None = None  # a shipped family (labfbo.datasets.FAMILIES) instead of data
 
     def fingerprint(self) -> str | None:
         """The method's complete option set, hashed (None for the pooled reference, which has none)."""
@@ -290,7 +291,7 @@ def random_regret(data: ReactionData, n_init: int, budget: int, stock: str | Non
 
 def run_reaction_job(job: ReactionJob) -> str:
     """Run one job in a worker and write its JSON (atomically)."""
-    data = load_reactions(job.data, encoding=method_options(job.method)[1].get("encoding")).subset(job.labs)
+    data = load_data(job.data, job.family, method_options(job.method)[1].get("encoding")).subset(job.labs)
     t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():  # jitter notices from near-singular covariances: expected, not news
@@ -303,9 +304,17 @@ def run_reaction_job(job: ReactionJob) -> str:
     return write_atomic(job.path, json.dumps(res))
 
 
+def load_data(data: str | None, family: str | None, encoding: str | None = None) -> ReactionData:
+    """A shipped family (yields in percent), or a CSV (the shipped Buchwald–Hartwig file by default)."""
+    if family is not None:
+        return load_family(family, encoding=encoding)
+    return load_reactions(data, encoding=encoding)
+
+
 def jobs(out: str, scenarios: dict[str, tuple[str, ...]], methods: Sequence[str], seeds: Sequence[int],
-         budget: int = 20, data: str | None = None, stock: str | None = None) -> list[ReactionJob]:
-    tag = ("shipped" if data is None else Path(data).stem) + ("" if stock is None else f"-stock-{stock}")
+         budget: int = 20, data: str | None = None, stock: str | None = None,
+         family: str | None = None) -> list[ReactionJob]:
+    tag = (family or ("shipped" if data is None else Path(data).stem)) + ("" if stock is None else f"-stock-{stock}")
     return [ReactionJob(path=str(Path(out) / tag / name / m / f"seed{s}.json"), scenario=name, labs=labs,
-                        method=m, seed=s, budget=budget, data=data, stock=stock)
+                        method=m, seed=s, budget=budget, data=data, stock=stock, family=family)
             for name, labs in scenarios.items() for m in methods if m != "random" for s in seeds]

@@ -10,7 +10,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from labfbo.datasets import ReactionData, describe, load_reactions, scenarios
+from labfbo.datasets import FAMILIES, ReactionData, describe, scenarios
+from labfbo.exceptions import ConfigurationError
 from labfbo_bench import reactions as rx
 
 
@@ -114,23 +115,27 @@ def plot(data: ReactionData, scen: dict[str, tuple[str, ...]], recs: dict, metho
 def run(args: argparse.Namespace) -> int:
     from labfbo.harness import run_with_progress
 
-    data = load_reactions(args.data)
+    if args.family and args.data:
+        raise ConfigurationError("give --family (a shipped family) or --data (a CSV), not both")
+    data = rx.load_data(args.data, args.family)
+    budget = args.budget if args.budget is not None else (FAMILIES[args.family].budget if args.family else 20)
     every = scenarios(data)
     names = ["a"] if args.quick and not args.scenarios else (args.scenarios or list(every))
     scen = {n: every[n] for n in names}
     seeds = list(range(args.seeds if args.seeds is not None else (3 if args.quick else 5)))
-    jobs = rx.jobs(args.out, scen, args.methods, seeds, budget=args.budget, data=args.data, stock=args.stock)
+    jobs = rx.jobs(args.out, scen, args.methods, seeds, budget=budget, data=args.data, stock=args.stock,
+                   family=args.family)
     cmd = "labfbo bench reactions " + " ".join(sys.argv[3:])
     todo = sum(not Path(j.path).exists() for j in jobs)
     print(f"{cmd}\n{data.source}\n{len(jobs)} campaigns ({todo} to do), cache: {args.out}")
     run_with_progress(jobs, rx.run_reaction_job, args.workers, "reactions", args.report_only)
     recs = _load(jobs)
-    text = "\n\n".join(scenario_table(data, n, labs, recs, args.methods, 3, args.budget, args.stock)
+    text = "\n\n".join(scenario_table(data, n, labs, recs, args.methods, 3, budget, args.stock)
                        for n, labs in scen.items())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     png = out / "reactions.png"
-    plot(data, scen, recs, args.methods, 3, args.budget, png, args.stock)
+    plot(data, scen, recs, args.methods, 3, budget, png, args.stock)
     (out / "summary.md").write_text(f"# reactions suite\n\n`{cmd}`\n\n{data.source}\n\n{text}\n\nplot: {png}\n")
     print(text + f"\n\nplot: {png}")
     return 0
@@ -150,7 +155,10 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                     help="random, independent, the federated protocols with their defaults, pooled; and the "
                     "variants studied: " + ", ".join(rx.VARIANTS))
     rp.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 5; 3 with --quick)")
-    rp.add_argument("--budget", type=int, default=20, help="BO iterations per lab after 3 initial experiments")
+    rp.add_argument("--family", choices=list(FAMILIES), default=None,
+                    help="a shipped reaction family instead of --data (labs are its substrates)")
+    rp.add_argument("--budget", type=int, default=None, help="BO iterations per lab after 3 initial experiments "
+                    "(default: the family's, 20 on the Buchwald–Hartwig data)")
     rp.add_argument("--stock", default=None, metavar="PARAM", help="labs with different stock: each lacks a different "
                     "quarter of PARAM's choices (lab i quarter i mod 4; e.g. ligand), passing its own allowed=")
     rp.add_argument("--workers", type=int, default=2)

@@ -1,10 +1,14 @@
-"""Data sets shipped with labfbo: the Buchwald–Hartwig yields of Ahneman et al. (2018) and their loader.
+"""Data sets shipped with labfbo: three multi-substrate reaction screens and their loaders.
 
-``load_reactions()`` reads the shipped ``data/buchwald_hartwig.csv`` (or any CSV of the same
-shape) into a :class:`ReactionData`; ``data/README.md`` says where the data come from and how
-to cite them. ``make demo`` (:mod:`labfbo.demo`) and the reaction benchmarks use them.
+``load_family(name)`` reads one of the shipped families (:data:`FAMILIES`: Buchwald–Hartwig,
+borylation, deoxyfluorination; labs are substrates, yields in percent) into a
+:class:`ReactionData`; ``load_reactions()`` reads any CSV of a lab column, parameter columns and a
+yield column (the shipped Buchwald–Hartwig file by default). ``data/README.md`` says where the data
+come from, under which licence, and how to cite them. ``make demo`` (:mod:`labfbo.demo`) and the
+reaction benchmarks use them.
 """
 
+from labfbo.datasets.families import FAMILIES, Family, load_family
 from labfbo.datasets.reactions import (
     CITATION,
     SHIPPED,
@@ -18,5 +22,5 @@ from labfbo.datasets.reactions import (
     spearman_matrix,
 )
 
-__all__ = ["CITATION", "SHIPPED", "SHIPPED_SMILES", "ReactionData", "describe", "initial_design", "load_reactions",
+__all__ = ["FAMILIES", "Family", "load_family", "CITATION", "SHIPPED", "SHIPPED_SMILES", "ReactionData", "describe", "initial_design", "load_reactions",
            "scenarios", "shipped_path", "spearman_matrix"]

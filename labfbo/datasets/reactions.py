@@ -114,7 +114,7 @@ class ReactionData:
 def load_reactions(path: str | Path | None = None, lab: str = "lab",
                    params: Sequence[str] = ("base", "ligand", "additive"), target: str = "yield",
                    encoding: str | None = None, n_components: int = 5,
-                   smiles: str | Path | None = None) -> ReactionData:
+                   smiles: str | Path | None = None, scale: float = 1.0) -> ReactionData:
     """Read a reaction CSV (the shipped one by default). Duplicate rows of a lab and
     combination are averaged; rows with a missing value are dropped.
 
@@ -122,7 +122,8 @@ def load_reactions(path: str | Path | None = None, lab: str = "lab",
     every parameter's choices are described by their structure: the SMILES come from
     ``<param>_smiles`` columns of the data file if it has them, else from ``smiles`` (a CSV
     ``component,kind,smiles``; default: the shipped ``buchwald_hartwig_smiles.csv`` for the
-    shipped data)."""
+    shipped data; ``smiles="values"``: the choices themselves are SMILES). ``scale`` multiplies
+    the yields (100: a fraction read as percent)."""
     import pandas as pd
 
     if path is None:
@@ -152,7 +153,7 @@ def load_reactions(path: str | Path | None = None, lab: str = "lab",
     labs = tuple(sorted(df[lab].astype(str).unique()))
     if len(labs) < 2:
         raise ConfigurationError(f"{source}: needs at least two labs, found {len(labs)}")
-    tables = tuple({k[1:]: float(v) for k, v in grouped.items() if str(k[0]) == name} for name in labs)
+    tables = tuple({k[1:]: scale * float(v) for k, v in grouped.items() if str(k[0]) == name} for name in labs)
     return ReactionData(space, labs, tables, source)
 
 
@@ -165,6 +166,8 @@ def _smiles_of(df: "pd.DataFrame", params: Sequence[str], smiles: str | Path | N
         return None if pd.isna(v) or not str(v).strip() else str(v).strip()
 
     out: dict[str, dict[str, str | None]] = {}
+    if smiles == "values":  # each choice is its own structure
+        return {p: {str(c): text(c) for c in df[p].dropna().unique()} for p in params}
     if all(f"{p}_smiles" in df.columns for p in params) and smiles is None:
         for p in params:
             pairs = df[[p, f"{p}_smiles"]].dropna(subset=[p]).drop_duplicates()

@@ -3,7 +3,7 @@ r"""The local GP surrogate of one site (BoTorch, float64).
 ``SingleTaskGP`` with ``Normalize`` (unit-cube bounds) and ``Standardize``; with
 categorical columns the kernel is one :class:`HammingKernel` over every column (two different
 choices a fixed distance apart, whatever their codes), so a choice's code is never an ordinal
-number to the model, and every lengthscale has the same prior (:func:`_kernel`).
+number to the model, and every lengthscale has the same prior (:func:`labfbo.models.kernels.kernel_for`).
 Hyper-parameters are MAP estimates from ``fit_gpytorch_mll``.
 The kernel (:class:`SurrogateOptions`) is BoTorch's ARD kernel with the dimension-scaled
 log-normal lengthscale prior of Hvarfner et al. (2024),
@@ -30,19 +30,17 @@ import numpy as np
 import torch
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
-from botorch.models.kernels.categorical import CategoricalKernel
 from botorch.models.model import Model
 from botorch.models.transforms.input import ChainedInputTransform, InputTransform, Normalize, Warp
 from botorch.models.transforms.outcome import Standardize
-from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
 from gpytorch.constraints import GreaterThan
-from gpytorch.kernels import Kernel
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.means import Mean
 from gpytorch.priors import GammaPrior, LogNormalPrior
 from pydantic import BaseModel, ConfigDict, Field
 
+from labfbo.models.kernels import MISMATCH, HammingKernel, kernel_for, scaled  # noqa: F401 (re-exported)
 from labfbo.seeding import seeded_torch
 
 if TYPE_CHECKING:
@@ -68,10 +66,21 @@ class SurrogateOptions(BaseModel):
         "floor 1e-6 (the default, Optuna's; lets a noiseless response be interpolated), BoTorch's "
         "LogNormal(-4, 1), floor 1e-4 (suits noisy data), or 'auto': fit both, keep the one with the higher "
         "leave-one-out predictive density")
-    categorical_kernel: Literal["hamming", "botorch"] = Field(
+    categorical_kernel: Literal["hamming", "botorch", "additive"] = Field(
         "hamming", description="with categorical columns: 'hamming' (the default), one RBF/Matérn kernel over "
         "every column, two different choices 1/6 apart (squared), with BoTorch's dimension-scaled lengthscale "
         "prior on every column; 'botorch', the former product with BoTorch's CategoricalKernel (no prior)")
+    lengthscale_prior: Literal["dim_scaled", "two_sided", "capped"] = Field(
+        "dim_scaled", description="'dim_scaled': BoTorch's LogNormal(sqrt2 + log(d)/2, sqrt3); 'two_sided': "
+        "log p = -0.1 (u^2/l^2 + l^2/u^2) per column (Optuna's), u = 1 on a continuous column and the "
+        "mismatch distance on a categorical one, which keeps the lengthscales from running to infinity on flat data")
+    descriptors: Literal["use", "auto", "ignore"] = Field(
+        "use", description="choices described by descriptors (SMILES): 'use' them, 'ignore' them (one label "
+        "per choice), or 'auto': fit both and keep the one with the higher leave-one-out predictive density "
+        "on the site's own data (labels until it has DESCRIPTOR_MIN_POINTS observations)")
+    signal_variance: Literal["fixed", "learned"] = Field(
+        "fixed", description="'fixed' (the default): the kernel's variance is 1 on the standardized scale "
+        "(BoTorch's); 'learned': an output scale with a Gamma(2, 1) prior (Optuna's GPSampler)")
     output_transform: Literal["standardize", "winsorize"] = Field(
         "standardize", description="'standardize' (the default): the values as they are (BoTorch's "
         "Standardize alone; the papers' setting). 'winsorize': before standardizing, raise the objective's "
@@ -158,81 +167,8 @@ def _input_transform(d: int, cat_dims: list[int], warp: bool, features: "Feature
     return steps["normalize"] if len(steps) == 1 else ChainedInputTransform(**steps)
 
 
-#: the squared distance of two different choices of a categorical column: the mean squared distance
-#: of two uniform points of a unit-cube column, so that both kinds of column weigh alike a priori
-MISMATCH = 1.0 / 6.0
-
-
-class HammingKernel(Kernel):
-    r"""RBF or Matérn-5/2 on one scaled distance over every column, continuous and categorical:
-    :math:`r^2 = \sum_{j \in \text{cont}} (x_j - x'_j)^2/\ell_j^2 + \sum_{j \in \text{cat}} m\,[x_j \ne x'_j]/\ell_j^2`.
-
-    Two different choices are :math:`m` = :data:`MISMATCH` = 1/6 apart (squared), the mean
-    squared distance of two random points of a unit-cube column, so one lengthscale prior
-    (BoTorch's dimension-scaled log-normal over all ``d`` columns) serves both kinds: at its
-    mode (0.36 for 3 columns) one differing choice leaves a correlation of about 0.5, as
-    Optuna's ``GPSampler`` kernel (Hamming distance in a Matérn-5/2 at lengthscale 1) does.
-    A column's number of choices does not enter: one lengthscale per categorical, the 23
-    additives as the 3 bases. Not a subclass of ``RBFKernel``: random Fourier features do not
-    apply to it.
-    """
-
-    has_lengthscale = True
-
-    def __init__(self, d: int, cat_dims: list[int], rbf: bool = True, **kwargs: object) -> None:
-        prior = LogNormalPrior(loc=math.sqrt(2) + 0.5 * math.log(d), scale=math.sqrt(3))
-        super().__init__(ard_num_dims=d, lengthscale_prior=prior,
-                         lengthscale_constraint=GreaterThan(2.5e-2, transform=None, initial_value=prior.mode),
-                         **kwargs)
-        mask = torch.zeros(d, dtype=torch.bool)
-        mask[list(cat_dims)] = True
-        self.register_buffer("cat_mask", mask)
-        self.rbf = rbf
-
-    def squared_distance(self, x1: torch.Tensor, x2: torch.Tensor, diag: bool = False) -> torch.Tensor:
-        """The scaled squared distance :math:`r^2`, ``(..., n, m)`` (``diag``: ``(..., n)``)."""
-        ls = self.lengthscale  # (..., 1, d)
-        cat, cont = self.cat_mask, ~self.cat_mask
-        sq = self.covar_dist(x1[..., cont] / ls[..., cont], x2[..., cont] / ls[..., cont],
-                             square_dist=True, diag=diag)
-        if bool(cat.any()):
-            inv = MISMATCH * ls[..., cat].pow(-2)  # (..., 1, c)
-            if diag:
-                sq = sq + ((x1[..., cat] != x2[..., cat]).to(x1) * inv).sum(-1)
-            else:
-                diff = (x1[..., :, None, :][..., cat] != x2[..., None, :, :][..., cat]).to(x1)
-                sq = sq + (diff * inv.unsqueeze(-2)).sum(-1)
-        return sq
-
-    def forward(self, x1: torch.Tensor, x2: torch.Tensor, diag: bool = False,
-                last_dim_is_batch: bool = False, **params: object) -> torch.Tensor:
-        if last_dim_is_batch:
-            raise NotImplementedError("HammingKernel has no last_dim_is_batch mode")
-        sq = self.squared_distance(x1, x2, diag=diag)
-        if self.rbf:
-            return torch.exp(-0.5 * sq)
-        r = math.sqrt(5.0) * sq.clamp_min(1e-30).sqrt()
-        return (1.0 + r + r.pow(2) / 3.0) * torch.exp(-r)
-
-
-def _kernel(d: int, cat_dims: list[int], rbf: bool, categorical: str = "hamming") -> Kernel:
-    r"""The site's kernel: on a continuous space BoTorch's dimension-scaled ARD kernel; with
-    categorical columns, ``categorical="hamming"`` (the default) the :class:`HammingKernel` over
-    every column; ``"botorch"`` the former product of the ARD kernel on the continuous columns
-    with BoTorch's ``CategoricalKernel`` :math:`\exp(-\frac1c\sum_j [x_j \ne x'_j]/\ell_j)` on
-    the categorical ones (no lengthscale prior: its lengthscales run to 0 or to infinity on
-    a few observations).
-    """
-    cont = [j for j in range(d) if j not in cat_dims]
-    if not cat_dims:
-        return get_covar_module_with_dim_scaled_prior(ard_num_dims=d, use_rbf_kernel=rbf)
-    if categorical == "hamming":
-        return HammingKernel(d, cat_dims, rbf)
-    cat = CategoricalKernel(ard_num_dims=len(cat_dims), active_dims=cat_dims, lengthscale_constraint=GreaterThan(1e-6))
-    if not cont:
-        return cat
-    return get_covar_module_with_dim_scaled_prior(ard_num_dims=len(cont), use_rbf_kernel=rbf, active_dims=cont) * cat
-
+#: observations before ``descriptors="auto"`` compares descriptors with labels (fewer: labels)
+DESCRIPTOR_MIN_POINTS = 5
 
 def noise_likelihood(noise_prior: str) -> GaussianLikelihood | None:
     """The likelihood of a learned noise under ``noise_prior``: ``None`` (BoTorch's default,
@@ -268,19 +204,26 @@ def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
     train_Yvar = None if yvar is None else as_tensor(yvar).reshape(-1, 1).clamp_min(1e-10)
     d = train_X.shape[-1]
     cat_dims = sorted(cat_dims or [])
-    features, warp_dims = None, None
+    plain = (d, cat_dims, None, None)  # categorical columns as labels
+    coded = plain
     if space is not None:
-        cat_dims = sorted(space.cat_dims())
+        plain = coded = (d, sorted(space.cat_dims()), None, None)
         if space.descriptor_dims():
             from labfbo.models.encoding import FeatureMap
 
             features = FeatureMap(space)
             warp_dims = [features.slices[j][0] for j, p in enumerate(space.params) if not p.is_discrete]
-            d, cat_dims = features.n_out, features.cat_out
-    def fit(noise_prior: str, mean: Mean | None = mean_module) -> Model:
+            coded = (features.n_out, features.cat_out, features, warp_dims)
+
+    def fit(noise_prior: str, mean: Mean | None = mean_module,
+            enc: tuple[int, list[int], "FeatureMap | None", list[int] | None] = coded) -> Model:
+        d, cat_dims, features, warp_dims = enc
         likelihood = noise_likelihood(noise_prior) if train_Yvar is None else None
         model = SingleTaskGP(train_X, train_Y, train_Yvar, likelihood=likelihood,
-                             covar_module=_kernel(d, cat_dims, opts.kernel == "rbf", opts.categorical_kernel),
+                             covar_module=scaled(kernel_for(d, cat_dims, opts.kernel == "rbf", opts.categorical_kernel,
+                                                          {"two_sided": True, "capped": "capped"}.get(
+                                                              opts.lengthscale_prior, False)),
+                                                  opts.signal_variance),
                              mean_module=mean,
                              input_transform=_input_transform(d, cat_dims, opts.input_warping, features, warp_dims),
                              outcome_transform=Standardize(m=1))
@@ -292,8 +235,16 @@ def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
         model.eval()
         return model
 
+    noise = "lognormal" if opts.noise_prior == "auto" else opts.noise_prior
+    if coded is not plain and mean_module is None and opts.descriptors != "use":
+        # descriptors or labels, by leave-one-out predictive density on this site's own data
+        if opts.descriptors == "ignore" or train_X.shape[0] < DESCRIPTOR_MIN_POINTS:
+            return fit(noise, enc=plain)
+        candidates = [fit(noise, enc=plain), fit(noise, enc=coded)]
+        scores = [loo_log_density(m) for m in candidates]
+        return candidates[1] if scores[1] > scores[0] else candidates[0]
     if train_Yvar is not None or opts.noise_prior != "auto" or train_X.shape[0] < 3:
-        return fit("lognormal" if opts.noise_prior == "auto" else opts.noise_prior)
+        return fit(noise)
     # Model selection by leave-one-out predictive density (Rasmussen & Williams, Sec. 5.4.2):
     # both fits see the same standardized targets, so their LOO densities compare directly.
     candidates = [fit("lognormal", copy.deepcopy(mean_module)), fit("gamma")]
