@@ -44,16 +44,8 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     # variants of labfbo's engine (studied with --methods), each a change of the former defaults
     "labfbo-smiles": ("labfbo", {"encoding": "rdkit"}),  # reagents by RDKit descriptors (reaction labs)
     "labfbo-smiles-auto": ("labfbo", {"encoding": "rdkit", "descriptors": "auto"}),
-    "labfbo-ls2-smiles": ("labfbo", {"encoding": "rdkit", "lengthscale_prior": "two_sided"}),
-    "labfbo-ls2-smiles-auto": ("labfbo", {"encoding": "rdkit", "lengthscale_prior": "two_sided", "descriptors": "auto"}),
-    "labfbo-ls2": ("labfbo", {"lengthscale_prior": "two_sided"}),
-    "labfbo-ls2-sv": ("labfbo", {"lengthscale_prior": "two_sided", "signal_variance": "learned"}),
-    "labfbo-ls2-sv-obs": ("labfbo", {"lengthscale_prior": "two_sided", "signal_variance": "learned",
-                                     "incumbent": "observed"}),
-    "labfbo-sv": ("labfbo", {"signal_variance": "learned"}),
-    "labfbo-cap": ("labfbo", {"lengthscale_prior": "capped"}),
-    "labfbo-add": ("labfbo", {"categorical_kernel": "additive"}),  # capped prior inside
-    "labfbo-add-ls2": ("labfbo", {"categorical_kernel": "additive", "lengthscale_prior": "two_sided"}),
+    "labfbo-dimscaled": ("labfbo", {"lengthscale_prior": "dim_scaled"}),  # the lengthscale prior before the cap
+    "labfbo-optunaprior": ("labfbo", {"lengthscale_prior": "optuna"}),  # Optuna GPSampler's lengthscale prior
     "labfbo-former": ("labfbo", dict(FORMER)),
     "labfbo-ucb": ("labfbo", {**FORMER, "acquisition": "ucb", "beta": 4.0}),
     "labfbo-catbotorch": ("labfbo", {**FORMER, "categorical_kernel": "botorch"}),  # the categorical kernel before Hamming

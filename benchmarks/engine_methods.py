@@ -29,7 +29,7 @@ from labfbo_bench.engine_panel import EngineProblem
 #: labfbo's engine defaults before 2026-12-05 (qLogNEI, RBF, BoTorch's noise prior, winsorized outputs):
 #: every ``labfbo-*`` variant of the engine suites changes these, so a variant keeps its meaning
 FORMER: dict[str, Any] = {"acquisition": "nei", "kernel": "rbf", "noise_prior": "lognormal",
-                          "output_transform": "winsorize"}
+                          "output_transform": "winsorize", "lengthscale_prior": "dim_scaled"}
 
 Evaluate = Callable[[dict[str, Any]], float]  # returns the noisy observation, records the truth
 

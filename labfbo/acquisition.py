@@ -79,9 +79,6 @@ class AcquisitionOptions(BaseModel):
     acquisition: AcquisitionName = Field("ei", description="ei (LogEI, the default, chosen on labfbo bench "
                                          "engine), nei (noisy LogEI), ucb (the papers' setting) or ts")
     beta: float = Field(4.0, gt=0, description="UCB exploration weight (kappa^2)")
-    incumbent: Literal["mean", "observed"] = Field(
-        "mean", description="the value LogEI improves on: the best posterior mean at an observed point "
-        "('mean', the default) or the best observed value ('observed', Optuna's)")
     num_restarts: int = Field(10, ge=1)
     raw_samples: int = Field(512, ge=1)
     sample_around_best: bool = Field(False, description="add perturbations of the best observed points to "
@@ -118,8 +115,7 @@ def build_acquisition(model: Model, data: AcquisitionData, opts: AcquisitionOpti
         return qUpperConfidenceBound(model, beta=opts.beta, sampler=sampler, X_pending=pending)
     if name == "ei":
         with torch.no_grad():
-            best_f = (model.posterior(as_tensor(data.X)).mean.max() if opts.incumbent == "mean"
-                      else torch.as_tensor(float(np.max(data.y)), dtype=DTYPE))
+            best_f = model.posterior(as_tensor(data.X)).mean.max()
         if analytic:
             return LogExpectedImprovement(model, best_f=best_f)
         return qLogExpectedImprovement(model, best_f=best_f, sampler=sampler, X_pending=pending)

@@ -85,3 +85,67 @@ def test_a_categorical_space_is_never_proposed_a_combination_it_has_run_until_al
     assert len(set(seen)) == 12
     trial = opt.ask()  # every combination has run: the whole grid is scored again
     assert (trial.params["base"], trial.params["ligand"]) in seen
+
+
+def _flat_fit(prior: str) -> np.ndarray:
+    """Lengthscales fitted on 12 points of a 3-D continuous space where the response is a plane in x1
+    (flat along x2 and x3)."""
+    X = np.random.default_rng(0).random((12, 3))
+    y = X[:, 0].copy()
+    opts = SurrogateOptions(lengthscale_prior=prior)
+    return fit_local_gp(X, y, options=opts).covar_module.lengthscale.detach().numpy().ravel()
+
+
+def test_on_flat_data_the_default_prior_keeps_the_continuous_lengthscales_bounded() -> None:
+    """A log-normal lets them run to hundreds (the model then believes it knows the response everywhere
+    and the search stalls); the default's Gaussian tail keeps them near the cube's width."""
+    assert SurrogateOptions().lengthscale_prior == "capped"
+    capped, former = _flat_fit("capped"), _flat_fit("dim_scaled")
+    assert capped.max() < 10.0, capped
+    assert former.max() > 3 * capped.max(), (former, capped)
+
+
+def test_the_cap_leaves_a_categorical_column_as_it_was() -> None:
+    from labfbo.models.kernels import lengthscale_prior
+
+    capped, plain = lengthscale_prior(3, [1, 2], "capped"), lengthscale_prior(3, [1, 2], "dim_scaled")
+    ls = torch.tensor([[0.05, 0.5, 50.0]], dtype=DTYPE)
+    diff = capped.log_prob(ls) - plain.log_prob(ls)
+    torch.testing.assert_close(diff, torch.tensor([[-0.1 * 0.05 ** 2, 0.0, 0.0]], dtype=DTYPE))
+    assert isinstance(fit_local_gp(*_cats_xy(), space=CATS).covar_module, HammingKernel)
+
+
+def _cats_xy() -> tuple[np.ndarray, np.ndarray]:
+    X = CATS.encode([{"base": b, "ligand": l} for b, l in [("a", "w"), ("b", "x"), ("c", "y"), ("a", "z")]])
+    return X, np.array([1.0, 2.0, 0.5, 3.0])
+
+
+def test_optunas_prior_has_its_mode_at_the_unit() -> None:
+    from labfbo.models.kernels import MISMATCH, lengthscale_prior
+
+    prior = lengthscale_prior(2, [1], "optuna")
+    torch.testing.assert_close(prior.mode, torch.tensor([1.0, math.sqrt(MISMATCH)], dtype=DTYPE))
+    near = prior.log_prob(torch.tensor([[1.0, math.sqrt(MISMATCH)]], dtype=DTYPE))
+    far = prior.log_prob(torch.tensor([[10.0, 10.0]], dtype=DTYPE))
+    assert torch.all(near > far)
+
+
+def test_descriptors_auto_keeps_the_fit_with_the_higher_leave_one_out_density() -> None:
+    pytest.importorskip("rdkit")
+    from labfbo.datasets import load_family
+    from labfbo.models.gp import DESCRIPTOR_MIN_POINTS, loo_log_density
+
+    data = load_family("deoxyfluorination", encoding="rdkit")
+    combos = data.combos()
+    Y = data.yields(3)
+    pick = np.random.default_rng(1).choice(len(combos), 9, replace=False)
+    X = data.space.encode([dict(zip(data.space.names, combos[k])) for k in pick])
+    fits = {d: fit_local_gp(X, Y[pick], space=data.space, options=SurrogateOptions(descriptors=d))
+            for d in ("use", "ignore", "auto")}
+    lpd = {d: loo_log_density(m) for d, m in fits.items()}
+    assert lpd["use"] != lpd["ignore"]
+    assert lpd["auto"] == pytest.approx(max(lpd["use"], lpd["ignore"]))
+    few = fit_local_gp(X[: DESCRIPTOR_MIN_POINTS - 1], Y[pick][: DESCRIPTOR_MIN_POINTS - 1], space=data.space,
+                       options=SurrogateOptions(descriptors="auto"))
+    assert not hasattr(few.input_transform, "features")  # labels until there are enough points to compare
+    assert hasattr(fits["use"].input_transform, "features")

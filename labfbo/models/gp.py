@@ -40,7 +40,7 @@ from gpytorch.means import Mean
 from gpytorch.priors import GammaPrior, LogNormalPrior
 from pydantic import BaseModel, ConfigDict, Field
 
-from labfbo.models.kernels import MISMATCH, HammingKernel, kernel_for, scaled  # noqa: F401 (re-exported)
+from labfbo.models.kernels import MISMATCH, HammingKernel, kernel_for  # noqa: F401 (re-exported)
 from labfbo.seeding import seeded_torch
 
 if TYPE_CHECKING:
@@ -66,21 +66,19 @@ class SurrogateOptions(BaseModel):
         "floor 1e-6 (the default, Optuna's; lets a noiseless response be interpolated), BoTorch's "
         "LogNormal(-4, 1), floor 1e-4 (suits noisy data), or 'auto': fit both, keep the one with the higher "
         "leave-one-out predictive density")
-    categorical_kernel: Literal["hamming", "botorch", "additive"] = Field(
+    categorical_kernel: Literal["hamming", "botorch"] = Field(
         "hamming", description="with categorical columns: 'hamming' (the default), one RBF/Matérn kernel over "
         "every column, two different choices 1/6 apart (squared), with BoTorch's dimension-scaled lengthscale "
         "prior on every column; 'botorch', the former product with BoTorch's CategoricalKernel (no prior)")
-    lengthscale_prior: Literal["dim_scaled", "two_sided", "capped"] = Field(
-        "dim_scaled", description="'dim_scaled': BoTorch's LogNormal(sqrt2 + log(d)/2, sqrt3); 'two_sided': "
-        "log p = -0.1 (u^2/l^2 + l^2/u^2) per column (Optuna's), u = 1 on a continuous column and the "
-        "mismatch distance on a categorical one, which keeps the lengthscales from running to infinity on flat data")
+    lengthscale_prior: Literal["capped", "dim_scaled", "optuna"] = Field(
+        "capped", description="BoTorch's dimension-scaled LogNormal(sqrt2 + log(d)/2, sqrt3) on every lengthscale, "
+        "with a Gaussian tail on the continuous columns' long lengthscales ('capped', the default: on flat data "
+        "they no longer run to hundreds and stall the search) or without ('dim_scaled', the former default); "
+        "'optuna': Optuna GPSampler's -0.1 (u^2/l^2 + l^2/u^2) on every column")
     descriptors: Literal["use", "auto", "ignore"] = Field(
         "use", description="choices described by descriptors (SMILES): 'use' them, 'ignore' them (one label "
         "per choice), or 'auto': fit both and keep the one with the higher leave-one-out predictive density "
         "on the site's own data (labels until it has DESCRIPTOR_MIN_POINTS observations)")
-    signal_variance: Literal["fixed", "learned"] = Field(
-        "fixed", description="'fixed' (the default): the kernel's variance is 1 on the standardized scale "
-        "(BoTorch's); 'learned': an output scale with a Gamma(2, 1) prior (Optuna's GPSampler)")
     output_transform: Literal["standardize", "winsorize"] = Field(
         "standardize", description="'standardize' (the default): the values as they are (BoTorch's "
         "Standardize alone; the papers' setting). 'winsorize': before standardizing, raise the objective's "
@@ -91,7 +89,7 @@ class SurrogateOptions(BaseModel):
 
 #: the papers' surrogate (PACD-BO, GUIDE-FBO, PMCBO): outputs standardized as they are; the benchmark
 #: suites' paper rows ask for it by name, whatever labfbo's defaults are
-PAPERS_SURROGATE: dict[str, str] = {"output_transform": "standardize"}
+PAPERS_SURROGATE: dict[str, str] = {"output_transform": "standardize", "lengthscale_prior": "dim_scaled"}
 
 
 def winsorized(y: np.ndarray, k: float = 1.5) -> np.ndarray:
@@ -220,10 +218,8 @@ def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
         d, cat_dims, features, warp_dims = enc
         likelihood = noise_likelihood(noise_prior) if train_Yvar is None else None
         model = SingleTaskGP(train_X, train_Y, train_Yvar, likelihood=likelihood,
-                             covar_module=scaled(kernel_for(d, cat_dims, opts.kernel == "rbf", opts.categorical_kernel,
-                                                          {"two_sided": True, "capped": "capped"}.get(
-                                                              opts.lengthscale_prior, False)),
-                                                  opts.signal_variance),
+                             covar_module=kernel_for(d, cat_dims, opts.kernel == "rbf", opts.categorical_kernel,
+                                                     opts.lengthscale_prior),
                              mean_module=mean,
                              input_transform=_input_transform(d, cat_dims, opts.input_warping, features, warp_dims),
                              outcome_transform=Standardize(m=1))

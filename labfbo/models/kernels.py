@@ -2,11 +2,11 @@ r"""The kernels of the local GP and their lengthscale priors (BoTorch/GPyTorch, 
 
 * :class:`HammingKernel` — one RBF or Matérn-5/2 over every column, continuous and categorical:
   two different choices of a categorical are :data:`MISMATCH` apart (squared), whatever their codes;
-* :func:`additive_kernel` — main effects plus interactions (a HammingKernel per column, summed,
-  beside one over every column);
-* the lengthscale priors: BoTorch's dimension-scaled log-normal (Hvarfner et al., 2024),
-  :class:`CappedLogNormalPrior` (the same with a Gaussian tail on long lengthscales) and
-  :class:`TwoSidedLengthscalePrior` (Optuna's ``GPSampler``).
+* the lengthscale prior: BoTorch's dimension-scaled log-normal (Hvarfner et al., 2024),
+  :math:`\ell_j \sim \mathcal{LN}(\sqrt2 + \tfrac12\log d, \sqrt3)`, on a continuous column with a
+  Gaussian tail on long lengthscales (:class:`CappedLogNormalPrior`, the default) or without
+  (``lengthscale_prior="dim_scaled"``), or Optuna's (``"optuna"``, :class:`OptunaLengthscalePrior`).
+  Chosen leave-one-family-out (``docs/benchmarks/engine.md``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 from botorch.models.kernels.categorical import CategoricalKernel
 from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
 from gpytorch.constraints import GreaterThan
-from gpytorch.kernels import Kernel
-from gpytorch.priors import GammaPrior, LogNormalPrior, Prior
+from gpytorch.kernels import Kernel, MaternKernel, RBFKernel
+from gpytorch.priors import LogNormalPrior, Prior
 
 DTYPE = torch.float64
 
@@ -27,42 +27,26 @@ DTYPE = torch.float64
 MISMATCH = 1.0 / 6.0
 
 
-class TwoSidedLengthscalePrior(Prior):
-    r"""Optuna's ``GPSampler`` lengthscale prior: :math:`\log p(\ell_j) = -a\,(u_j^2/\ell_j^2 + \ell_j^2/u_j^2)`
-    (up to a constant), mode :math:`\ell_j = u_j`, a penalty that grows as :math:`\ell^2` on long
-    lengthscales where a log-normal's grows as :math:`\log^2 \ell`: on flat data (every yield 0)
-    the marginal likelihood gains without bound as the lengthscales grow, and only such a prior
-    stops them."""
-
-    arg_constraints: dict = {}
-    support = torch.distributions.constraints.positive
-
-    def __init__(self, unit: torch.Tensor, a: float = 0.1) -> None:
-        super().__init__(validate_args=False)
-        self.register_buffer("unit", unit)
-        self.a = a
-
-    def log_prob(self, x: torch.Tensor) -> torch.Tensor:
-        z = (x / self.unit).pow(2)
-        return -self.a * (z + 1.0 / z)
-
-
 class CappedLogNormalPrior(Prior):
-    r"""BoTorch's dimension-scaled log-normal with a Gaussian tail on long lengthscales:
-    :math:`\log p(\ell_j) = \log \mathcal{LN}(\ell_j; \mu_d, \sqrt3) - a\,\ell_j^2/u_j^2`.
+    r"""BoTorch's dimension-scaled log-normal with a Gaussian tail on the long lengthscales of the
+    continuous columns: :math:`\log p(\ell_j) = \log \mathcal{LN}(\ell_j; \sqrt2 + \tfrac12\log d, \sqrt3)
+    - a\,\ell_j^2\,[j \text{ continuous}]` (unit-cube columns, :math:`a = 0.1`).
 
-    Below and around the log-normal's mode the extra term is negligible (:math:`a = 0.1`, at
-    :math:`\ell = u` it costs 0.1 nats); on flat data, where the marginal likelihood grows without
-    bound with the lengthscales and a log-normal's :math:`\log^2 \ell` penalty cannot stop them,
-    it does (at :math:`\ell = 10u`, 10 nats)."""
+    Around and below the log-normal's mode the extra term is negligible (0.1 nats at
+    :math:`\ell = 1`, the cube's width). Where the data are flat along a column the marginal
+    likelihood keeps growing with its lengthscale, and a log-normal, whose penalty grows as
+    :math:`\log^2 \ell`, lets it run to hundreds: the model then believes the response is known
+    everywhere and the search stalls; the Gaussian tail stops it (10 nats at :math:`\ell = 10`).
+    A categorical column keeps the plain log-normal: its long-lengthscale limit is a model of each
+    choice's main effect, which the reaction families favour (``docs/benchmarks/engine.md``)."""
 
     arg_constraints: dict = {}
     support = torch.distributions.constraints.positive
 
-    def __init__(self, d: int, unit: torch.Tensor, a: float = 0.1) -> None:
+    def __init__(self, d: int, continuous: torch.Tensor, a: float = 0.1) -> None:
         super().__init__(validate_args=False)
         self.base = LogNormalPrior(loc=math.sqrt(2) + 0.5 * math.log(d), scale=math.sqrt(3))
-        self.register_buffer("unit", unit)
+        self.register_buffer("weight", a * continuous.to(DTYPE))
         self.a = a
 
     @property
@@ -70,14 +54,40 @@ class CappedLogNormalPrior(Prior):
         return self.base.mode
 
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base.log_prob(x) - self.a * (x / self.unit).pow(2)
+        return self.base.log_prob(x) - self.weight * x.pow(2)
 
 
-def _units(d: int, cat_dims: list[int]) -> torch.Tensor:
-    """The mode of :class:`TwoSidedLengthscalePrior` per column: 1, or sqrt(MISMATCH) if categorical."""
-    u = torch.ones(d, dtype=DTYPE)
-    u[list(cat_dims)] = math.sqrt(MISMATCH)
-    return u
+class OptunaLengthscalePrior(Prior):
+    r"""Optuna ``GPSampler``'s lengthscale prior, :math:`\log p(\ell_j) = -0.1\,(u_j^2/\ell_j^2 + \ell_j^2/u_j^2)`
+    (its :math:`-0.1(1/\lambda + \lambda)` on :math:`\lambda = u^2/\ell^2`), :math:`u_j = 1` on a continuous
+    column and :math:`\sqrt{m}` (:data:`MISMATCH`) on a categorical one; measured, not the default."""
+
+    arg_constraints: dict = {}
+    support = torch.distributions.constraints.positive
+
+    def __init__(self, unit: torch.Tensor) -> None:
+        super().__init__(validate_args=False)
+        self.register_buffer("unit", unit)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.unit
+
+    def log_prob(self, x: torch.Tensor) -> torch.Tensor:
+        z = (x / self.unit).pow(2)
+        return -0.1 * (z + 1.0 / z)
+
+
+def lengthscale_prior(d: int, cat_dims: list[int], kind: str = "capped") -> Prior:
+    """The prior of ``d`` lengthscales: ``"capped"`` (:class:`CappedLogNormalPrior`), ``"dim_scaled"``
+    (BoTorch's log-normal) or ``"optuna"`` (:class:`OptunaLengthscalePrior`)."""
+    continuous = torch.ones(d, dtype=DTYPE)
+    continuous[list(cat_dims)] = 0.0
+    if kind == "optuna":
+        return OptunaLengthscalePrior(torch.where(continuous > 0, 1.0, math.sqrt(MISMATCH)).to(DTYPE))
+    if kind == "dim_scaled":
+        return LogNormalPrior(loc=math.sqrt(2) + 0.5 * math.log(d), scale=math.sqrt(3))
+    return CappedLogNormalPrior(d, continuous)
 
 
 class HammingKernel(Kernel):
@@ -96,16 +106,11 @@ class HammingKernel(Kernel):
 
     has_lengthscale = True
 
-    def __init__(self, d: int, cat_dims: list[int], rbf: bool = True, two_sided: bool | str = False,
+    def __init__(self, d: int, cat_dims: list[int], rbf: bool = True, prior_kind: str = "dim_scaled",
                  **kwargs: object) -> None:
-        prior: Prior = LogNormalPrior(loc=math.sqrt(2) + 0.5 * math.log(d), scale=math.sqrt(3))
-        init = prior.mode
-        if two_sided == "capped":
-            prior = CappedLogNormalPrior(d, _units(d, cat_dims))
-        elif two_sided:
-            prior, init = TwoSidedLengthscalePrior(_units(d, cat_dims)), math.sqrt(MISMATCH)
+        prior = lengthscale_prior(d, cat_dims, prior_kind)
         super().__init__(ard_num_dims=d, lengthscale_prior=prior,
-                         lengthscale_constraint=GreaterThan(2.5e-2, transform=None, initial_value=init),
+                         lengthscale_constraint=GreaterThan(2.5e-2, transform=None, initial_value=prior.mode),
                          **kwargs)
         mask = torch.zeros(d, dtype=torch.bool)
         mask[list(cat_dims)] = True
@@ -138,47 +143,25 @@ class HammingKernel(Kernel):
         return (1.0 + r + r.pow(2) / 3.0) * torch.exp(-r)
 
 
-def additive_kernel(d: int, cat_dims: list[int], rbf: bool, prior: bool | str = "capped") -> Kernel:
-    r"""Main effects plus interactions: :math:`k = s_1 \sum_j k_j(x_j, x'_j) + s_2\, k_H(x, x')`, one
-    :class:`HammingKernel` per column (its own lengthscale) and one over every column, each sum with
-    its own output scale (:math:`\Gamma(2, 2)` prior, mode 1/2 of the standardized variance). A
-    response driven by each factor on its own (a good additive, a good ligand) is learned from the
-    first term with few experiments; one that needs a pairing of choices, from the second."""
-    from gpytorch.kernels import AdditiveKernel, ScaleKernel
-
-    mains = [HammingKernel(1, [0] if j in cat_dims else [], rbf, two_sided=prior, active_dims=[j]) for j in range(d)]
-    return (ScaleKernel(AdditiveKernel(*mains), outputscale_prior=GammaPrior(2.0, 2.0))
-            + ScaleKernel(HammingKernel(d, cat_dims, rbf, two_sided=prior), outputscale_prior=GammaPrior(2.0, 2.0)))
-
-
 def kernel_for(d: int, cat_dims: list[int], rbf: bool, categorical: str = "hamming",
-            two_sided: bool | str = False) -> Kernel:
-    r"""The site's kernel: on a continuous space BoTorch's dimension-scaled ARD kernel; with
-    categorical columns, ``categorical="hamming"`` (the default) the :class:`HammingKernel` over
-    every column; ``"botorch"`` the former product of the ARD kernel on the continuous columns
-    with BoTorch's ``CategoricalKernel`` :math:`\exp(-\frac1c\sum_j [x_j \ne x'_j]/\ell_j)` on
+               prior_kind: str = "capped") -> Kernel:
+    r"""The site's kernel: on a continuous space an ARD RBF or Matérn-5/2 (GPyTorch's, so random
+    Fourier features apply) with :func:`lengthscale_prior`; with categorical columns,
+    ``categorical="hamming"`` (the default) the :class:`HammingKernel` over every column;
+    ``"botorch"`` the former product of BoTorch's dimension-scaled ARD kernel on the continuous
+    columns with BoTorch's ``CategoricalKernel`` :math:`\exp(-\frac1c\sum_j [x_j \ne x'_j]/\ell_j)` on
     the categorical ones (no lengthscale prior: its lengthscales run to 0 or to infinity on
     a few observations).
     """
     cont = [j for j in range(d) if j not in cat_dims]
-    if categorical == "additive" and cat_dims:
-        return additive_kernel(d, cat_dims, rbf, two_sided or "capped")
-    if two_sided and (not cat_dims or categorical == "hamming"):
-        return HammingKernel(d, cat_dims, rbf, two_sided=two_sided)
     if not cat_dims:
-        return get_covar_module_with_dim_scaled_prior(ard_num_dims=d, use_rbf_kernel=rbf)
+        prior = lengthscale_prior(d, [], prior_kind)
+        return (RBFKernel if rbf else MaternKernel)(
+            ard_num_dims=d, lengthscale_prior=prior,
+            lengthscale_constraint=GreaterThan(2.5e-2, transform=None, initial_value=prior.mode))
     if categorical == "hamming":
-        return HammingKernel(d, cat_dims, rbf)
+        return HammingKernel(d, cat_dims, rbf, prior_kind=prior_kind)
     cat = CategoricalKernel(ard_num_dims=len(cat_dims), active_dims=cat_dims, lengthscale_constraint=GreaterThan(1e-6))
     if not cont:
         return cat
     return get_covar_module_with_dim_scaled_prior(ard_num_dims=len(cont), use_rbf_kernel=rbf, active_dims=cont) * cat
-
-
-def scaled(kernel: Kernel, signal_variance: str) -> Kernel:
-    """``kernel`` as it is, or times a learned output scale with a Gamma(2, 1) prior (mode 1)."""
-    if signal_variance == "fixed":
-        return kernel
-    from gpytorch.kernels import ScaleKernel
-
-    return ScaleKernel(kernel, outputscale_prior=GammaPrior(2.0, 1.0))
