@@ -44,8 +44,12 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     # variants of labfbo's engine (studied with --methods), each a change of the former defaults
     "labfbo-smiles": ("labfbo", {"encoding": "rdkit"}),  # reagents by RDKit descriptors (reaction labs)
     "labfbo-smiles-auto": ("labfbo", {"encoding": "rdkit", "descriptors": "auto"}),
+    "labfbo-morgan": ("labfbo", {"encoding": "morgan"}),  # reagents by Morgan fingerprints (reaction labs)
+    "labfbo-morgan-auto": ("labfbo", {"encoding": "morgan", "descriptors": "auto"}),
     "labfbo-dimscaled": ("labfbo", {"lengthscale_prior": "dim_scaled"}),  # the lengthscale prior before the cap
     "labfbo-optunaprior": ("labfbo", {"lengthscale_prior": "optuna"}),  # Optuna GPSampler's lengthscale prior
+    "labfbo-qnei": ("labfbo", {"acquisition": "nei"}),  # today's defaults with qLogNEI
+    "labfbo-lognormal": ("labfbo", {"noise_prior": "lognormal"}),  # today's defaults with BoTorch's noise prior
     "labfbo-former": ("labfbo", dict(FORMER)),
     "labfbo-ucb": ("labfbo", {**FORMER, "acquisition": "ucb", "beta": 4.0}),
     "labfbo-catbotorch": ("labfbo", {**FORMER, "categorical_kernel": "botorch"}),  # the categorical kernel before Hamming

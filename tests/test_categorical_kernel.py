@@ -98,11 +98,24 @@ def _flat_fit(prior: str) -> np.ndarray:
 
 def test_on_flat_data_the_default_prior_keeps_the_continuous_lengthscales_bounded() -> None:
     """A log-normal lets them run to hundreds (the model then believes it knows the response everywhere
-    and the search stalls); the default's Gaussian tail keeps them near the cube's width."""
-    assert SurrogateOptions().lengthscale_prior == "capped"
-    capped, former = _flat_fit("capped"), _flat_fit("dim_scaled")
-    assert capped.max() < 10.0, capped
-    assert former.max() > 3 * capped.max(), (former, capped)
+    and the search stalls); the default (Optuna's two-sided prior) and the capped log-normal keep them
+    near the cube's width."""
+    assert SurrogateOptions().lengthscale_prior == "optuna"
+    default, capped, former = _flat_fit("optuna"), _flat_fit("capped"), _flat_fit("dim_scaled")
+    assert default.max() < 10.0 and capped.max() < 10.0, (default, capped)
+    assert former.max() > 3 * max(capped.max(), default.max()), (former, capped, default)
+
+
+def test_on_flat_yields_the_default_keeps_the_categorical_lengthscales_bounded() -> None:
+    data = load_reactions()
+    combos = data.combos()
+    pick = np.random.default_rng(0).choice(len(combos), 10, replace=False)
+    X = data.space.encode([dict(zip(data.space.names, combos[k])) for k in pick])
+    y = np.zeros(10)
+    y[3] = 0.5  # one trace among zeros: nothing to learn yet
+    ls = {p: fit_local_gp(X, y, space=data.space, options=SurrogateOptions(lengthscale_prior=p))
+          .covar_module.lengthscale.detach().numpy().ravel() for p in ("optuna", "dim_scaled")}
+    assert ls["optuna"].max() < 10.0 and ls["dim_scaled"].max() > 3 * ls["optuna"].max(), ls
 
 
 def test_the_cap_leaves_a_categorical_column_as_it_was() -> None:

@@ -70,11 +70,12 @@ class SurrogateOptions(BaseModel):
         "hamming", description="with categorical columns: 'hamming' (the default), one RBF/Matérn kernel over "
         "every column, two different choices 1/6 apart (squared), with BoTorch's dimension-scaled lengthscale "
         "prior on every column; 'botorch', the former product with BoTorch's CategoricalKernel (no prior)")
-    lengthscale_prior: Literal["capped", "dim_scaled", "optuna"] = Field(
-        "capped", description="BoTorch's dimension-scaled LogNormal(sqrt2 + log(d)/2, sqrt3) on every lengthscale, "
-        "with a Gaussian tail on the continuous columns' long lengthscales ('capped', the default: on flat data "
-        "they no longer run to hundreds and stall the search) or without ('dim_scaled', the former default); "
-        "'optuna': Optuna GPSampler's -0.1 (u^2/l^2 + l^2/u^2) on every column")
+    lengthscale_prior: Literal["optuna", "capped", "dim_scaled"] = Field(
+        "optuna", description="'optuna' (the default): Optuna GPSampler's -0.1 (u^2/l^2 + l^2/u^2) on every "
+        "lengthscale (u = 1 on a continuous column, one mismatch on a categorical one), which keeps them from "
+        "running to hundreds on flat data and stalling the search; 'capped': BoTorch's dimension-scaled "
+        "LogNormal(sqrt2 + log(d)/2, sqrt3) with a Gaussian tail on the continuous columns; 'dim_scaled': that "
+        "log-normal alone (the former default). Chosen leave-one-family-out (docs/benchmarks/engine.md)")
     descriptors: Literal["use", "auto", "ignore"] = Field(
         "use", description="choices described by descriptors (SMILES): 'use' them, 'ignore' them (one label "
         "per choice), or 'auto': fit both and keep the one with the higher leave-one-out predictive density "

@@ -2,11 +2,11 @@ r"""The kernels of the local GP and their lengthscale priors (BoTorch/GPyTorch, 
 
 * :class:`HammingKernel` — one RBF or Matérn-5/2 over every column, continuous and categorical:
   two different choices of a categorical are :data:`MISMATCH` apart (squared), whatever their codes;
-* the lengthscale prior: BoTorch's dimension-scaled log-normal (Hvarfner et al., 2024),
-  :math:`\ell_j \sim \mathcal{LN}(\sqrt2 + \tfrac12\log d, \sqrt3)`, on a continuous column with a
-  Gaussian tail on long lengthscales (:class:`CappedLogNormalPrior`, the default) or without
-  (``lengthscale_prior="dim_scaled"``), or Optuna's (``"optuna"``, :class:`OptunaLengthscalePrior`).
-  Chosen leave-one-family-out (``docs/benchmarks/engine.md``).
+* the lengthscale priors: Optuna ``GPSampler``'s two-sided prior (:class:`OptunaLengthscalePrior`, the
+  default), BoTorch's dimension-scaled log-normal (Hvarfner et al., 2024),
+  :math:`\ell_j \sim \mathcal{LN}(\sqrt2 + \tfrac12\log d, \sqrt3)` (``lengthscale_prior="dim_scaled"``), or
+  that log-normal with a Gaussian tail on the continuous columns (:class:`CappedLogNormalPrior`,
+  ``"capped"``). Chosen leave-one-family-out (``docs/benchmarks/engine.md``).
 """
 
 from __future__ import annotations
@@ -60,7 +60,12 @@ class CappedLogNormalPrior(Prior):
 class OptunaLengthscalePrior(Prior):
     r"""Optuna ``GPSampler``'s lengthscale prior, :math:`\log p(\ell_j) = -0.1\,(u_j^2/\ell_j^2 + \ell_j^2/u_j^2)`
     (its :math:`-0.1(1/\lambda + \lambda)` on :math:`\lambda = u^2/\ell^2`), :math:`u_j = 1` on a continuous
-    column and :math:`\sqrt{m}` (:data:`MISMATCH`) on a categorical one; measured, not the default."""
+    column and :math:`\sqrt{m}` (:data:`MISMATCH`) on a categorical one (the default).
+
+    Its penalty grows as :math:`\ell^2` on long lengthscales, where a log-normal's grows as
+    :math:`\log^2 \ell`: where the data are flat along a column (or a lab's yields are all near
+    zero) the marginal likelihood keeps growing with the lengthscale, a log-normal lets it run to
+    hundreds, the GP then believes it knows the response everywhere and the search stalls."""
 
     arg_constraints: dict = {}
     support = torch.distributions.constraints.positive
@@ -78,9 +83,9 @@ class OptunaLengthscalePrior(Prior):
         return -0.1 * (z + 1.0 / z)
 
 
-def lengthscale_prior(d: int, cat_dims: list[int], kind: str = "capped") -> Prior:
-    """The prior of ``d`` lengthscales: ``"capped"`` (:class:`CappedLogNormalPrior`), ``"dim_scaled"``
-    (BoTorch's log-normal) or ``"optuna"`` (:class:`OptunaLengthscalePrior`)."""
+def lengthscale_prior(d: int, cat_dims: list[int], kind: str = "optuna") -> Prior:
+    """The prior of ``d`` lengthscales: ``"optuna"`` (:class:`OptunaLengthscalePrior`), ``"capped"``
+    (:class:`CappedLogNormalPrior`) or ``"dim_scaled"`` (BoTorch's log-normal)."""
     continuous = torch.ones(d, dtype=DTYPE)
     continuous[list(cat_dims)] = 0.0
     if kind == "optuna":
@@ -144,7 +149,7 @@ class HammingKernel(Kernel):
 
 
 def kernel_for(d: int, cat_dims: list[int], rbf: bool, categorical: str = "hamming",
-               prior_kind: str = "capped") -> Kernel:
+               prior_kind: str = "optuna") -> Kernel:
     r"""The site's kernel: on a continuous space an ARD RBF or Matérn-5/2 (GPyTorch's, so random
     Fourier features apply) with :func:`lengthscale_prior`; with categorical columns,
     ``categorical="hamming"`` (the default) the :class:`HammingKernel` over every column;
