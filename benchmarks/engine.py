@@ -46,8 +46,8 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "labfbo-smiles-auto": ("labfbo", {"encoding": "rdkit", "descriptors": "auto"}),
     "labfbo-morgan": ("labfbo", {"encoding": "morgan"}),  # reagents by Morgan fingerprints (reaction labs)
     "labfbo-morgan-auto": ("labfbo", {"encoding": "morgan", "descriptors": "auto"}),
-    "labfbo-dimscaled": ("labfbo", {"lengthscale_prior": "dim_scaled"}),  # the lengthscale prior before the cap
-    "labfbo-optunaprior": ("labfbo", {"lengthscale_prior": "optuna"}),  # Optuna GPSampler's lengthscale prior
+    "labfbo-dimscaled": ("labfbo", {"lengthscale_prior": "dim_scaled"}),  # the lengthscale prior before 2026-12-07
+    "labfbo-capped": ("labfbo", {"lengthscale_prior": "capped"}),  # the log-normal with a tail on continuous columns
     "labfbo-qnei": ("labfbo", {"acquisition": "nei"}),  # today's defaults with qLogNEI
     "labfbo-lognormal": ("labfbo", {"noise_prior": "lognormal"}),  # today's defaults with BoTorch's noise prior
     "labfbo-former": ("labfbo", dict(FORMER)),
