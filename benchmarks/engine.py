@@ -42,14 +42,14 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "botorch": ("botorch", {}),
     "random": ("random", {}),
     # variants of labfbo's engine (studied with --methods), each a change of the former defaults
-    "labfbo-smiles": ("labfbo", {"encoding": "rdkit"}),  # reagents by RDKit descriptors (reaction labs)
+    "labfbo-smiles": ("labfbo", {"encoding": "rdkit", "descriptors": "use"}),  # reagents by RDKit descriptors
     "labfbo-smiles-auto": ("labfbo", {"encoding": "rdkit", "descriptors": "auto"}),
-    "labfbo-morgan": ("labfbo", {"encoding": "morgan"}),  # reagents by Morgan fingerprints (reaction labs)
+    "labfbo-morgan": ("labfbo", {"encoding": "morgan", "descriptors": "use"}),  # by Morgan fingerprints
     "labfbo-morgan-auto": ("labfbo", {"encoding": "morgan", "descriptors": "auto"}),
     "labfbo-dimscaled": ("labfbo", {"lengthscale_prior": "dim_scaled"}),  # the lengthscale prior before 2026-12-07
     "labfbo-capped": ("labfbo", {"lengthscale_prior": "capped"}),  # the log-normal with a tail on continuous columns
-    "labfbo-qnei": ("labfbo", {"acquisition": "nei"}),  # today's defaults with qLogNEI
-    "labfbo-lognormal": ("labfbo", {"noise_prior": "lognormal"}),  # today's defaults with BoTorch's noise prior
+    "labfbo-qnei": ("labfbo", {"acquisition": "nei", "lengthscale_prior": "capped"}),  # qLogNEI, the capped prior
+    "labfbo-lognormal": ("labfbo", {"noise_prior": "lognormal", "lengthscale_prior": "capped"}),  # BoTorch's noise prior
     "labfbo-former": ("labfbo", dict(FORMER)),
     "labfbo-ucb": ("labfbo", {**FORMER, "acquisition": "ucb", "beta": 4.0}),
     "labfbo-catbotorch": ("labfbo", {**FORMER, "categorical_kernel": "botorch"}),  # the categorical kernel before Hamming

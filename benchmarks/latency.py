@@ -28,7 +28,6 @@ from botorch.acquisition import (AcquisitionFunction, LogExpectedImprovement, Up
                                  qLogNoisyExpectedImprovement)
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
-from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
 from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Standardize
 from botorch.optim import optimize_acqf
@@ -37,7 +36,8 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from scipy.stats import qmc
 
 from labfbo.acquisition import AcquisitionOptions
-from labfbo.models.gp import HammingKernel, SurrogateOptions, loo_log_density, noise_likelihood, winsorized
+from labfbo.models.gp import SurrogateOptions, loo_log_density, noise_likelihood, winsorized
+from labfbo.models.kernels import kernel_for
 from labfbo.problems.problem import FederatedProblem
 from labfbo_bench.engine_methods import botorch_tutorial_step
 
@@ -49,12 +49,10 @@ DEFAULT_SURROGATE = SurrogateOptions()
 
 def _loop_gp(train_X: torch.Tensor, train_Y: torch.Tensor, b: torch.Tensor | None, noise_prior: str,
              kernel: str, cat_dims: list[int] | None = None) -> SingleTaskGP:
-    """The loop's fitted GP: BoTorch's dimension-scaled ARD kernel (``kernel``: ``matern52`` or
-    ``rbf``; with ``cat_dims``, labfbo's :class:`HammingKernel`) and the noise prior ``noise_prior``."""
+    """The loop's fitted GP: labfbo's default kernel and lengthscale prior (``kernel``: ``matern52`` or
+    ``rbf``; with ``cat_dims``, its :class:`HammingKernel`) and the noise prior ``noise_prior``."""
     d = train_X.shape[1]
-    rbf = kernel == "rbf"
-    covar = HammingKernel(d, cat_dims, rbf) if cat_dims else get_covar_module_with_dim_scaled_prior(
-        ard_num_dims=d, use_rbf_kernel=rbf)
+    covar = kernel_for(d, list(cat_dims or []), kernel == "rbf", prior_kind=DEFAULT_SURROGATE.lengthscale_prior)
     model = SingleTaskGP(train_X, train_Y, likelihood=noise_likelihood(noise_prior), covar_module=covar,
                          input_transform=None if b is None else Normalize(d=d, bounds=b),
                          outcome_transform=Standardize(m=1))

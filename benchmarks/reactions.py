@@ -64,10 +64,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "vote-codebook8": ("vote", {"codebook": 8}),  # vote's former default: 8 Sobol points of the cube
     "vote-off": ("vote", {"trust": "off"}),  # the votes' prior at its exponent, whatever the lab's data say
     # reagents described by their structure (labfbo.chem): "encoding" builds the space, it is no protocol option
-    "independent-smiles": ("independent", {"encoding": "rdkit"}),
-    "surface-smiles": ("surface", {"encoding": "rdkit"}),
-    "independent-morgan": ("independent", {"encoding": "morgan"}),
-    "surface-morgan": ("surface", {"encoding": "morgan"}),
+    "independent-smiles": ("independent", {"encoding": "rdkit", "descriptors": "use"}),
+    "surface-smiles": ("surface", {"encoding": "rdkit", "descriptors": "use"}),
+    "independent-morgan": ("independent", {"encoding": "morgan", "descriptors": "use"}),
+    "surface-morgan": ("surface", {"encoding": "morgan", "descriptors": "use"}),
 }
 #: options of a method that choose how the data's space is built (load_reactions), not the protocol's
 DATA_OPTIONS = ("encoding",)

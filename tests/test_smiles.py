@@ -196,7 +196,7 @@ def test_the_reaction_data_with_smiles_descriptors() -> None:
     assert widths == {"base": 2, "ligand": 3, "additive": 5}  # at most n - 1 components, at most 5
     ligand = rd.space.params[1]
     assert ligand.smiles[ligand.choices.index("XPhos")].startswith("CC(C)C1=CC(C(C)C)")
-    assert rx.method_options("surface-smiles") == ("surface", {"encoding": "rdkit"})
+    assert rx.method_options("surface-smiles") == ("surface", {"encoding": "rdkit", "descriptors": "use"})
     assert rx.ReactionJob("p", "a", ("x", "y"), "surface-smiles", 0).fingerprint() != \
         rx.ReactionJob("p", "a", ("x", "y"), "surface", 0).fingerprint()
 
