@@ -34,6 +34,7 @@ from labfbo.problems.functions import FUNCTIONS, WING_BOUNDS, WING_ORDER, hartma
 from labfbo.exceptions import ConfigurationError
 from labfbo.problems.families import BraninTask, get_problem, site_rng
 from labfbo.space import Categorical, Integer, Real, SearchSpace
+from labfbo_bench.engine_chem import LabTable
 
 Array = np.ndarray
 NOISE_SHARE = 0.02  # noise standard deviation as a share of the function's range
@@ -210,17 +211,6 @@ def _reaction(seed: int) -> tuple[SearchSpace, Any, float]:
 
 
 # ------------------------------------------------------- Buchwald–Hartwig labs
-@dataclass(frozen=True)
-class _Lab:
-    """Minus the yield of one lab's reaction table (0 for a combination it did not run)."""
-
-    names: tuple[str, ...]
-    table: dict[tuple, float]
-
-    def __call__(self, params: dict[str, Any]) -> float:
-        return -max(self.table.get(tuple(params[n] for n in self.names), 0.0), 0.0)
-
-
 @functools.lru_cache(maxsize=None)
 def _reactions() -> Any:
     from labfbo.datasets import load_reactions
@@ -231,7 +221,7 @@ def _reactions() -> Any:
 def _bh_lab(lab: int) -> Callable[[int], tuple[SearchSpace, Any, float]]:
     def build(seed: int) -> tuple[SearchSpace, Any, float]:
         data = _reactions()
-        return data.space, _Lab(tuple(data.space.names), dict(data.tables[lab])), -float(data.best(lab))
+        return data.space, LabTable(tuple(data.space.names), dict(data.tables[lab])), -float(data.best(lab))
     return build
 
 
