@@ -24,6 +24,10 @@ site still uses their surface (the averaged statistics are of order 1, so the su
 class SurfaceOptions(ModelOptions):
     """``surface``: the shared acquisition, surrogate and prior options, plus the surface's own."""
 
+    lengthscale_prior: Literal["optuna", "capped", "dim_scaled"] = Field(
+        "dim_scaled", description="the lab's GP lengthscale prior: 'dim_scaled' (surface's default: its trust "
+        "and guidance defaults were chosen with it; the single-site engine's default 'optuna' is measured "
+        "alone, not yet federated), 'optuna' or 'capped' (independent's options)")
     ridge: float = Field(1.0, gt=0, description="lambda: ridge penalty of the shared surface's coefficients")
     scale_mean: float = Field(1.0, description="c0: prior mean of the agreement scale c (1: trust the surface)")
     scale_sd: float = Field(0.3, gt=0, description="s_c: prior standard deviation of c")
