@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labfbo.datasets.reactions import CITATION, ReactionData, load_reactions, shipped_path
+from labfbo.datasets.reactions import CITATION, SHIPPED_SMILES, ReactionData, load_reactions, shipped_path
 from labfbo.exceptions import ConfigurationError
 
 
@@ -35,7 +35,7 @@ class Family:
     target: str
     scale: float        # to percent
     budget: int         # experiments after the 3 first ones
-    smiles: str | None  # where the structures are: None (the shipped SMILES table) or "values"
+    smiles: str  # where the structures are: a shipped SMILES table, or "values" (the choices are SMILES)
     citation: str
     licence: str
 
@@ -43,7 +43,7 @@ class Family:
 CURRYBO = "distributed with the CurryBO benchmarks (Schmid et al., arXiv 2502.18966), MIT licence"
 FAMILIES: dict[str, Family] = {
     "buchwald_hartwig": Family("buchwald_hartwig", "buchwald_hartwig.csv", "lab", ("base", "ligand", "additive"),
-                               "yield", 1.0, 20, None, CITATION,
+                               "yield", 1.0, 20, SHIPPED_SMILES, CITATION,
                                "from BayBE's benchmark copy (emdgroup/baybe, Apache-2.0 repository)"),
     "borylation": Family("borylation", "borylation.csv", "Electrophile", ("ligand", "solvent"), "yield", 100.0, 15,
                          "values", "Schmid et al., 'Bayesian optimization over curried function spaces', "
@@ -63,7 +63,7 @@ def load_family(name: str, encoding: str | None = None, n_components: int = 5) -
     fam = FAMILIES.get(name)
     if fam is None:
         raise ConfigurationError(f"unknown reaction family {name!r}; shipped: {', '.join(FAMILIES)}")
-    path = None if fam.file == "buchwald_hartwig.csv" else shipped_path(fam.file)
-    data = load_reactions(path, lab=fam.lab, params=fam.params, target=fam.target, encoding=encoding,
-                          n_components=n_components, smiles=fam.smiles, scale=fam.scale)
+    smiles = fam.smiles if fam.smiles == "values" else shipped_path(fam.smiles)
+    data = load_reactions(shipped_path(fam.file), lab=fam.lab, params=fam.params, target=fam.target,
+                          encoding=encoding, n_components=n_components, smiles=smiles, scale=fam.scale)
     return ReactionData(data.space, data.labs, data.tables, f"shipped {fam.file} ({fam.citation})")

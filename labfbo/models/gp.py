@@ -234,21 +234,23 @@ def fit_local_gp(X: np.ndarray, y: np.ndarray, yvar: np.ndarray | None = None,
         model.eval()
         return model
 
-    noise = "lognormal" if opts.noise_prior == "auto" else opts.noise_prior
-    if coded is not plain and mean_module is None and opts.descriptors != "use":
-        # descriptors or labels, by leave-one-out predictive density on this site's own data
-        if opts.descriptors == "ignore" or train_X.shape[0] < DESCRIPTOR_MIN_POINTS:
-            return fit(noise, enc=plain)
-        candidates = [fit(noise, enc=plain), fit(noise, enc=coded)]
-        scores = [loo_log_density(m) for m in candidates]
-        return candidates[1] if scores[1] > scores[0] else candidates[0]
-    if train_Yvar is not None or opts.noise_prior != "auto" or train_X.shape[0] < 3:
-        return fit(noise)
-    # Model selection by leave-one-out predictive density (Rasmussen & Williams, Sec. 5.4.2):
-    # both fits see the same standardized targets, so their LOO densities compare directly.
-    candidates = [fit("lognormal", copy.deepcopy(mean_module)), fit("gamma")]
-    scores = [loo_log_density(m) for m in candidates]
-    return candidates[1] if scores[1] > scores[0] else candidates[0]
+    n = train_X.shape[0]
+    noises = (["lognormal", "gamma"] if opts.noise_prior == "auto" and train_Yvar is None and n >= 3
+              else ["lognormal" if opts.noise_prior == "auto" else opts.noise_prior])
+    if coded is plain or mean_module is not None or opts.descriptors == "use":
+        encodings = [coded]  # a mean module sees the model's inputs: the encoded features
+    elif opts.descriptors == "ignore" or n < DESCRIPTOR_MIN_POINTS:
+        encodings = [plain]
+    else:
+        encodings = [plain, coded]
+    choices = [(noise, enc) for enc in encodings for noise in noises]
+    candidates = [fit(noise, copy.deepcopy(mean_module) if k < len(choices) - 1 else mean_module, enc)
+                  for k, (noise, enc) in enumerate(choices)]
+    if len(candidates) == 1:
+        return candidates[0]
+    # Model selection by leave-one-out predictive density (Rasmussen & Williams, Sec. 5.4.2): every
+    # candidate sees the same standardized targets, so their LOO densities compare directly (ties: the first).
+    return candidates[int(np.argmax([loo_log_density(m) for m in candidates]))]
 
 
 def predict(model: Model, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
