@@ -10,7 +10,7 @@ TORCH := torch==2.13.0
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: demo test test-fast bench clean browser
+.PHONY: demo test test-fast lint bench clean browser
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -35,7 +35,11 @@ browser:
 # on SuperNodes), beside the CPU-bound modules on the other two
 XDIST := -n 3 --dist loadfile
 
-test: $(STAMP) browser
+# the linter first (ruff: pyflakes, pycodestyle, isort, bugbear; configured in pyproject.toml)
+lint: $(STAMP)
+	$(BIN)/ruff check labfbo benchmarks adapters tests examples
+
+test: $(STAMP) browser lint
 	$(BIN)/python -m pytest -v -p no:cacheprovider --durations=25 $(XDIST)
 
 # the unit tier: no subprocess, server, MPI, schemathesis, multi-site campaign or long property search

@@ -26,8 +26,8 @@ import subprocess
 from typing import Any
 
 from labfbo.adapters import Adapter, AdapterContext, Measurement
-from labfbo.exceptions import ConfigurationError
-from labfbo.trial import Trial
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.core.trial import Trial
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.\-]*)\}")  # only {name}: other braces (JSON, code) stay as they are
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?\b(?:nan|inf(?:inity)?)\b", re.IGNORECASE)
@@ -111,7 +111,7 @@ class CommandAdapter(Adapter):
             return Measurement.ok(float(body["value"]), None if body.get("sem") is None else float(body["sem"]), **meta)
         if self._regex is not None:
             m = None
-            for m in self._regex.finditer(stdout):
+            for m in self._regex.finditer(stdout):  # noqa: B007 - the last match is the one read
                 pass
             if m is None:
                 return Measurement.failure(f"output does not match {self.parse!r}: {stdout[-200:]!r}")

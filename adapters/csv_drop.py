@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from labfbo.adapters import Adapter, AdapterContext, Handle, InstrumentBusy, Measurement
-from labfbo.exceptions import ConfigurationError
-from labfbo.trial import Trial
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.core.trial import Trial
 
 _TRUE = {"1", "true", "yes", "y", "failed"}
 _RESERVED = ("trial_id", "campaign")
@@ -101,9 +101,11 @@ class CsvDropAdapter(Adapter):
                                      f"{[*_RESERVED, *self._names]}: use another queue file")
         others = {row.get("campaign") for row in complete_rows(self.queue)} - {self._campaign}
         if others:
-            raise ConfigurationError(f"{self.queue} holds trials of another campaign ({', '.join(sorted(others))}; "
-                                     f"this one is {self._campaign!r}): give this campaign new queue and results files, "
-                                     "so an old result is never taken for a new trial")
+            raise ConfigurationError(
+                f"{self.queue} holds trials of another campaign ({', '.join(sorted(others))}; "
+                f"this one is {self._campaign!r}): give this campaign new queue and results files, "
+                "so an old result is never taken for a new trial"
+            )
 
     def _queued(self) -> set[str]:
         return {row.get("trial_id", "") for row in complete_rows(self.queue)}

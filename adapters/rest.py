@@ -25,8 +25,8 @@ from typing import Any
 import requests
 
 from labfbo.adapters import Adapter, AdapterContext, Handle, InstrumentBusy, Measurement
-from labfbo.exceptions import ConfigurationError
-from labfbo.trial import Trial
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.core.trial import Trial
 
 TRANSIENT = (408, 425, 429)  # time-out, too early, too many requests: ask again later
 DONE = ("done", "completed", "complete", "succeeded", "success")
@@ -82,7 +82,8 @@ class RestInstrumentAdapter(Adapter):
         try:
             body = response.json()
         except ValueError:
-            raise RuntimeError(f"instrument answered {response.status_code} with non-JSON: {response.text[:200]}")
+            raise RuntimeError(f"instrument answered {response.status_code} with non-JSON: "
+                               f"{response.text[:200]}") from None
         if not isinstance(body, dict):
             raise RuntimeError(f"instrument answered {body!r}, expected a JSON object")
         return body

@@ -23,9 +23,9 @@ from typing import Any, Callable
 
 from labfbo.adapters import Adapter, AdapterContext, Handle, Measurement
 from labfbo.benchmarks import get_problem
-from labfbo.exceptions import ConfigurationError
-from labfbo.seeding import rng
-from labfbo.trial import Trial
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.core.seeding import rng
+from labfbo.core.trial import Trial
 
 
 def _import_function(spec: str) -> Callable[[dict[str, Any]], float]:

@@ -8,6 +8,6 @@ round time, transports, ...). Installed with labfbo as the top-level package ``l
 Each suite module exposes ``add_parser(subparsers)`` and is registered in the
 ``labfbo.bench`` entry-point group (``pyproject.toml``), which ``labfbo bench`` reads;
 ``BENCH_ORDER`` places its subcommand in ``labfbo bench --help``. The problems these suites
-run are :mod:`labfbo.problems`, the cached job runner and the tables are :mod:`labfbo.harness`,
+run are :mod:`labfbo.problems`, the cached job runner and the tables are :mod:`labfbo.apps.harness`,
 the reaction data :mod:`labfbo.datasets`.
 """

@@ -7,12 +7,12 @@ speaking what :mod:`labfbo.transport.http` speaks (wire frames; per round a ``PO
 .../want?wait`` and, per request, a ``POST .../answers/{seq}?wait`` whose reply is the next
 work: :func:`~labfbo_bench.transport.light_round`). They answer without fitting a GP:
 
-* ``distribution``: a canned :class:`~labfbo.protocols.distribution.OptimumBelief`;
+* ``distribution``: a canned :class:`~labfbo.protocols.distribution.protocol.OptimumBelief`;
 * ``surface``: what a real surface site sends under the default secure aggregation — its
   :class:`~labfbo.protocols.secure_sum.PublicKeyShare` for the key request, then for each
-  :class:`~labfbo.protocols.surface_messages.SurfaceRequest` the site's statistics (20
+  :class:`~labfbo.protocols.surface.messages.SurfaceRequest` the site's statistics (20
   observations in a Buchwald–Hartwig-like space: categoricals of 3, 4 and 23 choices) masked
-  into the cohort's sum (:func:`~labfbo.protocols.surface_secure.masked_upload`, ``"members"``):
+  into the cohort's sum (:func:`~labfbo.protocols.surface.secure.masked_upload`, ``"members"``):
   up to 17 sites the complete pairwise mask graph, beyond it each site's
   :func:`~labfbo.privacy.secagg.mask_degree` ring neighbours (18 at 500 sites), key agreements
   and masks on the client side. Through the coordinator per site and round: the request with
@@ -44,14 +44,13 @@ from typing import Any
 
 import numpy as np
 
-from labfbo.messages import Abstain, Array, JoinRequest, Message, parse
+from labfbo.core.messages import Abstain, Array, JoinRequest, Message, parse
 from labfbo.privacy import secagg
 from labfbo.protocols.secure_sum import KeyRequest, MaskedScores, PublicKeyShare, UnmaskRequest
-from labfbo.protocols.surface_messages import SurfaceRequest
-from labfbo.protocols.surface_secure import masked_upload
+from labfbo.protocols.surface.messages import SurfaceRequest
+from labfbo.protocols.surface.secure import masked_upload
 from labfbo.server.config import new_token
-from labfbo.space import Categorical, Real, SearchSpace
-
+from labfbo.space.search import Categorical, Real, SearchSpace
 from labfbo_bench.transport import LightClient, _wait_health, light_round, start_server
 
 #: above this many surface sites per client CPU a run would take minutes per round (pairwise masks)
@@ -80,16 +79,18 @@ class LightSite:
         gen = np.random.default_rng(seed)
         options = parse_options(get_protocol(protocol), {})
         if protocol == "surface":
-            from labfbo.models.surface import site_statistics
-            from labfbo.protocols.surface import features
-            from labfbo.protocols.surface_secure import contribution
+            from labfbo.protocols.surface.aggregate import features
+            from labfbo.protocols.surface.model import site_statistics
+            from labfbo.protocols.surface.secure import contribution
 
             points = [{p.name: p.choices[int(gen.integers(len(p.choices)))] for p in space.params} for _ in range(20)]
             z = gen.standard_normal(20)
-            gram, moment = site_statistics(features(space, options).of_unit(space.encode(points)), (z - z.mean()) / z.std())
+            gram, moment = site_statistics(
+                features(space, options).of_unit(space.encode(points)), (z - z.mean()) / z.std()
+            )
             self.vector = contribution(gram, moment, 20, averaged=False)
         else:
-            from labfbo.protocols.distribution import OptimumBelief
+            from labfbo.protocols.distribution.protocol import OptimumBelief
 
             self.belief = OptimumBelief(weight=float(gen.uniform(0.2, 1)), mean=Array.of(gen.random(space.dim)),
                                         variance=Array.of(gen.uniform(1e-3, 1e-2, space.dim)),
@@ -142,8 +143,12 @@ async def _client_main(url: str, protocol: str, sites: dict[str, str], rounds: i
         await asyncio.gather(*(join(s, tok) for s, tok in sites.items()))
 
         async def run(t: int) -> float:
-            await asyncio.gather(*(light_round(client, s, tok, t, lambda req, light=lights[s]: light.answer(read(req), t)
-                                               .to_wire()) for s, tok in sites.items()))
+            await asyncio.gather(
+                *(
+                    light_round(client, s, tok, t, lambda req, light=lights[s]: light.answer(read(req), t).to_wire())
+                    for s, tok in sites.items()
+                )
+            )
             return time.time()
 
         await run(0)  # warm-up: keys, caches; not measured
@@ -194,12 +199,20 @@ def coordinator_rounds(protocol: str, n_sites: int, rounds: int = 5, processes: 
     admin, admin_digest = new_token()
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = {"protocol": protocol, "seed": 0, "space": space.model_dump(mode="json"), "admin_token_sha256": admin_digest,
-               "sites": {s: h for s, (_, h) in tokens.items()}, "state": str(Path(tmp) / "state.sqlite"),
-               "audit_log": str(Path(tmp) / "audit.jsonl"),  # every site on 127.0.0.1: one address
-               "max_connections_per_address": n_sites + 50, "max_connections": max(1000, n_sites + 100),
-               # a client process busy masking for its hundreds of sites leaves their connections idle for long
-               "header_timeout": 600.0, "keep_alive": 600.0}
+        cfg = {
+            "protocol": protocol,
+            "seed": 0,
+            "space": space.model_dump(mode="json"),
+            "admin_token_sha256": admin_digest,
+            "sites": {s: h for s, (_, h) in tokens.items()},
+            "state": str(Path(tmp) / "state.sqlite"),
+            "audit_log": str(Path(tmp) / "audit.jsonl"),  # every site on 127.0.0.1: one address
+            "max_connections_per_address": n_sites + 50,
+            "max_connections": max(1000, n_sites + 100),
+            # a client process busy masking for its hundreds of sites leaves their connections idle for long
+            "header_timeout": 600.0,
+            "keep_alive": 600.0,
+        }
         proc, port = start_server(cfg, Path(tmp))
         _pin(proc.pid, _cores()[0])
         url = f"http://127.0.0.1:{port}"
@@ -245,8 +258,11 @@ def report(protocols: list[str], sites: list[int], rounds: int, processes: int,
     """A markdown table: one row per protocol and cohort (``skip``: protocol -> the largest cohort run);
     each cohort runs ``rounds`` rounds, or more to measure at least ``site_rounds`` site-rounds (a small
     cohort's few milliseconds of CPU a round are otherwise mostly noise)."""
-    lines = ["| protocol | sites | rounds measured | round latency, median (s) | server CPU per site-round (ms) | "
-             "site-rounds per server CPU-s | CPU per site-round vs smallest cohort |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| protocol | sites | rounds measured | round latency, median (s) | server CPU per site-round (ms) | "
+        "site-rounds per server CPU-s | CPU per site-round vs smallest cohort |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for proto in protocols:
         base = None
         for n in sites:

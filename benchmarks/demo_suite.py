@@ -1,6 +1,6 @@
 """`labfbo bench demo-suite`: 5 simulated manufacturing sites optimize Wing Weight together.
 
-This was ``make demo`` until the reagent screen of :mod:`labfbo.demo` replaced it. Each site
+This was ``make demo`` until the reagent screen of :mod:`labfbo.apps.demo.screen` replaced it. Each site
 runs the same wing-design process (6 design variables) under its own operating conditions
 (fuel weight, dynamic pressure, load factor, gross weight). Every protocol available in this
 build is compared with ``independent`` on the same problem, the same initial designs and the
@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labfbo.harness import Job, plot_convergence, run_jobs, summary_table
+from labfbo.apps.harness import Job, plot_convergence, run_jobs, summary_table
+from labfbo.apps.simulation import SimulationResult
 from labfbo.protocols import available_protocols, get_protocol
-from labfbo.simulation import SimulationResult
 
 
 @dataclass

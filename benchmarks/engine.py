@@ -29,8 +29,8 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.stats import qmc, rankdata
 
-from labfbo.exceptions import ConfigurationError
-from labfbo.harness import write_atomic
+from labfbo.apps.harness import write_atomic
+from labfbo.core.exceptions import ConfigurationError
 from labfbo.problems.families import stable_hash
 from labfbo_bench.engine_methods import FORMER, RUNNERS
 from labfbo_bench.engine_panel import PANEL, EngineProblem, engine_problem, is_known
@@ -49,10 +49,12 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "labfbo-dimscaled": ("labfbo", {"lengthscale_prior": "dim_scaled"}),  # the lengthscale prior before 2026-12-07
     "labfbo-capped": ("labfbo", {"lengthscale_prior": "capped"}),  # the log-normal with a tail on continuous columns
     "labfbo-qnei": ("labfbo", {"acquisition": "nei", "lengthscale_prior": "capped"}),  # qLogNEI, the capped prior
-    "labfbo-lognormal": ("labfbo", {"noise_prior": "lognormal", "lengthscale_prior": "capped"}),  # BoTorch's noise prior
+    # BoTorch's noise prior
+    "labfbo-lognormal": ("labfbo", {"noise_prior": "lognormal", "lengthscale_prior": "capped"}),
     "labfbo-former": ("labfbo", dict(FORMER)),
     "labfbo-ucb": ("labfbo", {**FORMER, "acquisition": "ucb", "beta": 4.0}),
-    "labfbo-catbotorch": ("labfbo", {**FORMER, "categorical_kernel": "botorch"}),  # the categorical kernel before Hamming
+    # the categorical kernel before Hamming
+    "labfbo-catbotorch": ("labfbo", {**FORMER, "categorical_kernel": "botorch"}),
     "labfbo-ei": ("labfbo", {**FORMER, "acquisition": "ei"}),
     "labfbo-nei": ("labfbo", {**FORMER, "acquisition": "nei"}),
     "labfbo-ei-matern": ("labfbo", {**FORMER, "acquisition": "ei", "kernel": "matern52"}),
@@ -62,27 +64,61 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "labfbo-ei-gamma": ("labfbo", {**FORMER, "acquisition": "ei", "noise_prior": "gamma"}),
     "labfbo-nei-gamma": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "gamma"}),
     "labfbo-nei-auto": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "auto"}),
-    "labfbo-nei-wins": ("labfbo", {**FORMER, "acquisition": "nei", "output_transform": "winsorize"}),  # = the former defaults
-    "labfbo-nei-std": ("labfbo", {**FORMER, "acquisition": "nei", "output_transform": "standardize"}),  # the defaults before winsorizing
+    # = the former defaults
+    "labfbo-nei-wins": ("labfbo", {**FORMER, "acquisition": "nei", "output_transform": "winsorize"}),
+    # the defaults before winsorizing
+    "labfbo-nei-std": ("labfbo", {**FORMER, "acquisition": "nei", "output_transform": "standardize"}),
     "labfbo-nei-auto-warp": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "auto", "input_warping": True}),
-    "labfbo-nei-auto-wins": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "auto",
-                                        "output_transform": "winsorize"}),
-    "labfbo-nei-auto-r20": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "auto",
-                                       "num_restarts": 20, "raw_samples": 1024}),
-    "labfbo-nei-auto-r5": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "auto",
-                                      "num_restarts": 5, "raw_samples": 256}),
-    "labfbo-nei-gamma-matern": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "gamma", "kernel": "matern52"}),
-    "labfbo-nei-gamma-sab": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "gamma", "sample_around_best": True}),
-    "labfbo-nei-matern-sab": ("labfbo", {**FORMER, "acquisition": "nei", "kernel": "matern52", "sample_around_best": True}),
-    "labfbo-ei-gamma-matern-std": ("labfbo", {**FORMER, "acquisition": "ei", "noise_prior": "gamma", "kernel": "matern52",
-                                              "output_transform": "standardize"}),  # Optuna GPSampler's choices = the defaults
+    "labfbo-nei-auto-wins": (
+        "labfbo",
+        {**FORMER, "acquisition": "nei", "noise_prior": "auto", "output_transform": "winsorize"},
+    ),
+    "labfbo-nei-auto-r20": (
+        "labfbo",
+        {**FORMER, "acquisition": "nei", "noise_prior": "auto", "num_restarts": 20, "raw_samples": 1024},
+    ),
+    "labfbo-nei-auto-r5": (
+        "labfbo",
+        {**FORMER, "acquisition": "nei", "noise_prior": "auto", "num_restarts": 5, "raw_samples": 256},
+    ),
+    "labfbo-nei-gamma-matern": (
+        "labfbo",
+        {**FORMER, "acquisition": "nei", "noise_prior": "gamma", "kernel": "matern52"},
+    ),
+    "labfbo-nei-gamma-sab": (
+        "labfbo",
+        {**FORMER, "acquisition": "nei", "noise_prior": "gamma", "sample_around_best": True},
+    ),
+    "labfbo-nei-matern-sab": (
+        "labfbo",
+        {**FORMER, "acquisition": "nei", "kernel": "matern52", "sample_around_best": True},
+    ),
+    "labfbo-ei-gamma-matern-std": (
+        "labfbo",
+        {
+            **FORMER,
+            "acquisition": "ei",
+            "noise_prior": "gamma",
+            "kernel": "matern52",
+            # Optuna GPSampler's choices = the defaults
+            "output_transform": "standardize",
+        },
+    ),
     "labfbo-matern": ("labfbo", {**FORMER, "kernel": "matern52"}),
-    "labfbo-ei-matern-std": ("labfbo", {**FORMER, "acquisition": "ei", "kernel": "matern52", "output_transform": "standardize"}),
-    "labfbo-nei-matern-std": ("labfbo", {**FORMER, "acquisition": "nei", "kernel": "matern52", "output_transform": "standardize"}),
+    "labfbo-ei-matern-std": (
+        "labfbo",
+        {**FORMER, "acquisition": "ei", "kernel": "matern52", "output_transform": "standardize"},
+    ),
+    "labfbo-nei-matern-std": (
+        "labfbo",
+        {**FORMER, "acquisition": "nei", "kernel": "matern52", "output_transform": "standardize"},
+    ),
     "labfbo-ei-gamma-matern": ("labfbo", {**FORMER, "acquisition": "ei", "noise_prior": "gamma", "kernel": "matern52"}),
     "labfbo-ei-std": ("labfbo", {**FORMER, "acquisition": "ei", "output_transform": "standardize"}),
-    "labfbo-nei-gamma-matern-sab": ("labfbo", {**FORMER, "acquisition": "nei", "noise_prior": "gamma", "kernel": "matern52",
-                                               "sample_around_best": True}),
+    "labfbo-nei-gamma-matern-sab": (
+        "labfbo",
+        {**FORMER, "acquisition": "nei", "noise_prior": "gamma", "kernel": "matern52", "sample_around_best": True},
+    ),
 }
 DEFAULT_METHODS = ("labfbo", "optuna", "optuna-tpe", "botorch", "random")
 PEERS = ("optuna", "botorch")
@@ -240,7 +276,9 @@ def report(records: list[dict[str, Any]], problems: Sequence[str], methods: Sequ
                 lines.append(f"| {p} | {dim} | {m} | 0 | not run | | | |")
                 continue
             rk = f"{ranks[m]:g}" if m in ranks else "—"
-            lines.append(f"| {p} | {dim} | {m} | {len(c.seeds)} | {_fmt(c.final)} | {_fmt(c.mean)} | {c.ask_s:.3f} | {rk} |")
+            lines.append(
+                f"| {p} | {dim} | {m} | {len(c.seeds)} | {_fmt(c.final)} | {_fmt(c.mean)} | {c.ask_s:.3f} | {rk} |"
+            )
     if not complete:
         return "\n".join(lines)
     mr = mean_ranks(table, complete, methods)

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from labfbo.space import Categorical, SearchSpace
+from labfbo.space.search import Categorical, SearchSpace
 
 PAIRING_INSTANCES = 4
 PAIRING_BUDGET = 20
@@ -93,8 +93,14 @@ def pairing(seed: int, instance: int) -> Pairing:
     c = c / c.max()
     s, a = rng.uniform(0.3, 1.0, 4), rng.uniform(0.5, 1.0, 3)
     s[rng.integers(4)], a[rng.integers(3)] = 1.0, 1.0
-    space = SearchSpace([Categorical("ligand", [f"L{k}" for k in range(12)]), Categorical("base", [f"B{k}" for k in range(4)]),
-                         Categorical("solvent", [f"S{k}" for k in range(4)]), Categorical("additive", [f"A{k}" for k in range(3)])])
+    space = SearchSpace(
+        [
+            Categorical("ligand", [f"L{k}" for k in range(12)]),
+            Categorical("base", [f"B{k}" for k in range(4)]),
+            Categorical("solvent", [f"S{k}" for k in range(4)]),
+            Categorical("additive", [f"A{k}" for k in range(3)]),
+        ]
+    )
     return Pairing(c, s, a, space)
 
 

@@ -6,9 +6,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
-
 from typing import Sequence
-
 
 from labfbo.datasets.families import FAMILIES as REACTIONS
 from labfbo_bench import engine
@@ -20,7 +18,7 @@ GROUPS = {"synthetic": SYNTHETIC, "real": REAL}
 
 
 def run(args: argparse.Namespace) -> int:
-    from labfbo.harness import run_with_progress
+    from labfbo.apps.harness import run_with_progress
 
     families = tuple(args.families or FAMILIES) if args.families is not None else ()
     if args.lofo:
@@ -85,8 +83,12 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     en = bsub.add_parser("engine", help="single-site engine: labfbo vs Optuna GPSampler, BoTorch, random "
                          "(cached, resumable)")
     en.add_argument("--quick", action="store_true", help=f"{len(QUICK)} of the {len(PANEL)} problems, 3 seeds")
-    en.add_argument("--problems", nargs="+", choices=[*GROUPS, *PANEL],
-                    help="these panel problems only (synthetic: the 15 synthetic ones; real: the Buchwald–Hartwig labs)")
+    en.add_argument(
+        "--problems",
+        nargs="+",
+        choices=[*GROUPS, *PANEL],
+        help="these panel problems only (synthetic: the 15 synthetic ones; real: the Buchwald–Hartwig labs)",
+    )
     en.add_argument("--families", nargs="*", choices=list(FAMILIES), default=None,
                     help="instead of the panel: every site of these related-site families (all without a name: "
                     f"{', '.join(FAMILIES)}), each alone")

@@ -22,8 +22,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from labfbo.exceptions import ConfigurationError
-from labfbo.space import Categorical, Integer, Real, SearchSpace
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.space.search import Categorical, Integer, Real, SearchSpace
 from labfbo_bench.engine_panel import EngineProblem
 
 #: labfbo's engine defaults before 2026-12-05 (qLogNEI, RBF, BoTorch's noise prior, winsorized outputs):

@@ -29,11 +29,18 @@ from typing import Any, Callable
 import numpy as np
 from scipy.stats import qmc
 
-from labfbo.problems.functions import FUNCTIONS, WING_BOUNDS, WING_ORDER, hartmann3, hartmann6, minimize_in_box, \
-    wing_weight
-from labfbo.exceptions import ConfigurationError
+from labfbo.core.exceptions import ConfigurationError
 from labfbo.problems.families import BraninTask, get_problem, site_rng
-from labfbo.space import Categorical, Integer, Real, SearchSpace
+from labfbo.problems.functions import (
+    FUNCTIONS,
+    WING_BOUNDS,
+    WING_ORDER,
+    hartmann3,
+    hartmann6,
+    minimize_in_box,
+    wing_weight,
+)
+from labfbo.space.search import Categorical, Integer, Real, SearchSpace
 from labfbo_bench.engine_chem import LabTable
 
 Array = np.ndarray
@@ -152,7 +159,8 @@ def _h6_int_min() -> float:
     best = np.inf
     for k5, k6 in itertools.product(range(H6_LEVELS), repeat=2):
         tail = np.array([k5, k6]) / (H6_LEVELS - 1)
-        f = (lambda U, t=tail: hartmann6(np.hstack([U, np.tile(t, (len(U), 1))])))
+        def f(U, t=tail):
+            return (hartmann6(np.hstack([U, np.tile(t, (len(U), 1))])))
         best = min(best, minimize_in_box(f, np.tile([0.0, 1.0], (4, 1)), seed=0, n_raw=1024, n_starts=16)[1])
     return float(best)
 
@@ -198,7 +206,8 @@ def _reaction_min() -> float:
     fn = _reaction_fn()
     best = np.inf
     for a, b, e in itertools.product(range(3), range(4), range(1, 6)):
-        f = (lambda U, a=a, b=b, e=e: fn.value(a, b, np.hstack([U, np.full((len(U), 1), (e - 1) / 4)])))
+        def f(U, a=a, b=b, e=e):
+            return (fn.value(a, b, np.hstack([U, np.full((len(U), 1), (e - 1) / 4)])))
         best = min(best, minimize_in_box(f, np.tile([0.0, 1.0], (2, 1)), seed=0, n_raw=512, n_starts=8)[1])
     return float(best)
 

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from labfbo.core.seeding import int_seed
 from labfbo.datasets import ReactionData, initial_design, load_reactions
-from labfbo.seeding import int_seed
 from labfbo_bench.engine_methods import FORMER
 
 #: method -> (runner, options); ``labfbo`` is the current defaults, a ``labfbo-*`` variant changes the former ones
@@ -39,7 +39,8 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "labfbo-std": ("labfbo", {**FORMER, "output_transform": "standardize"}),
     "labfbo-gamma": ("labfbo", {**FORMER, "noise_prior": "gamma"}),
     "labfbo-ei": ("labfbo", {**FORMER, "acquisition": "ei"}),
-    "labfbo-catbotorch": ("labfbo", {**FORMER, "categorical_kernel": "botorch"}),  # the defaults before the Hamming kernel
+    # the defaults before the Hamming kernel
+    "labfbo-catbotorch": ("labfbo", {**FORMER, "categorical_kernel": "botorch"}),
     "labfbo-matern": ("labfbo", {**FORMER, "kernel": "matern52"}),
     "optuna": ("optuna", {}),
     "random": ("random", {}),

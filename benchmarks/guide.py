@@ -26,10 +26,10 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.stats import rankdata
 
-from labfbo.harness import Job
+from labfbo.apps.harness import Job
+from labfbo.apps.simulation import SimulationResult
 from labfbo.models.gp import PAPERS_SURROGATE
 from labfbo.problems.guide_functions import GUIDE_NAMES
-from labfbo.simulation import SimulationResult
 
 PAPER_NAMES = {
     "ackley": "Ackley", "levy": "Levy", "griewank": "Griewank", "rastrigin": "Rastrigin",
@@ -151,7 +151,10 @@ def tables(results: Sequence[SimulationResult], jobs_: Sequence[Job]) -> str:
                 vals = np.array(by.get((level, fn, m), []))
                 n = max(n, len(vals))
                 p = paper_level.get(PAPER_NAMES[fn], {}).get(m)
-                cells += [f"{vals.mean():.4g} ± {vals.std():.2g}" if len(vals) else "—", f"{p:.4g}" if p is not None else "—"]
+                cells += [
+                    f"{vals.mean():.4g} ± {vals.std():.2g}" if len(vals) else "—",
+                    f"{p:.4g}" if p is not None else "—",
+                ]
                 if len(vals):
                     ours_tab.setdefault(fn, {})[m] = float(vals.mean())
                 if p is not None:
@@ -171,7 +174,10 @@ def tables(results: Sequence[SimulationResult], jobs_: Sequence[Job]) -> str:
                 wins = sum(ours_tab[f][g] < ours_tab[f][base] for f in both)
                 pw = [f for f in both if base in paper_tab.get(f, {}) and g in paper_tab.get(f, {})]
                 pwins = sum(paper_tab[f][g] < paper_tab[f][base] for f in pw)
-                lines.append(f"- matched wins {g} vs {base}: ours {wins}/{len(both)}, paper {pwins}/{len(pw)} on the same functions")
+                lines.append(
+                    f"- matched wins {g} vs {base}: ours {wins}/{len(both)}, paper {pwins}/{len(pw)} "
+                    "on the same functions"
+                )
     abl = {k: v for k, v in by.items() if k[2].startswith("ablation:")}
     if abl:
         rows = list(ABLATIONS)
@@ -195,7 +201,7 @@ def tables(results: Sequence[SimulationResult], jobs_: Sequence[Job]) -> str:
 
 def plot(results: Sequence[SimulationResult], jobs_: Sequence[Job], out: Path) -> list[Path]:
     """Convergence plot per (level, function): mean simple regret over sites and runs."""
-    from labfbo.harness import plot_curves
+    from labfbo.apps.harness import plot_curves
 
     curves: dict[tuple[int, str], dict[str, list[np.ndarray]]] = {}
     for job, r in zip(jobs_, results):
@@ -223,7 +229,9 @@ def _cmd(args: argparse.Namespace) -> int:
     table = tables(results, todo)
     plots = plot(results, todo, out)
     cpu = sum(r.wall_time for r in results)
-    note = f"{len(todo)} runs, {cpu / 3600:.2f} CPU-hours of simulation, this invocation {time.perf_counter() - t0:.0f} s"
+    note = (
+        f"{len(todo)} runs, {cpu / 3600:.2f} CPU-hours of simulation, this invocation {time.perf_counter() - t0:.0f} s"
+    )
     (out / "summary.md").write_text(f"# guide suite\n\n`{cmd}`\n\n{note}\n{table}\n")
     print(note)
     print(table)
@@ -237,15 +245,20 @@ BENCH_ORDER = 50  # where `labfbo bench --help` lists it
 def add_parser(bsub: "argparse._SubParsersAction") -> None:  # type: ignore[type-arg]
     """``labfbo bench guide``."""
     gu = bsub.add_parser("guide", help="GUIDE-FBO Tables 1, 3, 8-10: distribution vs local BO (cached, resumable)")
-    gu.add_argument("--quick", action="store_true",
-                    help="level 2, Ackley/Ellipsoid/Sphere/Zakharov, UCB vs GUIDE-UCB, N=8, 20 init, 25 rounds, 3 seeds")
+    gu.add_argument(
+        "--quick",
+        action="store_true",
+        help="level 2, Ackley/Ellipsoid/Sphere/Zakharov, UCB vs GUIDE-UCB, N=8, 20 init, 25 rounds, 3 seeds",
+    )
     gu.add_argument("--functions", nargs="+", default=list(ALL_FUNCTIONS), choices=list(ALL_FUNCTIONS))
     gu.add_argument("--levels", nargs="+", type=int, default=[1, 2, 3], choices=[1, 2, 3])
     gu.add_argument("--methods", nargs="+", default=None,
                     choices=["UCB", "NEI", "TS", "GUIDE-UCB", "GUIDE-NEI", "GUIDE-TS", "GUIDE-NEI-winsorize"],
                     help="default: the six of the paper (with --quick: UCB and GUIDE-UCB); GUIDE-NEI-winsorize only "
                          "when named")
-    gu.add_argument("--ablation", action="store_true", help="add Table 3 (level 2, Ackley/Rastrigin/Zakharov/Michalewicz)")
+    gu.add_argument(
+        "--ablation", action="store_true", help="add Table 3 (level 2, Ackley/Rastrigin/Zakharov/Michalewicz)"
+    )
     gu.add_argument("--ablation-functions", nargs="+", default=["ackley", "rastrigin", "zakharov", "michalewicz"],
                     choices=list(ALL_FUNCTIONS))
     gu.add_argument("--seeds", type=int, default=10)

@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from labfbo.acquisition import AcquisitionData, propose_with_model
-from labfbo.messages import Array
+from labfbo.core.messages import Array
+from labfbo.models.acquisition import AcquisitionData, propose_with_model
 from labfbo.models.figp import FIGP, GuidanceField
 from labfbo.models.gp import fit_local_gp
 from labfbo.models.optimum_belief import candidate_set, fit_belief, optimum_samples
-from labfbo.protocols.distribution import DistributionAggregator, DistributionOptions, OptimumBelief
-from labfbo.space import Real, SearchSpace
+from labfbo.protocols.distribution.protocol import DistributionAggregator, DistributionOptions, OptimumBelief
+from labfbo.space.search import Real, SearchSpace
 
 
 def _space(d: int) -> SearchSpace:
@@ -84,10 +84,10 @@ def server_round(n_sites: int, d: int = 10, repeats: int = 5, seed: int = 0) -> 
 
 def communication(n_sites: int = 16, d: int = 10, P: int = 5, n_init: int = 30, seed: int = 0) -> dict[str, float]:
     """Scalars and bytes per site for one real round, from the sites' message logs."""
-    from labfbo.problems.families import get_problem
     from labfbo.coordinator import Coordinator
     from labfbo.optimizer import Optimizer
-    from labfbo.protocols.distribution import GuidancePacket
+    from labfbo.problems.families import get_problem
+    from labfbo.protocols.distribution.protocol import GuidancePacket
 
     prob = get_problem("sphere", n_sites=n_sites, dim=d, seed=seed)
     names = list(prob.site_names)

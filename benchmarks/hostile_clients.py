@@ -2,7 +2,8 @@ r"""A site's round latency while strangers attack the coordinator (``labfbo benc
 
 A real coordinator server in its own process (``labfbo coordinator serve`` on 127.0.0.1, its
 default limits, SQLite state and an audit log). ``sites`` light sites (asyncio clients,
-:class:`~labfbo_bench.transport.LightClient`, answering each request with a recorded ``distribution`` belief, as ``http-rounds``) run
+:class:`~labfbo_bench.transport.LightClient`, answering each request with a recorded ``distribution`` belief, as
+``http-rounds``) run
 ``rounds`` rounds: first alone, then while an attacker process, from other loopback
 addresses,
 
@@ -30,12 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from labfbo.messages import Array, JoinRequest
+from labfbo.core.messages import Array, JoinRequest
 from labfbo.protocols import get_protocol, parse_options
-from labfbo.protocols.distribution import OptimumBelief
+from labfbo.protocols.distribution.protocol import OptimumBelief
 from labfbo.server.config import new_token
-from labfbo.space import Real, SearchSpace
-from labfbo_bench.transport import LightClient, light_round, _wait_health, start_server
+from labfbo.space.search import Real, SearchSpace
+from labfbo_bench.transport import LightClient, _wait_health, light_round, start_server
 
 PATH = "/v1/sites/" + "x" * 60_000 + "/work"
 

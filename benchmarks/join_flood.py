@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from labfbo.server.config import new_token
-from labfbo.space import Real, SearchSpace
+from labfbo.space.search import Real, SearchSpace
 from labfbo_bench.transport import _wait_health, start_server
 
 
@@ -48,7 +48,12 @@ def _health(url: str, n: int, stop: threading.Event | None = None) -> list[float
 
 def _stats(lat: list[float]) -> dict[str, float]:
     a = np.asarray(lat) * 1e3
-    return {"n": len(a), "median_ms": float(np.median(a)), "p95_ms": float(np.percentile(a, 95)), "max_ms": float(a.max())}
+    return {
+        "n": len(a),
+        "median_ms": float(np.median(a)),
+        "p95_ms": float(np.percentile(a, 95)),
+        "max_ms": float(a.max()),
+    }
 
 
 def join_flood(n_params: int = 40_000, seconds: float = 5.0, every: float = 0.1, n_health: int = 300) -> dict[str, Any]:

@@ -24,8 +24,12 @@ from statistics import median
 
 import numpy as np
 import torch
-from botorch.acquisition import (AcquisitionFunction, LogExpectedImprovement, UpperConfidenceBound,
-                                 qLogNoisyExpectedImprovement)
+from botorch.acquisition import (
+    AcquisitionFunction,
+    LogExpectedImprovement,
+    UpperConfidenceBound,
+    qLogNoisyExpectedImprovement,
+)
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
 from botorch.models.transforms.input import Normalize
@@ -35,12 +39,11 @@ from botorch.sampling import SobolQMCNormalSampler
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from scipy.stats import qmc
 
-from labfbo.acquisition import AcquisitionOptions
+from labfbo.models.acquisition import AcquisitionOptions
 from labfbo.models.gp import SurrogateOptions, loo_log_density, noise_likelihood, winsorized
 from labfbo.models.kernels import kernel_for
 from labfbo.problems.problem import FederatedProblem
 from labfbo_bench.engine_methods import botorch_tutorial_step
-
 
 #: labfbo's defaults, which each side of the comparison uses unless told otherwise
 DEFAULT_ACQUISITION = AcquisitionOptions().acquisition
@@ -219,7 +222,9 @@ def categorical_rows(repeats: int, n_obs: int = 30) -> list[str]:
     grid = space.encode([dict(zip(space.names, c)) for c in combos])
 
     def obs(r: int) -> tuple[list[int], np.ndarray]:
-        pick = np.random.default_rng(r + 1).choice([k for k, c in enumerate(combos) if c in table], n_obs, replace=False)
+        pick = np.random.default_rng(r + 1).choice(
+            [k for k, c in enumerate(combos) if c in table], n_obs, replace=False
+        )
         return list(pick), np.array([table[combos[k]] for k in pick])
 
     def reaction_opt(r: int) -> "labfbo.Optimizer":

@@ -2,7 +2,7 @@ r"""``labfbo bench meta-fit``: how well (and how fast) PACOH meta-training fits 
 
 Offline, without BO: each of ``n_sites`` sites of a benchmark problem gets ``n`` uniform
 random points; the particles are meta-trained on all sites' scores (exactly the
-``gradient`` protocol's meta-update, :func:`labfbo.protocols.gradient.meta_step`) for up to
+``gradient`` protocol's meta-update, :func:`labfbo.protocols.gradient.protocol.meta_step`) for up to
 ``steps`` steps, once per meta-optimizer setting. At the checkpoints, each site's particle
 mixture (conditioned on its own points) predicts 1000 held-out points of its function.
 
@@ -24,12 +24,12 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from labfbo.exceptions import ConfigurationError
+from labfbo.core.exceptions import ConfigurationError
 from labfbo.models import pacoh
 from labfbo.models.gp import fit_local_gp, predict
 from labfbo.models.particle_mixture import mixture_moments
 from labfbo.problems.families import get_problem
-from labfbo.protocols.gradient import meta_step
+from labfbo.protocols.gradient.protocol import meta_step
 
 CHECKPOINTS = (100, 200, 500, 1000, 2000, 4000)
 
@@ -121,7 +121,7 @@ def format_rows(base: dict[str, float], rows: Sequence[FitRow]) -> str:
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    from labfbo.exceptions import ConfigurationError
+    from labfbo.core.exceptions import ConfigurationError
 
     def parse(text: str) -> dict[str, str]:     # values stay strings: PacohConfig validates them
         pairs = [item.partition("=") for item in filter(None, text.split(","))]

@@ -34,10 +34,10 @@ import numpy as np
 import torch
 from scipy.stats import qmc
 
-from labfbo.harness import write_atomic
-from labfbo.objectives import Objective, Outcome
-from labfbo.seeding import stable_hash
-from labfbo.space import Real, SearchSpace
+from labfbo.apps.harness import write_atomic
+from labfbo.core.objectives import Objective, Outcome
+from labfbo.core.seeding import stable_hash
+from labfbo.space.search import Real, SearchSpace
 
 SINGLE = ("branin_currin", "c2dtlz2")
 SINGLE_METHODS = ("labfbo", "botorch", "random")
@@ -210,8 +210,9 @@ def _run_single(job: MOJob) -> dict[str, Any]:
 
 
 def _run_constrained(job: MOJob) -> dict[str, Any]:
-    import labfbo
     from botorch.test_functions.synthetic import ConstrainedGramacy
+
+    import labfbo
 
     f = ConstrainedGramacy()
     space = SearchSpace([Real("x1", 0.0, 1.0), Real("x2", 0.0, 1.0)])
@@ -239,7 +240,7 @@ def _run_constrained(job: MOJob) -> dict[str, Any]:
 
 def _run_family(job: MOJob) -> dict[str, Any]:
     import labfbo
-    from labfbo.constraints import LinearConstraint
+    from labfbo.space.constraints import LinearConstraint
 
     n_init, k, (coefs, rhs) = FAMILIES[job.problem]
     tag = "mo-family" if job.problem == "branin_currin" else f"mo-family/{job.problem}"
@@ -251,7 +252,9 @@ def _run_family(job: MOJob) -> dict[str, Any]:
     names = [f"site{i}" for i in range(FAMILY_SITES)]
     protocol, options = ARMS.get(job.method, (job.method, {}))
     federated = protocol != "independent"
-    coord = labfbo.Coordinator(protocol, sites=names, seed=job.seed, horizon=job.budget, **options) if federated else None
+    coord = (
+        labfbo.Coordinator(protocol, sites=names, seed=job.seed, horizon=job.budget, **options) if federated else None
+    )
     sites = [labfbo.Optimizer(space, objective=list(problems[0].objectives), protocol=protocol, coordinator=coord,
                               site=s, seed=job.seed, n_init=n_init if federated else 0, secret=1000 + i,
                               **options) for i, s in enumerate(names)]
@@ -314,17 +317,21 @@ def report(records: list[dict[str, Any]]) -> str:
     lines += ["", "**Outcome constraints** — ConstrainedGramacy, 5 initial points + 20: share of infeasible "
               "experiments after the design; best feasible value (optimum 0.5998)", "",
               "| method | seeds | infeasible share | best feasible after 20 |", "|---|---:|---:|---:|"]
-    for (part, prob, m), rs in sorted(by.items()):
+    for (part, _prob, m), rs in sorted(by.items()):
         if part == "constrained":
             bests = [r["best_feasible"][-1] for r in rs if r["best_feasible"][-1] is not None]
             lines.append(f"| {m} | {len(rs)} | {_ms([r['infeasible_after_design'] for r in rs])} | "
                          f"{_ms(bests) if bests else '—'} ({len(bests)} of {len(rs)} seeds found one) |")
-    lines += ["", f"**Federated families** — {FAMILY_SITES} related sites (shifted BraninCurrin: 4 initial points, "
-              f"x0 + x1 <= 1.6; shifted DTLZ2 in 6-D: 6 initial points, x1 + x2 <= 1.5) + {FAMILY_ITERS} rounds: "
-              "hypervolume per site after 10 and 20 iterations (mean over sites, mean ± s.e. over seeds); proposals "
-              "that broke the parameter constraint", "",
-              "| family | protocol | seeds | HV of the design | HV after 10 | HV after 20 | violations | s / site-ask |",
-              "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        f"**Federated families** — {FAMILY_SITES} related sites (shifted BraninCurrin: 4 initial points, "
+        f"x0 + x1 <= 1.6; shifted DTLZ2 in 6-D: 6 initial points, x1 + x2 <= 1.5) + {FAMILY_ITERS} rounds: "
+        "hypervolume per site after 10 and 20 iterations (mean over sites, mean ± s.e. over seeds); proposals "
+        "that broke the parameter constraint",
+        "",
+        "| family | protocol | seeds | HV of the design | HV after 10 | HV after 20 | violations | s / site-ask |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for (part, prob, m), rs in sorted(by.items()):
         if part == "family":
             h0, h10, h20 = ([np.mean([h[k] for h in r["hv"]]) for r in rs] for k in (0, 10, -1))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 
 def run(args: argparse.Namespace) -> int:
+    from labfbo.apps.harness import run_with_progress
     from labfbo_bench import multiobjective as mo
-    from labfbo.harness import run_with_progress
 
     seeds = list(range(args.seeds if args.seeds is not None else (3 if args.quick else 5)))
     jobs = mo.jobs(args.out, args.quick, seeds)

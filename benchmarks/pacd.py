@@ -10,16 +10,17 @@ for 1-D/2-D and 10 for 6-D by collaborative LHS (any other problem of
 Independent (``independent``), PACOH-BO (``centralized``), PACD-BO (``gradient``), CBOC-U /
 CBOC-L (``consensus``, uniform / leader W), the same protocols with labfbo's defaults
 (``... (labfbo defaults)``) and, with ``--dp``, DP-PACD-BO (σ = 8, C = 1) for the
-privacy–utility plot. By name: GUIDE-FBO (``distribution``), Surface (``surface``), Vote (``vote``) and Pooled MTGP (``pooled``,
+privacy–utility plot. By name: GUIDE-FBO (``distribution``), Surface (``surface``), Vote (``vote``) and Pooled MTGP
+(``pooled``,
 the multi-task GP on every site's raw data), the preferred pooled reference of the
 transfer efficiency printed under the table (PACOH-BO otherwise, which ``gradient``
 equals by construction).
 Ablations by name (``--methods``): Independent-escape (``independent`` with the
-stalled-basin escape PACD-BO has by default, :mod:`labfbo.acquisition`) and PACD-BO-paper
+stalled-basin escape PACD-BO has by default, :mod:`labfbo.models.acquisition`) and PACD-BO-paper
 (``gradient`` without it, as in the paper).
 
 Metrics: final normalized regret and the AUC of the normalized regret over the first
-10 % of iterations (:mod:`labfbo.simulation`), mean ± std over seeds of the site average,
+10 % of iterations (:mod:`labfbo.apps.simulation`), mean ± std over seeds of the site average,
 side by side with Table I.
 """
 
@@ -34,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from labfbo.exceptions import ConfigurationError
-from labfbo.harness import Job
+from labfbo.apps.harness import Job
+from labfbo.apps.simulation import SimulationResult
+from labfbo.core.exceptions import ConfigurationError
 from labfbo.models.gp import PAPERS_SURROGATE
 from labfbo.privacy import DP
-from labfbo.simulation import SimulationResult
 
 FUNCTIONS = ("sinusoid", "branin", "hartmann6", "wing_weight")
 N_INIT = {"sinusoid": 5, "branin": 5, "hartmann6": 10, "wing_weight": 10}
@@ -76,7 +77,7 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     # ablations (only with --methods): the stalled-basin escape on Independent, and off on PACD-BO
     "Independent-escape": ("independent", {"stall_rounds": 10, **PAPER_ACQ}),
     "PACD-BO-paper": ("gradient", {"stall_rounds": None, "harm_guard": False, **PAPER_ACQ}),
-    # the compact wire's cost in regret (8-bit scores and particle changes, labfbo.protocols.gradient_wire)
+    # the compact wire's cost in regret (8-bit scores and particle changes, labfbo.protocols.gradient.wire)
     "PACD-BO (compact wire)": ("gradient", {"wire": "compact"}),
 }
 DEFAULT_METHODS = ("Independent", "PACOH-BO", "PACD-BO", "CBOC-U", "CBOC-L", "Independent (labfbo defaults)",
@@ -135,7 +136,8 @@ def table(results: list[SimulationResult], functions: tuple[str, ...]) -> str:
             auc = np.array([r.auc.mean() for r in rs])
             p_nr = ref["normalized_regret"].get(label, {}).get(fn)
             p_auc = ref["auc"].get(label, {}).get(fn)
-            fmt = (lambda v: f"{v[0]:.4g} ± {v[1]:.2g}" if v else "—")
+            def fmt(v):
+                return (f"{v[0]:.4g} ± {v[1]:.2g}" if v else "—")
             lines.append(f"| {fn} | {label} | {len(rs)} | {rs[0].budget} | {nr.mean():.4g} ± {nr.std():.2g} | "
                          f"{fmt(p_nr)} | {auc.mean():.4g} ± {auc.std():.2g} | {fmt(p_auc)} |")
     te = transfer_efficiency(by)
@@ -173,7 +175,7 @@ def transfer_efficiency(by: dict[tuple[str, str], list[SimulationResult]]
 
 def plot(results: list[SimulationResult], out: Path, functions: tuple[str, ...]) -> list[Path]:
     """Convergence plots like Fig. 2 (mean normalized regret, ±1 std band over seeds)."""
-    from labfbo.harness import plot_convergence
+    from labfbo.apps.harness import plot_convergence
 
     paths = []
     for fn in functions:

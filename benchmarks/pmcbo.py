@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 from scipy.stats import qmc
 
-from labfbo.harness import Job
+from labfbo.apps.harness import Job
+from labfbo.apps.simulation import SimulationResult
 from labfbo.models.gp import PAPERS_SURROGATE
-from labfbo.priors import Normal
-from labfbo.simulation import SimulationResult
+from labfbo.models.priors import Normal
 
 FUNCTIONS = ("branin", "hartmann3", "hartmann6")
 PAPER_KEYS = {"branin": "branin", "hartmann3": "hartmann3", "hartmann6": "hartmann6"}
@@ -111,7 +111,7 @@ def methods(acquisitions: tuple[str, ...] = ("ei", "ucb")) -> list[Method]:
 def jobs(out: str, functions: tuple[str, ...], acquisitions: tuple[str, ...], seeds: list[int],
          budget: int = 60, n_init: int = 5, n_sites: int = 5, only: tuple[str, ...] | None = None) -> list[Job]:
     """The suite's jobs; ``only``: these method labels (e.g. ``"EI"``, ``"CBOC-U"``)."""
-    from labfbo.exceptions import ConfigurationError
+    from labfbo.core.exceptions import ConfigurationError
 
     known = {m.label for m in methods(acquisitions)}
     unknown = sorted(set(only or ()) - known)
@@ -172,7 +172,7 @@ def table(results: list[SimulationResult], functions: tuple[str, ...]) -> str:
 
 def plot(results: list[SimulationResult], out: Path, functions: tuple[str, ...]) -> list[Path]:
     """One convergence plot per function and acquisition: mean simple regret vs iteration."""
-    from labfbo.harness import plot_curves
+    from labfbo.apps.harness import plot_curves
 
     paths = []
     for fn in functions:
@@ -194,7 +194,11 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.quick:
         functions, acqs, seeds = ("branin",), tuple(args.acquisitions or ("ucb",)), list(range(3))
     else:
-        functions, acqs, seeds = tuple(args.functions), tuple(args.acquisitions or ("ei", "ucb")), list(range(args.seeds))
+        functions, acqs, seeds = (
+            tuple(args.functions),
+            tuple(args.acquisitions or ("ei", "ucb")),
+            list(range(args.seeds)),
+        )
     out = Path(args.out)
     todo = jobs(str(out), functions, acqs, seeds, budget=args.budget, n_init=args.n_init,
                 only=tuple(args.methods) if args.methods else None)

@@ -7,7 +7,7 @@ effects still carries, on the real Buchwald–Hartwig labs of a scenario
 
 **The release.** Every lab but the target has run ``n`` experiments, drawn at random from its data
 (as in the first rounds of a campaign). Its results become centred ranks :math:`z \in [-1, 1]`
-(:func:`labfbo.models.surface.rank_scores`, the values of ``unit="experiment"``), and the labs' main
+(:func:`labfbo.protocols.surface.model.rank_scores`, the values of ``unit="experiment"``), and the labs' main
 effects — per categorical choice :math:`k`, :math:`h_k = \sum z` over the experiments that used it —
 are summed over the labs (the secure sum) and released once with the Gaussian mechanism at
 :math:`(\varepsilon, \delta)`: noise :math:`\mathcal N(0, (\sigma\Delta)^2)` per entry, :math:`\sigma`
@@ -18,7 +18,7 @@ the multiplier of the planned releases (:func:`labfbo.privacy.budget.calibrate`)
   rank coupling ignored — more generous than any protocol can be (the counts reveal the settings,
   which the unit protects; replacing one result moves the others' ranks);
 * ``surface``: the sensitivity of ``surface``'s experiment-level release,
-  :math:`\Delta_\Sigma = 2\sqrt{5B}` (:func:`labfbo.models.surface.ranked_sum_sensitivity`: the
+  :math:`\Delta_\Sigma = 2\sqrt{5B}` (:func:`labfbo.protocols.surface.model.ranked_sum_sensitivity`: the
   rank coupling and the counts), the counts released with the same noise.
 
 Either is made once, after all ``n`` experiments (a campaign releases before, with less data, and
@@ -49,8 +49,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from labfbo.models.surface import noisy_ridge_weights, ranked_sum_sensitivity
-from labfbo.seeding import rng as seeded_rng
+from labfbo.core.seeding import rng as seeded_rng
+from labfbo.protocols.surface.model import noisy_ridge_weights, ranked_sum_sensitivity
 
 BENCH_ORDER = 96  # where `labfbo bench --help` lists it (after privacy-units)
 TAUS = (0.05, 0.1, 0.2, 0.4, 0.8)   # prior std of a choice's effect, on the centred ranks' scale
@@ -72,8 +72,8 @@ def one_hot(combos: Sequence[tuple]) -> tuple[np.ndarray, int]:
 
 
 def centred_ranks(y: np.ndarray) -> np.ndarray:
-    """Mid-ranks scaled to [-1, 1] (as :func:`labfbo.models.surface.rank_scores` with C = 1)."""
-    from labfbo.models.surface import rank_scores
+    """Mid-ranks scaled to [-1, 1] (as :func:`labfbo.protocols.surface.model.rank_scores` with C = 1)."""
+    from labfbo.protocols.surface.model import rank_scores
 
     return rank_scores(y, 1.0)
 
@@ -104,7 +104,8 @@ def posterior_effects(h: np.ndarray, counts: np.ndarray, noise_sd: float, tau: f
                       spread: float) -> tuple[np.ndarray, np.ndarray]:
     """The posterior mean and std of each choice's effect given its (noisy) sum ``h`` and count (module
     docstring); a negative noisy count reads as 0. The mean is ``surface``'s Wiener filter
-    (:func:`labfbo.models.surface.noisy_ridge_weights`) on the design's diagonal Gram, ridge :math:`v/\tau^2`."""
+    (:func:`labfbo.protocols.surface.model.noisy_ridge_weights`) on the design's diagonal Gram, ridge
+    :math:`v/\tau^2`."""
     n = np.maximum(counts, 0.0)
     mean = noisy_ridge_weights(np.diag(n), h, spread / tau ** 2, noise_sd, spread)
     return mean, 1.0 / np.sqrt(1.0 / tau ** 2 + n ** 2 / (n * spread + noise_sd ** 2 + 1e-12))

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from labfbo.harness import Job
+from labfbo.apps.harness import Job
 from labfbo.privacy import DP
 from labfbo_bench import pacd
 

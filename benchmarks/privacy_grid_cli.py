@@ -13,7 +13,7 @@ from labfbo_bench import privacy_grid as pg
 
 
 def _pacd(args: argparse.Namespace, names: list[str], epsilons: list[float], seeds: list[int]) -> tuple[str, dict]:
-    from labfbo.harness import run_with_progress, run_job, load_result
+    from labfbo.apps.harness import load_result, run_job, run_with_progress
 
     functions = tuple(args.functions or pg.PACD_FUNCTIONS)
     jobs = pg.pacd_jobs(args.pacd_out, names, epsilons, seeds, functions, budget=args.budget or 30,
@@ -44,10 +44,10 @@ def _pacd(args: argparse.Namespace, names: list[str], epsilons: list[float], see
 
 
 def _reactions(args: argparse.Namespace, names: list[str], epsilons: list[float], seeds: list[int]) -> tuple[str, dict]:
-    from labfbo_bench import reactions as rx
+    from labfbo.apps.harness import run_with_progress
     from labfbo.datasets import load_reactions
+    from labfbo_bench import reactions as rx
     from labfbo_bench.reactions_cli import scenarios
-    from labfbo.harness import run_with_progress
 
     data = load_reactions(None)
     scen = {args.scenario: scenarios(data)[args.scenario]}

@@ -1,6 +1,6 @@
 """`labfbo bench privacy-units`: what the unit protected costs `surface` on the demo's reaction screen.
 
-The demo's three Buchwald–Hartwig labs (:func:`labfbo.demo.related_labs`, Ahneman et al. 2018),
+The demo's three Buchwald–Hartwig labs (:func:`labfbo.apps.demo.screen.related_labs`, Ahneman et al. 2018),
 each from the same initial experiments (``n_init``), then ``budget`` more, under:
 
 * ``independent`` (alone), ``surface`` without DP,
@@ -31,8 +31,8 @@ METHODS = ("independent", "surface", "surface-dp-site", "surface-dp-experiment")
 
 
 def _labs(n: int = 3) -> Any:
+    from labfbo.apps.demo.screen import related_labs
     from labfbo.datasets import load_reactions
-    from labfbo.demo import related_labs
 
     full = load_reactions()
     return full.subset(related_labs(full, n))
@@ -51,8 +51,8 @@ def run(method: str, seed: int, n_init: int, budget: int, epsilon: float, delta:
     """Each lab's yields in order (None: failed), the labs in lock step: every lab tells its
     experiment before any asks for the next (deterministic with the in-process coordinator)."""
     from labfbo import Coordinator, Optimizer
+    from labfbo.core.seeding import int_seed
     from labfbo.datasets import initial_design
-    from labfbo.seeding import int_seed
 
     data = _labs()
     labs = list(data.labs)
@@ -96,9 +96,10 @@ def regret(data: Any, yields: list[list[float | None]]) -> float:
 def noise_table(n_init: int, budget: int, epsilon: float, delta: float) -> str:
     """The noise each unit needs for ``budget`` releases of `surface` at (epsilon, delta) on the
     demo's space, its last release made with ``n_init + budget - 1`` experiments."""
-    from labfbo.models.surface import dp_sensitivity, ranked_sum_sensitivity
     from labfbo.privacy.budget import calibrate
-    from labfbo.protocols.surface import SurfaceOptions, features
+    from labfbo.protocols.surface.aggregate import features
+    from labfbo.protocols.surface.model import dp_sensitivity, ranked_sum_sensitivity
+    from labfbo.protocols.surface.protocol import SurfaceOptions
 
     space = _labs().space
     feats = features(space, SurfaceOptions())
@@ -111,8 +112,10 @@ def noise_table(n_init: int, budget: int, epsilon: float, delta: float) -> str:
         d = dp_sensitivity(feats.norm_bound, 1.0, 1, unit, n)
         rows.append(f"  unit={unit!r:13} sensitivity {d:.4f}   noise std per entry of the averages {sigma * d:.3f}")
     d = ranked_sum_sensitivity(feats.norm_bound, 1.0)
-    rows.append(f"  unit='experiment' over secure sums (3 labs or more): sensitivity {d:.4f} of the moment and "
-                f"feature sums, noise std per entry of the cohort's sum {sigma * d:.3f} (against signals of order the count)")
+    rows.append(
+        f"  unit='experiment' over secure sums (3 labs or more): sensitivity {d:.4f} of the moment and "
+        f"feature sums, noise std per entry of the cohort's sum {sigma * d:.3f} (against signals of order the count)"
+    )
     return "\n".join(rows)
 
 
@@ -135,8 +138,10 @@ def _cmd(args: argparse.Namespace) -> None:
                     yields = run(method, seed, args.n_init, args.budget, args.epsilon, args.delta)
                 path.write_text(json.dumps(yields))
             table.setdefault(method, []).append(regret(data, yields))
-    print(f"labs: {', '.join(data.labs)}; {args.n_init} initial + {args.budget} experiments; seeds 0..{args.seeds - 1}; "
-          f"DP(epsilon={args.epsilon:g}, delta={args.delta:g})")
+    print(
+        f"labs: {', '.join(data.labs)}; {args.n_init} initial + {args.budget} experiments; seeds 0..{args.seeds - 1}; "
+        f"DP(epsilon={args.epsilon:g}, delta={args.delta:g})"
+    )
     alone, plain = np.mean(table.get("independent", [np.nan])), np.mean(table.get("surface", [np.nan]))
     print(f"{'method':24} {'mean regret':>12}  per seed           gain kept")
     for method, values in table.items():

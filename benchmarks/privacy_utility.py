@@ -20,9 +20,9 @@ from typing import Sequence
 
 import numpy as np
 
-from labfbo.harness import Job
+from labfbo.apps.harness import Job
+from labfbo.apps.simulation import SimulationResult
 from labfbo.privacy import DP
-from labfbo.simulation import SimulationResult
 from labfbo_bench import guide, pacd
 
 GRADIENT_FUNCTIONS = ("branin", "wing_weight")

@@ -29,11 +29,11 @@ from typing import Any, Sequence
 import numpy as np
 from linear_operator.utils.warnings import NumericalWarning
 
+from labfbo.apps.harness import options_fingerprint, write_atomic
+from labfbo.core.exceptions import ProtocolError
+from labfbo.core.seeding import int_seed
 from labfbo.datasets import ReactionData, initial_design, load_family, load_reactions
-from labfbo.exceptions import ProtocolError
-from labfbo.harness import options_fingerprint, write_atomic
 from labfbo.privacy import DP
-from labfbo.seeding import int_seed
 
 PROTOCOLS = ("independent", "gradient", "distribution", "consensus", "surface", "vote")
 METHODS = ("random", *PROTOCOLS, "pooled")
@@ -63,7 +63,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "vote-beta3": ("vote", {"prior_beta": 3.0}),  # the votes' prior at exponent 1 after the 3 initial experiments
     "vote-codebook8": ("vote", {"codebook": 8}),  # vote's former default: 8 Sobol points of the cube
     "vote-off": ("vote", {"trust": "off"}),  # the votes' prior at its exponent, whatever the lab's data say
-    # reagents described by their structure (labfbo.chem): "encoding" builds the space, it is no protocol option
+    # reagents described by their structure (labfbo.space.chem): "encoding" builds the space, it is no protocol option
     "independent-smiles": ("independent", {"encoding": "rdkit", "descriptors": "use"}),
     "surface-smiles": ("surface", {"encoding": "rdkit", "descriptors": "use"}),
     "independent-morgan": ("independent", {"encoding": "morgan", "descriptors": "use"}),
@@ -127,7 +127,7 @@ def stocked(data: ReactionData, param: str | None) -> tuple[ReactionData, list[l
 
 def lab_space(data: ReactionData, stock: list[tuple] | None) -> Any:
     """The lab's own space: the data's, with its stock as ``allowed=`` (kept at the lab)."""
-    from labfbo.space import SearchSpace
+    from labfbo.space.search import SearchSpace
 
     if stock is None:
         return data.space

@@ -10,8 +10,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from labfbo.core.exceptions import ConfigurationError
 from labfbo.datasets import FAMILIES, ReactionData, describe, scenarios
-from labfbo.exceptions import ConfigurationError
 from labfbo_bench import reactions as rx
 
 
@@ -84,7 +84,9 @@ def scenario_table(data: ReactionData, name: str, labs: tuple[str, ...], recs: d
         if any(sum(r.get("out_of_stock", [])) for r in rs):
             failed += f" ({sum(sum(r['out_of_stock']) for r in rs)} out of stock)"
         seeds = "exact" if m == "random" else str(len(A))
-        lines.append(f"| {m} | {seeds} | " + " | ".join(cells) + f" | {te[0]} | {te[1]} | {worst} | {s_ask} | {up} | {failed} |")
+        lines.append(
+            f"| {m} | {seeds} | " + " | ".join(cells) + f" | {te[0]} | {te[1]} | {worst} | {s_ask} | {up} | {failed} |"
+        )
     return "\n".join(lines)
 
 
@@ -99,7 +101,11 @@ def plot(data: ReactionData, scen: dict[str, tuple[str, ...]], recs: dict, metho
     x = n_init + np.arange(budget + 1)
     for ax, (name, labs) in zip(axes[0], scen.items()):
         for m in methods:
-            C = rx.random_regret(data.subset(labs), n_init, budget, stock)[None] if m == "random" else curves(recs.get((name, m), []))
+            C = (
+                rx.random_regret(data.subset(labs), n_init, budget, stock)[None]
+                if m == "random"
+                else curves(recs.get((name, m), []))
+            )
             if len(C):
                 ax.plot(x, C.mean(axis=(0, 1)), label=m, ls="--" if m in ("random", "pooled") else "-")
         ax.set_title(f"({name}) {len(labs)} labs")
@@ -113,7 +119,7 @@ def plot(data: ReactionData, scen: dict[str, tuple[str, ...]], recs: dict, metho
 
 
 def run(args: argparse.Namespace) -> int:
-    from labfbo.harness import run_with_progress
+    from labfbo.apps.harness import run_with_progress
 
     if args.family and args.data:
         raise ConfigurationError("give --family (a shipped family) or --data (a CSV), not both")

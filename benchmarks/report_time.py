@@ -6,7 +6,8 @@ and the rest enqueued space-filling points (how they were chosen does not change
 report's work), 5 % failed. It is written once and cached. The report is timed phase by
 phase and as the command a lab runs (a new process: Python, torch and BoTorch imports
 included), median over ``--repeats``, next to two baselines in the same run: one ``ask()``
-of the same site resumed from the same journal, and a process that only imports labfbo (and exits as the command line does,
+of the same site resumed from the same journal, and a process that only imports labfbo (and exits as the command line
+does,
 skipping the interpreter's last garbage collection).
 """
 

@@ -23,7 +23,7 @@ import torch
 
 import labfbo
 from labfbo.models.pacoh import site_score
-from labfbo.protocols.gradient import meta_step
+from labfbo.protocols.gradient.protocol import meta_step
 from labfbo.transport.local import LocalTransport
 
 

@@ -43,7 +43,9 @@ class _Timed:
 def _campaign(folder: Path, problem: str, n_init: int, budget: int, closed_loop: bool) -> tuple[float, float]:
     """(wall seconds, seconds inside ask/tell/annotate and the instrument)."""
     adapter = load_adapter("simulated", problem=problem, noise_std=0.01)
-    opt = Optimizer(adapter.space, objective=adapter.problem.objective, storage=str(folder / "j"), seed=0, n_init=n_init)
+    opt = Optimizer(
+        adapter.space, objective=adapter.problem.objective, storage=str(folder / "j"), seed=0, n_init=n_init
+    )
     timed = {name: _Timed(getattr(opt, name)) for name in ("ask", "tell", "tell_failed")}
     run = _Timed(adapter.run)
     for name, fn in timed.items():
@@ -85,7 +87,7 @@ def _restart(folder: Path, problem: str, in_flight: int) -> tuple[float, float]:
 def _csv_poll(folder: Path, rows: int, repeats: int) -> float:
     """Median seconds of one poll that finds the last of ``rows`` result rows."""
     from labfbo.adapters import AdapterContext
-    from labfbo.space import Real, SearchSpace
+    from labfbo.space.search import Real, SearchSpace
 
     results = folder / f"results-{rows}.csv"
     results.write_text("trial_id,value\n" + "".join(f"{i},{i * 0.5}\n" for i in range(rows)))

@@ -16,7 +16,7 @@ def run_cached(name: str, jobs: Sequence[Any], workers: int, cache: str) -> tupl
     """Run (or resume) cached benchmark jobs with a progress bar; returns (command line, results)."""
     from tqdm.auto import tqdm
 
-    from labfbo.harness import run_jobs
+    from labfbo.apps.harness import run_jobs
 
     cmd = command_line(name)
     paths = {j.path for j in jobs}

@@ -47,7 +47,7 @@ def upload_bytes(params: list, rounds: int = 6) -> int:
 
 
 def main() -> None:
-    from labfbo.models.surface import SurfaceFeatures
+    from labfbo.protocols.surface.model import SurfaceFeatures
 
     print("| space | features p | floats p(p+1)/2 + p | `surface_stats` per lab and round |")
     print("|---|---:|---:|---:|")

@@ -2,7 +2,8 @@ r"""Transport benchmarks: HTTP round latency at scale, and the same campaign on 
 
 * :func:`http_rounds`: a real coordinator server in its own process (``labfbo coordinator
   serve`` on 127.0.0.1) and ``N`` light sites — asyncio clients (:class:`LightClient`) that join, ask for each
-  round as the site client does (:func:`light_round`), and answer each request with a recorded ``distribution`` message instead of fitting a
+  round as the site client does (:func:`light_round`), and answer each request with a recorded ``distribution`` message
+  instead of fitting a
   GP. Reports the round latency (a site asks for round ``t`` until every site has its
   guidance) and the coordinator's CPU seconds per round (from ``/proc``).
 * :func:`campaign_seconds`: one small ``distribution`` campaign (Branin, 1–3 sites,
@@ -25,12 +26,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from labfbo import wire
-from labfbo.messages import Array, JoinRequest
+from labfbo.core import wire
+from labfbo.core.messages import Array, JoinRequest
 from labfbo.protocols import get_protocol, parse_options
-from labfbo.protocols.distribution import OptimumBelief
+from labfbo.protocols.distribution.protocol import OptimumBelief
 from labfbo.server.config import new_token
-from labfbo.space import Real, SearchSpace
+from labfbo.space.search import Real, SearchSpace
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -111,14 +112,23 @@ async def light_round(client: Any, site: str, token: str, t: int, answer: Callab
         if kind == "request":
             body = answer(r.content)
             body = body.encode() if isinstance(body, str) else body
-            r = await client.post(f"/v1/sites/{site}/answers/{r.headers['x-labfbo-seq']}", params=poll, content=body,
-                                  headers={**h, "Content-Type": wire.MEDIA_TYPE if wire.is_frame(body) else "application/json"})
+            r = await client.post(
+                f"/v1/sites/{site}/answers/{r.headers['x-labfbo-seq']}",
+                params=poll,
+                content=body,
+                headers={**h, "Content-Type": wire.MEDIA_TYPE if wire.is_frame(body) else "application/json"},
+            )
         elif kind == "guidance":
             return
         elif kind == "error":
             raise RuntimeError(r.json()["message"])
         else:  # nothing yet: poll again
             r = await client.get(f"/v1/sites/{site}/work", params=poll, headers=h)
+
+
+def _replying(message: Any) -> Callable[[bytes], str]:
+    """A light site's answer to any request: ``message``, as it stands now."""
+    return lambda _request: message.model_dump_json()
 
 
 async def _drive(url: str, tokens: dict[str, str], space: SearchSpace, rounds: int) -> list[float]:
@@ -143,8 +153,12 @@ async def _drive(url: str, tokens: dict[str, str], space: SearchSpace, rounds: i
         latencies = []
         for t in range(rounds):
             t0 = time.perf_counter()
-            await asyncio.gather(*(light_round(client, s, tok, t, lambda _, m=answers[s].model_copy(update={"round": t}):
-                                               m.model_dump_json()) for s, tok in tokens.items()))
+            await asyncio.gather(
+                *(
+                    light_round(client, s, tok, t, _replying(answers[s].model_copy(update={"round": t})))
+                    for s, tok in tokens.items()
+                )
+            )
             latencies.append(time.perf_counter() - t0)
         return latencies
 
@@ -207,7 +221,7 @@ def campaign_seconds(transport: str, n_sites: int) -> tuple[float, float] | None
     On ``local`` the sites run one after another and a round runs inside the first site's
     ``ask``; on ``http`` and ``mpi`` each site runs its own loop, so a site's ``ask`` also
     waits, at the start of the round, for the other sites to have asked."""
-    from labfbo.simulation import simulate
+    from labfbo.apps.simulation import simulate
 
     res = simulate(transport=transport, n_sites=n_sites, **CAMPAIGN)  # type: ignore[arg-type]
     return None if res is None else (float(np.median(res.ask_seconds.max(axis=0))), float(res.wall_time))
@@ -217,7 +231,9 @@ def report_http(sites: tuple[int, ...], rounds: int) -> str:
     lines = ["| sites | round latency, median (s) | max (s) | coordinator CPU per round (s) |", "|---:|---:|---:|---:|"]
     for n in sites:
         r = http_rounds(n, rounds)
-        lines.append(f"| {n} | {r['latency_median']:.3f} | {r['latency_max']:.3f} | {r['coordinator_cpu_per_round']:.3f} |")
+        lines.append(
+            f"| {n} | {r['latency_median']:.3f} | {r['latency_max']:.3f} | {r['coordinator_cpu_per_round']:.3f} |"
+        )
     return "\n".join(lines)
 
 

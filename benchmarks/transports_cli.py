@@ -78,7 +78,7 @@ def _flower(campaign: dict[str, Any]) -> dict[str, Any]:
     import re
     import tempfile
 
-    from labfbo.simulation import simulate
+    from labfbo.apps.simulation import simulate
     from labfbo.transport.flower_deploy import LocalFlowerDeployment
 
     with tempfile.TemporaryDirectory(prefix="labfbo-bench-flower-") as tmp:
@@ -112,7 +112,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from labfbo.simulation import simulate
+    from labfbo.apps.simulation import simulate
 
     torch.set_num_threads(1)
     campaign = _campaign(args)
@@ -162,7 +162,7 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 if __name__ == "__main__":  # one rank of the mpi row: mpiexec -n N+1 python -m mpi4py -m ...transports_cli --mpi-rank
     import torch
 
-    from labfbo.simulation import simulate
+    from labfbo.apps.simulation import simulate
 
     torch.set_num_threads(1)
     result = simulate(transport="mpi", **json.loads(sys.argv[sys.argv.index("--mpi-rank") + 1]))

@@ -31,13 +31,22 @@ def run(transport: str, budget: int, seed: int, **options: object) -> dict[str, 
     latency = np.asarray(res.ask_seconds).max(axis=0)
     warm = int(np.argmax(up.mean(axis=0)))  # the warm-up round (the first model round)
     later = [t for t in range(up.shape[1]) if t > warm and up[:, t].sum() > 0]
-    return {"labfbo": labfbo.__version__, "transport": transport, "budget": budget, "seed": seed,
-            "options": options, "warmup_round": warm,
-            "warmup_MB_up": round(float(up[:, warm].mean()), 3), "warmup_MB_down": round(float(down[:, warm].mean()), 3),
-            "later_MB_up": round(float(up[:, later].mean()), 3), "later_MB_down": round(float(down[:, later].mean()), 3),
-            "warmup_latency_s": round(float(latency[warm]), 2),
-            "later_latency_s": round(float(np.median(latency[later])), 3), "wall_s": round(wall, 1),
-            "final_best": float(np.asarray(res.best_values)[:, -1].mean())}
+    return {
+        "labfbo": labfbo.__version__,
+        "transport": transport,
+        "budget": budget,
+        "seed": seed,
+        "options": options,
+        "warmup_round": warm,
+        "warmup_MB_up": round(float(up[:, warm].mean()), 3),
+        "warmup_MB_down": round(float(down[:, warm].mean()), 3),
+        "later_MB_up": round(float(up[:, later].mean()), 3),
+        "later_MB_down": round(float(down[:, later].mean()), 3),
+        "warmup_latency_s": round(float(latency[warm]), 2),
+        "later_latency_s": round(float(np.median(latency[later])), 3),
+        "wall_s": round(wall, 1),
+        "final_best": float(np.asarray(res.best_values)[:, -1].mean()),
+    }
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ import tempfile
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one torch thread: GP fits are much faster
 
 import labfbo  # noqa: E402
-from labfbo import (Categorical, Forbidden, LinearConstraint, NonlinearConstraint, Objective,  # noqa: E402
-                    Outcome, Real)
+from labfbo import Categorical, Forbidden, LinearConstraint, NonlinearConstraint, Objective, Outcome, Real  # noqa: E402
 
 BUDGET = int(os.environ.get("LABFBO_EXAMPLE_BUDGET", "15"))
 OUT = os.environ.get("LABFBO_EXAMPLE_OUT") or tempfile.mkdtemp(prefix="labfbo-constrained-")
@@ -59,7 +58,9 @@ for _ in range(opt.n_init + BUDGET):
 print(f"best feasible yield: {opt.best.outcomes['yield']:.1f} % at {opt.best.params}")
 print(f"trade-off (Pareto front of feasible experiments), {len(opt.pareto_front())} points:")
 for o in sorted(opt.pareto_front(), key=lambda o: o.outcomes["cost"]):
-    print(f"  yield {o.outcomes['yield']:5.1f} %  cost {o.outcomes['cost']:5.2f}  impurity {o.outcomes['impurity']:.2f}")
+    print(
+        f"  yield {o.outcomes['yield']:5.1f} %  cost {o.outcomes['cost']:5.2f}  impurity {o.outcomes['impurity']:.2f}"
+    )
 opt.to_csv(os.path.join(OUT, "formulation.csv"))
 print(f"history: {os.path.join(OUT, 'formulation.csv')}")
 opt.close()

@@ -33,7 +33,9 @@ OPTIMUM = {"lab-a": (195.0, 4.0), "lab-b": (205.0, 5.0)}[SITE]
 def run_experiment(params: dict) -> float:
     """This lab's instrument (simulated): the yield, to be maximized."""
     t0, p0 = OPTIMUM
-    return 100.0 * math.exp(-0.5 * (((params["temperature"] - t0) / 25.0) ** 2 + ((params["pressure"] - p0) / 2.5) ** 2))
+    return 100.0 * math.exp(
+        -0.5 * (((params["temperature"] - t0) / 25.0) ** 2 + ((params["pressure"] - p0) / 2.5) ** 2)
+    )
 
 
 with labfbo.Optimizer(space, objective="maximize", protocol="distribution", coordinator=URL, token=TOKEN,

@@ -20,7 +20,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 import labfbo  # noqa: E402
-from labfbo.harness import plot_convergence, summary_table  # noqa: E402
+from labfbo.apps.harness import plot_convergence, summary_table  # noqa: E402
 
 BUDGET = int(os.environ.get("LABFBO_EXAMPLE_BUDGET", "20"))
 OUT = os.environ.get("LABFBO_EXAMPLE_OUT") or tempfile.mkdtemp(prefix="labfbo-simulate-")

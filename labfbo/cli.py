@@ -26,7 +26,7 @@ def _cmd_coordinator_serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from labfbo.exceptions import ConfigurationError
+    from labfbo.core.exceptions import ConfigurationError
     from labfbo.server.app import CoordinatorServer, settle_heap
     from labfbo.server.config import ServerConfig
 
@@ -54,7 +54,7 @@ def _cmd_coordinator_serve(args: argparse.Namespace) -> int:
 
 def _serve_mpi(config: str) -> int:
     """The coordinator as rank 0 of an MPI job whose other ranks run sites (``coordinator: mpi``)."""
-    from labfbo.exceptions import ConfigurationError
+    from labfbo.core.exceptions import ConfigurationError
     from labfbo.server.config import ServerConfig
     from labfbo.transport.mpi import serve, world
 
@@ -71,7 +71,7 @@ def _serve_mpi(config: str) -> int:
 def _cmd_site_run(args: argparse.Namespace) -> int:
     import warnings
 
-    from labfbo.exceptions import ConfigurationError
+    from labfbo.core.exceptions import ConfigurationError
     from labfbo.lab import SiteConfig, format_report, run_site
 
     cfg = SiteConfig.load(args.config)
@@ -143,7 +143,7 @@ def _add_bench_suites(bsub: argparse._SubParsersAction) -> None:  # type: ignore
 
     A suite is a module with ``add_parser(subparsers)`` (and, optionally, ``BENCH_ORDER``: its place
     in ``labfbo bench --help``); labfbo's own suites are the ``labfbo_bench`` package."""
-    from labfbo.exceptions import ConfigurationError
+    from labfbo.core.exceptions import ConfigurationError
 
     suites = []
     for ep in _bench_entry_points():
@@ -168,7 +168,7 @@ def build_parser(with_bench: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="labfbo", description="Federated Bayesian optimization for labs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    importlib.import_module("labfbo.demo_cli").add_parser(sub)
+    importlib.import_module("labfbo.apps.demo.cli").add_parser(sub)
     importlib.import_module("labfbo.report.cli").add_parser(sub)
 
     co = sub.add_parser("coordinator", help="the consortium's coordinator server (HTTP)")
@@ -181,8 +181,11 @@ def build_parser(with_bench: bool = True) -> argparse.ArgumentParser:
     serve.add_argument("--ssl-keyfile", default=None)
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback address without TLS")
     serve.add_argument("--log-level", default="warning")
-    serve.add_argument("--mpi", action="store_true",
-                       help="serve over MPI as rank 0 (mpiexec -n 1 labfbo coordinator serve --mpi ... : -n N labfbo site run ...)")
+    serve.add_argument(
+        "--mpi",
+        action="store_true",
+        help="serve over MPI as rank 0 (mpiexec -n 1 labfbo coordinator serve --mpi ... : -n N labfbo site run ...)",
+    )
     serve.set_defaults(func=_cmd_coordinator_serve)
     tok = cosub.add_parser("token", help="print a new site/admin token and its SHA-256 for the config")
     tok.set_defaults(func=_cmd_coordinator_token)
@@ -200,7 +203,7 @@ def build_parser(with_bench: bool = True) -> argparse.ArgumentParser:
     run.set_defaults(func=_cmd_site_run)
     lst = ssub.add_parser("adapters", help="list the installed instrument adapters")
     lst.set_defaults(func=_cmd_site_adapters)
-    importlib.import_module("labfbo.privacy.audit_cli").add_parser(sub)
+    importlib.import_module("labfbo.apps.audit_cli").add_parser(sub)
     bench = sub.add_parser("bench", help="benchmark suites")
     bsub = bench.add_subparsers(dest="suite", required=True)
     if with_bench:
@@ -209,7 +212,7 @@ def build_parser(with_bench: bool = True) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from labfbo.exceptions import LabFBOError
+    from labfbo.core.exceptions import LabFBOError
 
     words = sys.argv[1:] if argv is None else list(argv)
     try:  # the benchmark suites load only for `labfbo bench ...`

@@ -15,13 +15,13 @@ BO rounds through a *gather* function supplied by the transport::
   of the study has asked for it (with ``quorum=q`` and ``deadline=s``: once ``q`` have,
   ``s`` seconds after the first asked), and only the sites that asked take part — each
   answers from the data it had when it asked (see :mod:`labfbo.optimizer`);
-* ``t > last_round + 1`` is refused (:class:`~labfbo.exceptions.RoundError`): no site
+* ``t > last_round + 1`` is refused (:class:`~labfbo.core.exceptions.RoundError`): no site
   can skip rounds for everyone.
 
 Within a round, every exchange waits for every participant; with ``quorum``/``deadline``
 it closes once ``q`` have answered and the deadline has passed, and stragglers and
 failed sites are left out of that exchange (aggregations see only the sites that
-contributed). Fewer than ``q`` answers is a :class:`~labfbo.exceptions.RoundError`.
+contributed). Fewer than ``q`` answers is a :class:`~labfbo.core.exceptions.RoundError`.
 Transports that run sites concurrently (MPI, HTTP) wait at the start of a round
 (:meth:`Coordinator.ready`); the in-process transport cannot wait for a site that has
 not asked yet, so it runs a round when the first site asks and every site answers from
@@ -35,21 +35,29 @@ initial designs for the same seed.
 
 from __future__ import annotations
 
-import time
 import warnings
 from typing import Any, Callable, Mapping, Sequence
 
-
-from labfbo.exceptions import ConfigurationError, FederationError, Inadmissible, RoundError
-from labfbo.keywords import resolve_checked
-from labfbo.messages import (Abstain, Array, BudgetExhausted, JoinReply, JoinRequest, Message, NoGuidance,
-                             PrivacyDeclaration)
-from labfbo.privacy.accounts import BUDGET_DISCARDED, PrivacyLedger, ReleaseReader
+from labfbo.core.dp import DP
+from labfbo.core.exceptions import ConfigurationError, FederationError, Inadmissible, RoundError
+from labfbo.core.messages import (
+    Abstain,
+    Array,
+    BudgetExhausted,
+    JoinReply,
+    JoinRequest,
+    Message,
+    NoGuidance,
+    PrivacyDeclaration,
+)
+from labfbo.privacy.accounts import BUDGET_DISCARDED, PrivacyLedger
 from labfbo.privacy.budget import BUDGET_SPENT, PrivacyFloor
 from labfbo.protocols import Exchange, Finish, Protocol, get_protocol
-from labfbo.design import collaborative_design
-from labfbo.space import SearchSpace
-from labfbo.space_diff import study_difference
+from labfbo.protocols.keywords import resolve_checked
+from labfbo.protocols.releases import ReleaseReader
+from labfbo.space.design import collaborative_design
+from labfbo.space.diff import study_difference
+from labfbo.space.search import SearchSpace
 
 Gather = Callable[[Mapping[str, Message], int, "float | None"], "dict[str, Message | BaseException]"]
 
@@ -79,8 +87,8 @@ class Coordinator:
 
     def __init__(self, protocol: "str | Protocol" = "independent", sites: int | Sequence[str] = 1, *,
                  space: SearchSpace | None = None, seed: int = 0, horizon: int | None = None,
-                 quorum: int | None = None, deadline: float | None = None,
-                 transport: str = "local", study: str = "labfbo-study", privacy_floor: PrivacyFloor | Mapping[str, float] | None = None,
+                 quorum: int | None = None, deadline: float | None = None, transport: str = "local",
+                 study: str = "labfbo-study", privacy_floor: PrivacyFloor | Mapping[str, float] | None = None,
                  **protocol_options: Any):
         self.protocol, self.options = resolve_checked(Coordinator.__init__, protocol, protocol_options)
         if isinstance(privacy_floor, Mapping):
@@ -118,8 +126,7 @@ class Coordinator:
         self.seed = int(seed)
         self.horizon = horizon
         self.study = study
-        # the shared space only: a site's own nonlinear constraints (code) never reach the coordinator
-        # the study's part of a space: a lab's stock (allowed) and nonlinear constraints stay with the lab
+        # the study's part of a space: a lab's stock (allowed) and nonlinear constraints (code) stay with the lab
         self.space = None if space is None else space.shared()
         self.space_set_by: str | None = None  # the site whose join set the space (None: pinned or none yet)
         if space is not None:
@@ -141,9 +148,7 @@ class Coordinator:
         self.contributors: dict[int, list[list[str]]] = {}
         self._aggregator = None
         # each site's releases as received, composed by the PLD accountant; its budget enforced (privacy/accounts.py)
-        from labfbo.privacy.dp import DP
-
-        study_dp = getattr(self.configured, "privacy", None)
+        study_dp = self.configured.privacy
         delta = study_dp.delta if isinstance(study_dp, DP) else DP().delta
         self.ledger = PrivacyLedger(ReleaseReader(self.protocol_cls, self.options, lambda: self.space, delta),
                                     floor=privacy_floor, default_delta=delta)
@@ -244,7 +249,9 @@ class Coordinator:
 
     def _account(self, site: str, msg: Message) -> Message:
         with self.ledger.lock:
-            if self._admitted.pop(id(msg), None) is msg or (isinstance(msg, Abstain) and msg.reason == BUDGET_DISCARDED):
+            if self._admitted.pop(id(msg), None) is msg or (
+                isinstance(msg, Abstain) and msg.reason == BUDGET_DISCARDED
+            ):
                 return msg  # admitted when it arrived
         return self.admit(site, msg)
 
@@ -264,7 +271,8 @@ class Coordinator:
     def _space_refusal(self, request: JoinRequest, space: SearchSpace, study: SearchSpace) -> str:
         """Why ``request``'s space is not the study's: each difference, the study's side and the lab's."""
         if self.space_set_by is None:
-            origin = "the study's space is pinned in its configuration (space: in consortium.yaml, or Coordinator(space=...))"
+            origin = ("the study's space is pinned in its configuration "
+                      "(space: in consortium.yaml, or Coordinator(space=...))")
         else:
             origin = (f"the study's space was set by {self.space_set_by!r}, the first site to join, because the "
                       "study pins none: pin the agreed space in its configuration (`labfbo coordinator init "
@@ -361,7 +369,7 @@ class Coordinator:
 
     def restore(self, snapshots: Sequence[dict[str, Any]]) -> None:
         """Continue after a restart from the snapshots of completed rounds (in round order)."""
-        from labfbo.messages import parse
+        from labfbo.core.messages import parse
 
         for snap in sorted(snapshots, key=lambda s: s["round"]):
             t = int(snap["round"])
@@ -387,7 +395,9 @@ class Coordinator:
             for m in step.requests.values():
                 if id(m) not in stamped:
                     stamped[id(m)] = self._stamp(m, t)
-            requests = {s: stamped[id(m)] for s, m in step.requests.items() if participants is None or s in participants}
+            requests = {
+                s: stamped[id(m)] for s, m in step.requests.items() if participants is None or s in participants
+            }
             answers = gather(requests, min(self.quorum, len(requests)), self.deadline)
             # accounted before it is used; a release beyond the site's budget becomes an Abstain
             answered = {s: self._account(s, m) for s, m in answers.items() if isinstance(m, Message)}
@@ -434,58 +444,3 @@ class Coordinator:
                 self._admitted[id(out)] = out  # refused as it arrived: the round takes it as it is
         warnings.warn(f"round {t}: the contribution of site {site!r} was left out: {why[:300]}", stacklevel=3)
         return out
-
-
-class RoundGate:
-    """When the coordinator's next round starts, for transports whose sites run concurrently
-    (MPI, HTTP): who has asked for it, since when, and whether :meth:`Coordinator.ready`
-    lets it start. The transport serializes the calls (its lock or its single loop)."""
-
-    def __init__(self, coordinator: Coordinator) -> None:
-        self.coord = coordinator
-        self.wants: dict[str, int] = {}          # site -> the round it last asked for
-        self.first_asked: dict[int, float] = {}  # round -> when the first site asked for it
-        self.counts: dict[int, int] = {}         # round -> how many sites ask for it
-
-    def ask(self, site: str, t: int) -> bool:
-        """``site`` waits for the next round ``t``; False if it had already asked for it."""
-        old = self.wants.get(site)
-        self.first_asked.setdefault(t, time.monotonic())
-        if old == t:
-            return False
-        if old is not None:
-            self.counts[old] -= 1
-        self.counts[t] = self.counts.get(t, 0) + 1
-        self.wants[site] = t
-        return True
-
-    def may_open(self, t: int, n_active: int) -> bool:
-        """Whether round ``t`` might start now that one more site asked for it — its first asker
-        (a deadline starts counting), the quorum, or every active site (O(1): the caller wakes the
-        round thread only then, not once per site)."""
-        n = self.counts.get(t, 0)
-        return n == 1 or n >= n_active or (self.coord.deadline is not None and n >= self.coord.quorum)
-
-    def asked(self, active: set[str]) -> set[str]:
-        """The sites of ``active`` (joined, not left) that asked for the next round."""
-        t = self.coord.last_round + 1
-        return {s for s, r in self.wants.items() if r == t and s in active}
-
-    def open(self, active: set[str]) -> tuple[int, list[str]] | None:
-        """``(t, participants)`` if the next round may start now, else None."""
-        t, wanting = self.coord.last_round + 1, self.asked(active)
-        waited = time.monotonic() - self.first_asked.get(t, time.monotonic())
-        return (t, sorted(wanting)) if self.coord.ready(wanting, active, waited) else None
-
-    def retry_in(self) -> float | None:
-        """Seconds until the deadline may start the next round (None: only an ask or a leave can)."""
-        first = self.first_asked.get(self.coord.last_round + 1)
-        if self.coord.deadline is None or first is None:
-            return None
-        return max(self.coord.deadline - (time.monotonic() - first), 0.0) or None
-
-    def started(self, t: int) -> None:
-        """Round ``t`` has run (or failed): forget who waited for it."""
-        self.wants = {s: r for s, r in self.wants.items() if r > t}
-        self.counts = {r: n for r, n in self.counts.items() if r > t}
-        self.first_asked.pop(t, None)

@@ -20,20 +20,19 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from labfbo.design import design_rows
-from labfbo.exceptions import ConfigurationError, ConstraintError, LabFBOError, TrialError, ValidationError
-from labfbo.journal import JournalBackend
-from labfbo.keywords import configure_checked
-from labfbo.messages import Message
+from labfbo.core.exceptions import ConfigurationError, ConstraintError, LabFBOError, TrialError, ValidationError
+from labfbo.core.journal import JournalBackend
+from labfbo.core.messages import Message
+from labfbo.core.objectives import Outcome, OutcomeSpec
+from labfbo.core.progress import slow_notice
+from labfbo.core.records import Ask, Enqueue, Fail, GuidanceReceived, Header, Historical, Note, Retract, Tell
+from labfbo.core.release import Release
+from labfbo.core.seeding import campaign_id, rng
+from labfbo.core.trial import Observation, Trial, TrialRecord, metadata_record, parse_value
 from labfbo.models.outcomes import pareto_front
-from labfbo.objectives import Outcome, OutcomeSpec
-from labfbo.privacy.release import Release
-from labfbo.privacy.report import cumulative_epsilon
-from labfbo.privacy.report import report as privacy_report
-from labfbo.progress import slow_notice
+from labfbo.privacy.report import cumulative_epsilon, report as privacy_report
 from labfbo.protocols import Protocol, SiteContext, SiteData
-from labfbo.records import Ask, Enqueue, Fail, GuidanceReceived, Header, Historical, Note, Retract, Tell
-from labfbo.seeding import campaign_id, rng
+from labfbo.protocols.keywords import configure_checked
 from labfbo.site.agent import SiteAgent, SiteSetup, Wrapper
 from labfbo.site.compute import COMPUTE
 from labfbo.site.data import LocalData, dedupe, history_record
@@ -41,9 +40,9 @@ from labfbo.site.ledger import SiteLedger
 from labfbo.site.state import SiteState
 from labfbo.site.store import SiteStore, read_snapshot
 from labfbo.site.views import budget_summary, history_rows, write_csv
-from labfbo.space import SearchSpace
+from labfbo.space.design import design_rows
+from labfbo.space.search import SearchSpace
 from labfbo.transport import connect
-from labfbo.trial import Observation, Trial, TrialRecord, metadata_record, parse_value
 
 MAX_MODEL_BATCH = 64
 """The most points one ``ask(n)`` proposes from the model (a joint batch costs superlinearly in n)."""

@@ -14,14 +14,20 @@ from typing import Any, Iterator, Literal, Mapping
 
 import numpy as np
 import pytest
+from leftovers import LeftoverGuard
 from pydantic import BaseModel, ConfigDict
 
 import labfbo
-from labfbo.messages import Message, register
-from labfbo.protocols import Aggregator, Exchange, Finish, Protocol, SiteLogic, register_protocol
-from labfbo.protocols import _REGISTRY  # noqa: PLC2701 - tests unregister what they registered
-
-from leftovers import LeftoverGuard
+from labfbo.core.messages import Message, register
+from labfbo.protocols import (
+    _REGISTRY,  # noqa: PLC2701 - tests unregister what they registered
+    Aggregator,
+    Exchange,
+    Finish,
+    Protocol,
+    SiteLogic,
+    register_protocol,
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:

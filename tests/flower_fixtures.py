@@ -12,8 +12,12 @@ import labfbo
 from labfbo.transport.flower_deploy import LocalFlowerDeployment
 
 FAST = {"num_restarts": 2, "raw_samples": 32}
-EXTRA = {"distribution": {"M": 64, "candidates": 128}, "gradient": {"n_particles": 4, "hidden": [8, 8], "warmup_steps": 2, "svgd_steps": 2},
-         "consensus": {}, "vote": {"privacy": labfbo.DP(epsilon=2.0)}}  # vote: sealed, a randomized response
+EXTRA = {
+    "distribution": {"M": 64, "candidates": 128},
+    "gradient": {"n_particles": 4, "hidden": [8, 8], "warmup_steps": 2, "svgd_steps": 2},
+    "consensus": {},
+    "vote": {"privacy": labfbo.DP(epsilon=2.0)},
+}  # vote: sealed, a randomized response
 
 
 @pytest.fixture(scope="module")

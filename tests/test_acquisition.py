@@ -10,13 +10,19 @@ import torch
 from botorch.acquisition import UpperConfidenceBound
 
 import labfbo
-from labfbo.protocols import available_protocols, get_protocol
-from labfbo.acquisition import (AcquisitionData, AcquisitionOptions, ExcludeIncumbent, escaping, propose_with_model,
-                                stalled)
-from labfbo.exceptions import ConfigurationError
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.models.acquisition import (
+    AcquisitionData,
+    AcquisitionOptions,
+    ExcludeIncumbent,
+    escaping,
+    propose_with_model,
+    stalled,
+)
 from labfbo.models.gp import fit_local_gp
+from labfbo.protocols import available_protocols, get_protocol
 from labfbo.protocols.centralized import CentralizedOptions
-from labfbo.protocols.gradient import GradientOptions
+from labfbo.protocols.gradient.protocol import GradientOptions
 from labfbo.protocols.independent import IndependentOptions
 
 SPACE = labfbo.SearchSpace([labfbo.Real("a", 0.0, 1.0), labfbo.Real("b", 0.0, 1.0)])
@@ -124,8 +130,8 @@ def test_paper_suites_ask_for_the_papers_ucb_by_name(tmp_path) -> None:
 
 
 def test_the_guide_suites_nei_rows_take_each_protocols_default_and_winsorize_is_a_named_variant(tmp_path) -> None:
+    from labfbo.apps.harness import options_fingerprint
     from labfbo_bench import guide
-    from labfbo.harness import options_fingerprint
 
     jobs = {j.label: j for j in guide.jobs(str(tmp_path), ("ellipsoid",), (2,),
                                            ("NEI", "GUIDE-NEI", "GUIDE-NEI-winsorize"), [0])}
@@ -151,7 +157,7 @@ def test_a_cached_run_made_with_other_defaults_runs_again(tmp_path) -> None:
     """A cache keyed by the method's label must not hand an old default's run to a new table."""
     import json
 
-    from labfbo.harness import Job, cached_fingerprint, options_fingerprint, run_pending
+    from labfbo.apps.harness import Job, cached_fingerprint, options_fingerprint, run_pending
 
     job = Job(path=str(tmp_path / "p" / "m" / "seed0.json"), label="m", problem="branin", problem_kwargs={},
               protocol="independent", seed=0, n_init=3, budget=1)
@@ -180,7 +186,7 @@ def test_a_cached_run_made_with_other_defaults_runs_again(tmp_path) -> None:
     run_pending([job], run)
     assert len(ran) == 2
     # a report that runs nothing leaves a stale run out all the same
-    from labfbo.harness import run_with_progress
+    from labfbo.apps.harness import run_with_progress
 
     Path(job.path).write_text(json.dumps({"options": {"fingerprint": "other-options"}}))
     run_with_progress([job], run, 1, "test", report_only=True)
@@ -317,7 +323,7 @@ def test_distribution_keeps_standardize_as_its_own_default_and_its_sites_use_it(
     """GUIDE-NEI lost sites on Ellipsoid with winsorizing (docs/benchmarks/papers.md, the guide suite): ``distribution``
     standardizes unless asked; its sites' local GP then keeps a failed run's value."""
     from labfbo.protocols.base import SiteContext, SiteData
-    from labfbo.protocols.distribution import DistributionOptions, DistributionSite
+    from labfbo.protocols.distribution.protocol import DistributionOptions, DistributionSite
 
     assert DistributionOptions().output_transform == "standardize"
     assert DistributionOptions(output_transform="winsorize").output_transform == "winsorize"

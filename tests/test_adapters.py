@@ -11,8 +11,8 @@ import pytest
 
 import labfbo
 from labfbo.adapters import Adapter, AdapterContext, InstrumentBusy, Measurement, load_adapter
-from labfbo.exceptions import ConfigurationError
-from labfbo.trial import Trial
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.core.trial import Trial
 from tests.fake_instrument import FakeInstrument
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Categorical("solvent", ["water", "ethanol"])])
@@ -52,7 +52,7 @@ def test_measurement_is_validated() -> None:
     for bad in (dict(value=float("nan")), dict(value=None), dict(failed=True, value=1.0), dict(value=1.0, sem=-1.0)):
         with pytest.raises(ValueError):
             Measurement(**bad)
-    with pytest.raises(labfbo.exceptions.ValidationError):
+    with pytest.raises(labfbo.core.exceptions.ValidationError):
         Measurement.coerce(float("inf"))
 
 
@@ -143,7 +143,9 @@ def test_csv_queue_results_partial_writes_duplicates_and_recovery(tmp_path: Path
     assert q.read_text().endswith("2,c0ffee,0.1,water\n3,c0ffee,0.25,water\n")
     other = labfbo.SearchSpace([labfbo.Real("y", 0.0, 1.0)])
     with pytest.raises(ConfigurationError, match="use another queue file"):
-        load_adapter("csv", queue=str(q), results=str(r)).prepare(AdapterContext(site="a", space=other, campaign="c0ffee"))
+        load_adapter("csv", queue=str(q), results=str(r)).prepare(
+            AdapterContext(site="a", space=other, campaign="c0ffee")
+        )
     with pytest.raises(ConfigurationError, match="different files"):
         load_adapter("csv", queue=str(q), results=str(q))
 
@@ -168,9 +170,14 @@ def test_command_failures_become_failed_measurements() -> None:
     crash = load_adapter("command", command=_cmd("import sys; sys.stderr.write('no sample loaded'); sys.exit(4)"))
     m = crash.run(_trial(0))
     assert m.failed and "status 4" in m.reason and "no sample loaded" in m.reason
-    assert "timed out" in load_adapter("command", command=_cmd("import time; time.sleep(5)"), timeout=0.5).run(_trial(0)).reason
+    assert (
+        "timed out"
+        in load_adapter("command", command=_cmd("import time; time.sleep(5)"), timeout=0.5).run(_trial(0)).reason
+    )
     assert "no number" in load_adapter("command", command=_cmd("print('done')")).run(_trial(0)).reason
-    assert "is nan" in load_adapter("command", command=_cmd("print('step 3/10 done; purity nan')")).run(_trial(0)).reason
+    assert (
+        "is nan" in load_adapter("command", command=_cmd("print('step 3/10 done; purity nan')")).run(_trial(0)).reason
+    )
     assert load_adapter("command", command=_cmd("print('{\"failed\": true, \"reason\": \"clog\"}')"),
                         parse="json").run(_trial(0)).reason == "clog"
     assert "could not start" in load_adapter("command", command=["/no/such/program"]).run(_trial(0)).reason
@@ -180,7 +187,12 @@ def test_command_failures_become_failed_measurements() -> None:
         load_adapter("command", command="echo {temperature}").run(_trial(0))
     with pytest.raises(ConfigurationError, match=r"placeholders \['flow-rate'\] .* are neither parameters"):
         load_adapter("command", command="echo {flow-rate} {x}").prepare(CTX)  # refused before any trial runs
-    assert load_adapter("command", command=_cmd("import os; print(os.environ['GAIN'])"), env={"GAIN": 2}).run(_trial(0)).value == 2
+    assert (
+        load_adapter("command", command=_cmd("import os; print(os.environ['GAIN'])"), env={"GAIN": 2})
+        .run(_trial(0))
+        .value
+        == 2
+    )
 
 
 # -- http (a fake REST instrument on 127.0.0.1) ---------------------------------------------------------

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import labfbo
-from labfbo.messages import Abstain, Array, JoinRequest, Message
+from labfbo.core.messages import Abstain, Array, JoinRequest, Message
 from labfbo.protocols.consensus import IMPROVEMENT_BOUND, ConsensusProposal
-from labfbo.protocols.distribution import VALUE_BOUND, OptimumBelief
-from labfbo.protocols.gradient import ScoreResponse
+from labfbo.protocols.distribution.protocol import VALUE_BOUND, OptimumBelief
+from labfbo.protocols.gradient.protocol import ScoreResponse
 
 SPACE = labfbo.SearchSpace([labfbo.Real("a", 0, 1), labfbo.Real("b", 0, 1)])
 SITES = ["a", "b", "c"]
@@ -122,8 +122,8 @@ def test_gradient_leaves_out_scores_of_another_shape_or_step() -> None:
 
 
 def _stats(s: str, count: int = 8) -> Message:
-    from labfbo.models.surface import SurfaceFeatures, site_statistics
-    from labfbo.protocols.surface_messages import SurfaceStats
+    from labfbo.protocols.surface.messages import SurfaceStats
+    from labfbo.protocols.surface.model import SurfaceFeatures, site_statistics
 
     gen = np.random.default_rng(SITES.index(s))
     X = gen.random((count, 2))
@@ -158,7 +158,7 @@ def test_surface_caps_a_stated_count_at_the_rounds_median() -> None:
 
 
 def test_vote_leaves_out_a_vote_over_another_codebook_and_weighs_each_vote_one_count() -> None:
-    from labfbo.protocols.vote_messages import OptimumVote
+    from labfbo.protocols.vote.messages import OptimumVote
 
     def honest(s: str, m: Message) -> Message:
         return OptimumVote(index=SITES.index(s), codebook=8)

@@ -4,6 +4,7 @@ top-level, deferred inside a function, and under ``if TYPE_CHECKING:``)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ def imported_names(name: str, path: Path) -> set[str]:
                 up = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(up + ([base] if base else []))
             names = {f"{base}.{a.name}" for a in node.names}
-            modules = names & MODULES.keys()  # `from labfbo import wire`: the module labfbo.wire
+            modules = names & MODULES.keys()  # `from labfbo import wire`: the module labfbo.core.wire
             out |= modules if modules else {base}
     return out
 
@@ -94,7 +95,8 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_circle_finder_finds_a_circle_through_a_deferred_or_typing_import(tmp_path: Path) -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert circles(graph) == [["a", "b", "c"]]
-    src = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from labfbo.x import Y\ndef f():\n    import labfbo.z\n"
+    src = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from labfbo.x import Y\n"
+           "def f():\n    import labfbo.z\n")
     probe = tmp_path / "probe.py"
     probe.write_text(src)
     assert {"labfbo.x", "labfbo.z"} <= imported_names("probe", probe)
@@ -102,6 +104,81 @@ def test_the_circle_finder_finds_a_circle_through_a_deferred_or_typing_import(tm
 
 def test_labfbo_has_no_import_circle() -> None:
     assert circles(module_graph()) == []
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+PROTOCOL_NAMES = ("independent", "consensus", "gradient", "distribution", "centralized", "pooled", "surface", "vote")
+
+
+def layer_table() -> list[tuple[str, list[str]]]:
+    """The rows of docs/architecture.md's layer table, bottom up: (layer, its folders and modules)."""
+    lines = DOCS.read_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("| layer | folders |"))
+    rows = []
+    for ln in lines[start + 2:]:
+        if not ln.startswith("|"):
+            break
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        rows.append((cells[0], re.findall(r"`([^`]+)`", cells[1])))
+    return rows
+
+
+def layer_of(module: str, table: list[tuple[str, list[str]]]) -> int:
+    """The row of ``module`` (a dotted name under labfbo): its top folder, or its own file."""
+    parts = module.split(".")[1:]
+    entry = "__init__.py" if not parts else (parts[0] + ("/" if (ROOT / parts[0]).is_dir() else ".py"))
+    found = [i for i, (_, entries) in enumerate(table) if entry in entries]
+    assert len(found) == 1, f"{entry} is in {len(found)} rows of the layer table"
+    return found[0]
+
+
+def test_the_layer_table_is_the_folders() -> None:
+    """Every entry of labfbo/ is in the table once, and the table names nothing that is not there."""
+    listed = [e for _, entries in layer_table() for e in entries]
+    assert len(listed) == len(set(listed))
+    present = {p.name + "/" for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    present |= {p.name for p in ROOT.glob("*.py")}
+    assert set(listed) == present
+
+
+def test_no_import_points_up_a_layer() -> None:
+    table = layer_table()
+    up = sorted(f"{m} ({table[layer_of(m, table)][0]}) imports {t} ({table[layer_of(t, table)][0]})"
+                for m, targets in module_graph().items() for t in targets if layer_of(t, table) > layer_of(m, table))
+    assert up == []
+
+
+def test_the_layer_check_catches_an_upward_import(tmp_path: Path) -> None:
+    """The check above can fail: a model importing a protocol is an upward import in the table."""
+    table = layer_table()
+    assert layer_of("labfbo.protocols.base", table) > layer_of("labfbo.models.gp", table)
+    assert (
+        layer_of("labfbo.optimizer", table)
+        > layer_of("labfbo.site.agent", table)
+        > layer_of("labfbo.coordinator", table)
+    )
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from labfbo.protocols.base import SiteData\n")
+    assert "labfbo.protocols.base" in imported_names("labfbo.models.probe", probe)
+
+
+def test_at_most_six_modules_at_the_top() -> None:
+    assert len(list(ROOT.glob("*.py"))) <= 6
+
+
+def test_a_module_named_after_a_protocol_is_in_its_package_or_an_application() -> None:
+    """Outside ``protocols/<name>/`` and ``apps/`` no module is named after a protocol; a protocol of
+    one module is ``protocols/<name>.py``."""
+    wrong = []
+    for name in MODULES:
+        parts = name.split(".")
+        if parts[1:2] == ["apps"] or (parts[1:2] == ["protocols"] and len(parts) > 3 and parts[2] in PROTOCOL_NAMES):
+            continue
+        if parts[1:2] == ["protocols"] and len(parts) == 3 and parts[2] in PROTOCOL_NAMES:
+            continue
+        if any(parts[-1] == p or parts[-1].startswith(p + "_") for p in PROTOCOL_NAMES):
+            wrong.append(name)
+    assert wrong == []
 
 
 def _importers(prefix: str, of: tuple[str, ...]) -> dict[str, list[str]]:
@@ -117,10 +194,8 @@ def _importers(prefix: str, of: tuple[str, ...]) -> dict[str, list[str]]:
 @pytest.mark.parametrize("layer, must_not_import", [
     ("labfbo", ("labfbo_bench",)),  # the library never imports its benchmark campaigns
     ("labfbo.transport", ("labfbo.protocols",)),  # a transport only moves messages
-    ("labfbo.protocols", ("labfbo.optimizer", "labfbo.site", "labfbo.coordinator", "labfbo.transport",
-                          "labfbo.server", "labfbo.report")),  # a protocol is pure functions over messages
-    ("labfbo.site", ("labfbo.optimizer", "labfbo.coordinator", "labfbo.server", "labfbo.report")),
-    ("labfbo.coordinator", ("labfbo.optimizer", "labfbo.site", "labfbo.transport")),
+    ("labfbo.privacy", ("labfbo.protocols", "labfbo.apps")),  # mechanisms and accounting only
+    ("labfbo.site", ("labfbo.coordinator",)),  # one site, from its own journal
 ])
 def test_layers_import_only_downwards(layer: str, must_not_import: tuple[str, ...]) -> None:
     assert _importers(layer, must_not_import) == {}
@@ -140,3 +215,44 @@ def test_the_journal_is_replayed_in_one_place() -> None:
 def test_no_module_is_over_500_lines() -> None:
     long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > 500}
     assert long == {}
+
+
+PROTOCOL_OBJECTS = {"logic", "site_logic", "agg", "aggregator", "options", "opts", "protocol", "configured",
+                    "protocol_cls"}
+
+
+def _reads_by_name(tree: ast.AST) -> list[tuple[int, str]]:
+    """``getattr``/``hasattr`` calls on an object named like a protocol, its site logic, aggregator or
+    options (``options``, ``self.logic``, ...), or on ``self`` inside such a class."""
+    found = []
+
+    def visit(node: ast.AST, owner: str | None) -> None:
+        if isinstance(node, ast.ClassDef):
+            owner = node.name
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+                and node.args):
+            target = node.args[0]
+            name = (target.id if isinstance(target, ast.Name)
+                    else target.attr if isinstance(target, ast.Attribute) else "")
+            if name in PROTOCOL_OBJECTS or (name == "self" and owner is not None
+                                            and owner.endswith(("Site", "Logic", "Aggregator", "Options", "Protocol"))):
+                found.append((node.lineno, ast.unparse(node)))
+        for child in ast.iter_child_nodes(node):
+            visit(child, owner)
+
+    visit(tree, None)
+    return found
+
+
+def test_no_protocol_object_is_read_by_attribute_name_outside_the_registry() -> None:
+    """What the core reads of a protocol is declared on it: no ``getattr``/``hasattr`` on a protocol,
+    its site logic, aggregator or options outside ``labfbo.protocols`` (the registry)."""
+    reads = {name: found for name, path in MODULES.items() if name != "labfbo.protocols"
+             and (found := _reads_by_name(ast.parse(path.read_text())))}
+    assert reads == {}
+
+
+def test_the_attribute_read_check_finds_one() -> None:
+    src = "class SurfaceAggregator:\n    def f(self):\n        return hasattr(self, '_p')\n" \
+          "def g(opts):\n    return getattr(opts, 'privacy', None)\n"
+    assert [line for line, _ in _reads_by_name(ast.parse(src))] == [3, 5]

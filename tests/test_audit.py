@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import labfbo
+from labfbo.apps.attacks.gradient import campaign
 from labfbo.benchmarks import get_problem
-from labfbo.privacy.attacks.gradient import campaign
 from labfbo.cli import main
-from labfbo.exceptions import ConfigurationError
+from labfbo.core.exceptions import ConfigurationError
 from labfbo.models.pacoh import PacohConfig, _fit, init_particles, mean_block_index, mean_jacobian, site_score
 from labfbo.privacy import secagg
 from labfbo.privacy.audit import Intercept, audit, intercepts, leakage_metrics, reconstruct, uniform_dispersion

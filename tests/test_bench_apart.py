@@ -83,9 +83,8 @@ def test_every_bench_entry_point_loads_and_adds_its_subcommand() -> None:
 
 
 def test_a_broken_entry_point_is_a_labfbo_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    from labfbo.cli import main
-
     import labfbo.cli
+    from labfbo.cli import main
 
     broken = importlib.metadata.EntryPoint("ghost", "labfbo_bench.no_such_suite", GROUP)
     monkeypatch.setattr(labfbo.cli, "_bench_entry_points", lambda: [broken])

@@ -10,16 +10,16 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from toy_protocol import ToyAggregator, ToyProtocol, ToySite
 
 import labfbo
-from labfbo.messages import Abstain, BudgetExhausted, SpentBudget
+from labfbo.core.messages import Abstain, BudgetExhausted, SpentBudget
+from labfbo.core.release import Release
 from labfbo.privacy.accounts import BUDGET_DISCARDED
 from labfbo.privacy.budget import Budget
 from labfbo.privacy.dp import composed_epsilon
-from labfbo.privacy.release import Release
 from labfbo.protocols import _REGISTRY, register_protocol  # noqa: PLC2701 - the test unregisters it
 from labfbo.site.agent import SiteAgent
-from toy_protocol import ToyAggregator, ToyProtocol, ToySite
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1)])
 DP2 = labfbo.DP(epsilon=2.0, delta=1e-5)
@@ -216,9 +216,9 @@ def test_a_site_that_bypasses_its_gate_is_discarded_counted_not_aggregated_and_t
 
 def test_the_ledger_discards_beyond_the_budget_and_survives_its_state() -> None:
     coord = labfbo.Coordinator(PlannedToy.name, sites=["a"], seed=0, space=SPACE, horizon=HORIZON)
-    coord.join(labfbo.messages.JoinRequest(site="a", protocol=PlannedToy.name, space_hash=SPACE.fingerprint(),
+    coord.join(labfbo.core.messages.JoinRequest(site="a", protocol=PlannedToy.name, space_hash=SPACE.fingerprint(),
                                            space=SPACE.model_dump(mode="json"),
-                                           privacy=labfbo.messages.PrivacyDeclaration(epsilon=1.0, delta=1e-5)))
+                                           privacy=labfbo.core.messages.PrivacyDeclaration(epsilon=1.0, delta=1e-5)))
     from toy_protocol import NoisedMean
 
     msg = NoisedMean(mean=0.1, dp_noise_multiplier=6.0, round=0)
@@ -234,14 +234,17 @@ def test_the_ledger_discards_beyond_the_budget_and_survives_its_state() -> None:
     again.ledger.restore(coord.ledger.state())
     assert again.ledger.spent("a") == coord.ledger.spent("a")
     # a rejoin cannot raise the budget, and it is told what it spent
-    reply = coord.join(labfbo.messages.JoinRequest(
+    reply = coord.join(labfbo.core.messages.JoinRequest(
         site="a", protocol=PlannedToy.name, space_hash=SPACE.fingerprint(), space=SPACE.model_dump(mode="json"),
-        privacy=labfbo.messages.PrivacyDeclaration(epsilon=5.0, delta=1e-5)))
+        privacy=labfbo.core.messages.PrivacyDeclaration(epsilon=5.0, delta=1e-5)))
     assert reply.spent is not None and reply.spent.budget == 1.0 and reply.spent.releases == n
-    assert labfbo.messages.parse(reply.to_wire()) == reply
+    assert labfbo.core.messages.parse(reply.to_wire()) == reply
     first = labfbo.Coordinator(PlannedToy.name, sites=["b"], seed=0, space=SPACE, horizon=HORIZON)
-    plain = first.join(labfbo.messages.JoinRequest(site="b", protocol=PlannedToy.name, space_hash=SPACE.fingerprint(),
-                                                   space=SPACE.model_dump(mode="json")))
+    plain = first.join(
+        labfbo.core.messages.JoinRequest(
+            site="b", protocol=PlannedToy.name, space_hash=SPACE.fingerprint(), space=SPACE.model_dump(mode="json")
+        )
+    )
     assert "spent" not in plain.model_dump_json()  # a first join's reply is as before
 
 

@@ -53,7 +53,7 @@ def test_the_categorical_lengthscales_have_the_dimension_scaled_prior() -> None:
 
 
 def test_the_default_kernel_of_a_categorical_space_is_hamming_and_the_former_one_stays_reachable() -> None:
-    X = CATS.encode([{"base": b, "ligand": l} for b, l in [("a", "w"), ("b", "x"), ("c", "y"), ("a", "z")]])
+    X = CATS.encode([{"base": b, "ligand": lig} for b, lig in [("a", "w"), ("b", "x"), ("c", "y"), ("a", "z")]])
     y = np.array([1.0, 2.0, 0.5, 3.0])
     assert isinstance(fit_local_gp(X, y, space=CATS).covar_module, HammingKernel)
     old = fit_local_gp(X, y, space=CATS, options=SurrogateOptions(categorical_kernel="botorch"))
@@ -129,7 +129,7 @@ def test_the_cap_leaves_a_categorical_column_as_it_was() -> None:
 
 
 def _cats_xy() -> tuple[np.ndarray, np.ndarray]:
-    X = CATS.encode([{"base": b, "ligand": l} for b, l in [("a", "w"), ("b", "x"), ("c", "y"), ("a", "z")]])
+    X = CATS.encode([{"base": b, "ligand": lig} for b, lig in [("a", "w"), ("b", "x"), ("c", "y"), ("a", "z")]])
     return X, np.array([1.0, 2.0, 0.5, 3.0])
 
 

@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from campaign import run_campaign
 
 import labfbo
-from campaign import run_campaign
 from labfbo.models.figp import GuidanceField
 from labfbo.models.optimum_belief import choice_layout, fit_belief
 from labfbo.privacy.belief_dp import privatize_belief, sensitivity
-from labfbo.protocols.distribution import Components, GuidancePacket, OptimumBelief, merge_components
+from labfbo.protocols.distribution.protocol import Components, GuidancePacket, OptimumBelief, merge_components
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0, step=0.05), labfbo.Categorical("c", ["a", "b", "c", "d"]),
                             labfbo.Discrete("conc", [0.057, 0.1, 0.153]), labfbo.Categorical("s", ["u", "v"])])
@@ -96,7 +96,7 @@ def test_merging_averages_choice_probabilities_and_counts_total_variation() -> N
 
 
 def test_messages_state_their_size_and_refuse_bad_probabilities() -> None:
-    from labfbo.messages import Array
+    from labfbo.core.messages import Array
 
     up = OptimumBelief(weight=0.5, mean=Array.of(np.array([0.2, 0.4])), variance=Array.of(np.array([0.01, 0.01])),
                        value=0.3, probs=Array.of(np.array([0.25, 0.25, 0.25, 0.25, 0.5, 0.5])))
@@ -157,8 +157,8 @@ def test_the_harm_guards_leave_one_out_densities_match_refitting() -> None:
 
 
 def test_the_harm_guard_falls_back_to_the_local_gp_when_the_federation_misleads() -> None:
-    from labfbo.protocols.gradient import GradientOptions, GradientSite
     from labfbo.protocols.base import SiteContext, SiteData
+    from labfbo.protocols.gradient.protocol import GradientOptions, GradientSite
 
     space = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0)])
     site = GradientSite(space, GradientOptions(n_particles=2, hidden=(4, 4)), SiteContext("a"))

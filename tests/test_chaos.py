@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
+from coordinator_process import free_port, start_coordinator
 
 import labfbo
 from labfbo.server.config import new_token
-from coordinator_process import free_port, start_coordinator
 from labfbo.transport.http import HTTPCoordinator
 
 pytestmark = pytest.mark.integration  # subprocess sites killed and restarted
@@ -58,7 +58,9 @@ class Consortium:
 
     def rounds_done(self) -> list[int]:
         try:
-            r = requests.get(f"{self.url}/v1/admin/status", headers={"Authorization": f"Bearer {self.admin}"}, timeout=5)
+            r = requests.get(
+                f"{self.url}/v1/admin/status", headers={"Authorization": f"Bearer {self.admin}"}, timeout=5
+            )
             return r.json()["rounds_done"] if r.status_code == 200 else []
         except requests.RequestException:
             return []
@@ -117,8 +119,16 @@ def _campaign(tmp: Path) -> None:
             assert len(told) == 2 + BUDGET and told == finished  # every measurement told, once
             assert set(starts) == set(told)
             # the journal replays to the state the site ended with
-            with labfbo.Optimizer(SPACE, protocol="distribution", site=s, seed=3, n_init=2, storage=str(tmp / f"{s}.jsonl"),
-                                  coordinator=HTTPCoordinator(c.url, c.tokens[s][0]), **OPTIONS) as again:
+            with labfbo.Optimizer(
+                SPACE,
+                protocol="distribution",
+                site=s,
+                seed=3,
+                n_init=2,
+                storage=str(tmp / f"{s}.jsonl"),
+                coordinator=HTTPCoordinator(c.url, c.tokens[s][0]),
+                **OPTIONS,
+            ) as again:
                 assert [o.model_dump() for o in again.observations] == final["observations"]
                 assert [t.model_dump() for t in again.trials] == final["trials"]
                 used = [t.metadata["round"] for t in again.trials if t.metadata["source"] == "model"]

@@ -4,11 +4,20 @@ name-plus-keywords shorthand; what the core asks of a protocol, declared on it."
 from __future__ import annotations
 
 import pytest
+from campaign import run_campaign
 
 import labfbo
-from campaign import run_campaign
-from labfbo.protocols import (Centralized, Distribution, Gradient, Independent, Surface, Vote, configure,
-                              get_protocol, resolve)
+from labfbo.protocols import (
+    Centralized,
+    Distribution,
+    Gradient,
+    Independent,
+    Surface,
+    Vote,
+    configure,
+    get_protocol,
+    resolve,
+)
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Real("y", 0.0, 1.0)])
 FAST = {"num_restarts": 2, "raw_samples": 32}

@@ -6,13 +6,20 @@ import itertools
 
 import numpy as np
 import pytest
+from campaign import run_campaign
 
 import labfbo
-from campaign import run_campaign
-from labfbo.messages import Array
-from labfbo.protocols.consensus import (ConsensusAggregator, ConsensusOptions, ConsensusProposal,
-                                        ConsensusReply, combine, leader_matrix, sinkhorn,
-                                        uniform_schedule)
+from labfbo.core.messages import Array
+from labfbo.protocols.consensus import (
+    ConsensusAggregator,
+    ConsensusOptions,
+    ConsensusProposal,
+    ConsensusReply,
+    combine,
+    leader_matrix,
+    sinkhorn,
+    uniform_schedule,
+)
 
 FAST = {"num_restarts": 2, "raw_samples": 32}
 
@@ -206,7 +213,7 @@ def test_coordinator_checks_horizon_and_shared_options() -> None:
     with pytest.raises(labfbo.FederationError, match="matrix='leader' \\(the study: 'uniform'\\)"):
         labfbo.Optimizer(space, protocol="consensus", coordinator=coord, site="a", matrix="leader")
     labfbo.Optimizer(space, protocol="consensus", coordinator=coord, site="a", acquisition="ei")  # local option
-    from labfbo.messages import JoinRequest  # a site of another labfbo version sends an option the study lacks
+    from labfbo.core.messages import JoinRequest  # a site of another labfbo version sends an option the study lacks
 
     extra = JoinRequest(site="b", protocol="consensus", space_hash=space.fingerprint(),
                         space=space.model_dump(mode="json"), n_init=1,
@@ -218,7 +225,7 @@ def test_coordinator_checks_horizon_and_shared_options() -> None:
 
 
 def test_a_site_without_data_abstains() -> None:
-    from labfbo.messages import Abstain
+    from labfbo.core.messages import Abstain
     from labfbo.protocols.base import SiteContext, SiteData
     from labfbo.protocols.consensus import ConsensusRequest, ConsensusSite
 

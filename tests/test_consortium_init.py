@@ -18,7 +18,7 @@ import yaml
 
 import labfbo
 from labfbo.cli import main
-from labfbo.messages import JoinRequest, PrivacyDeclaration
+from labfbo.core.messages import JoinRequest, PrivacyDeclaration
 from labfbo.server.config import ServerConfig, hash_token, new_token
 from labfbo.server.init_cli import read_space
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import labfbo
 from labfbo import Categorical, Discrete, Forbidden, Integer, LinearConstraint, NonlinearConstraint, Real, SearchSpace
@@ -53,8 +52,10 @@ def test_linear_constraints_refuse_parameters_they_cannot_hold() -> None:
 
 
 def test_forbidden_combinations_compile_into_the_table_of_feasible_combinations() -> None:
-    space = SearchSpace([Categorical("base", ["KOAc", "DBU"]), Categorical("solvent", ["DMAc", "DMSO"]), Real("t", 0, 1)],
-                        constraints=[Forbidden({"base": "KOAc", "solvent": "DMAc"})])
+    space = SearchSpace(
+        [Categorical("base", ["KOAc", "DBU"]), Categorical("solvent", ["DMAc", "DMSO"]), Real("t", 0, 1)],
+        constraints=[Forbidden({"base": "KOAc", "solvent": "DMAc"})],
+    )
     assert len(space.feasible_grid(100)) == 3
     assert not space.is_allowed({"base": "KOAc", "solvent": "DMAc", "t": 0.5})
     X = space.snap(np.random.default_rng(0).random((200, 3)))
@@ -115,10 +116,16 @@ def test_degenerate_linear_constraints_are_refused_or_still_met() -> None:
         SearchSpace(abc, constraints=[LinearConstraint({"a": 1, "b": 1}, "<=", 1), LinearConstraint({"a": 1, "b": 1},
                                                                                                    ">=", 1)])
     # fractions of very different ranges, and an equality that pins a parameter to its bound
-    for params, cons in [([Real("a", 0, 0.1), Real("b", 0, 1), Real("c", 0, 10)],
-                          [LinearConstraint({"a": 1, "b": 1, "c": 1}, "==", 1.0)]),
-                         ([Real("x0", 0, 2), Real("x1", 0, 1), Real("x2", 0, 1)],
-                          [LinearConstraint({"x2": 1}, "==", 0.5), LinearConstraint({"x0": 0.2, "x2": -2}, "==", -0.6)])]:
+    for params, cons in [
+        (
+            [Real("a", 0, 0.1), Real("b", 0, 1), Real("c", 0, 10)],
+            [LinearConstraint({"a": 1, "b": 1, "c": 1}, "==", 1.0)],
+        ),
+        (
+            [Real("x0", 0, 2), Real("x1", 0, 1), Real("x2", 0, 1)],
+            [LinearConstraint({"x2": 1}, "==", 0.5), LinearConstraint({"x0": 0.2, "x2": -2}, "==", -0.6)],
+        ),
+    ]:
         space = SearchSpace(params, constraints=cons)
         X = np.concatenate([space.snap(np.random.default_rng(1).random((300, 3))), space.sample(64, 0),
                             space.design(np.random.default_rng(2).random((6, 3)), 0)])

@@ -7,7 +7,7 @@ import pytest
 
 import labfbo
 from labfbo import Coordinator, Optimizer, Real, SearchSpace
-from labfbo.messages import JoinRequest, parse
+from labfbo.core.messages import JoinRequest, parse
 
 
 def snapshot(opt, storage=None):

@@ -10,9 +10,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from browser import chromium, console_errors
 
 import labfbo
-from browser import chromium, console_errors
 from labfbo.server.app import CoordinatorServer, ServerThread
 from labfbo.server.config import ServerConfig, hash_token, new_token
 from labfbo.server.dashboard import COOKIE, DashboardStatus, Sessions
@@ -146,6 +146,7 @@ def test_the_coordinators_epsilon_is_the_sites_own(protocol: str) -> None:
     import types
 
     from campaign import run_campaign
+
     from labfbo.server.dashboard import PrivacyView
 
     extra = {"distribution": {"M": 32, "candidates": 64}, "surface": {},
@@ -169,6 +170,7 @@ def test_the_dashboard_shows_each_sites_budget_and_when_it_is_spent() -> None:
     import types
 
     from campaign import run_campaign
+
     from labfbo.server.dashboard import PrivacyView
 
     kw = {"num_restarts": 2, "raw_samples": 32, "fourier_features": 4}
@@ -403,7 +405,7 @@ def test_a_study_whose_only_site_left_before_any_round_has_ended_and_a_partial_o
     one = one.model_copy(update={"sites": {"a": one.sites["a"]}})
     server = CoordinatorServer(one)
     client = TestClient(server.app)
-    req = labfbo.messages.JoinRequest(site="a", protocol="distribution", space_hash=SPACE.fingerprint(),
+    req = labfbo.core.messages.JoinRequest(site="a", protocol="distribution", space_hash=SPACE.fingerprint(),
                                       space=SPACE.model_dump(mode="json"))
     server.engine.join(req)
     assert server.dashboard.status().current.state == "idle"
@@ -461,7 +463,7 @@ def test_after_a_restart_the_dashboard_says_since_when_its_counters_count() -> N
 
 
 def test_a_round_that_left_labs_without_guidance_names_them() -> None:
-    from labfbo.messages import Abstain, NoGuidance
+    from labfbo.core.messages import Abstain, NoGuidance
     from labfbo.server.dashboard import Dashboard, _without_guidance
 
     replies = {"a": NoGuidance(), "b": NoGuidance(), "c": Abstain(reason="a stand-in for c's guidance")}

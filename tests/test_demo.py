@@ -10,13 +10,24 @@ from typing import Iterator
 
 import pytest
 
-from labfbo.datasets import load_reactions
+from labfbo.apps.demo.runs import METHODS, SeedJob, run_seeds
+from labfbo.apps.demo.screen import (
+    CITATION,
+    DemoConfig,
+    DemoResult,
+    curves,
+    pick_labs,
+    plot_title,
+    reading,
+    related_labs,
+    run_demo,
+    seeds_text,
+    wins,
+)
 from labfbo.cli import build_parser
-from labfbo.demo import (CITATION, DemoConfig, DemoResult, curves, pick_labs, plot_title, reading, related_labs,
-                         run_demo, seeds_text, wins)
-from labfbo.demo_runs import METHODS, SeedJob, run_seeds
-from labfbo.exceptions import ConfigurationError
-from labfbo.journal import read_records
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.core.journal import read_records
+from labfbo.datasets import load_reactions
 from tests.browser import chromium, console_errors
 
 LABS = ("2-bromopyridine", "2-chloropyridine")
@@ -59,7 +70,7 @@ def test_the_demo_writes_the_table_the_plot_and_every_labs_report(tiny: DemoResu
     assert [len(r) for r in rows] == [6] * 6  # after 5 experiments, after all 6, seeds together beat alone
     # every lab journaled its `surface` campaign of the first seed and has its report, linked from the summary
     assert sorted(tiny.reports) == sorted(LABS)
-    for i, (lab, html) in enumerate(tiny.reports.items()):
+    for _i, (lab, html) in enumerate(tiny.reports.items()):
         assert html == out / f"report-{lab}.html" and html.stat().st_size > 10_000
         assert f"]({html.name})" in summary
         records, _ = read_records(out / "journals" / f"{lab}.journal", repair=False)

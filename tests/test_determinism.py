@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from labfbo import Optimizer
-from labfbo.seeding import int_seed, rng, stable_hash
+from labfbo.core.seeding import int_seed, rng, stable_hash
 
 
 def run(space, f, seed, rounds=5, batch=None, **kw):
     opt = Optimizer(space, n_init=3, seed=seed, **kw)
     proposals = []
-    for r in range(rounds):
+    for _r in range(rounds):
         trials = opt.ask(n=batch) if batch else [opt.ask()]
         proposals.append([(t.id, t.params, t.metadata["source"]) for t in trials])
         for t in trials:

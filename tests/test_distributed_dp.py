@@ -9,15 +9,15 @@ import math
 import numpy as np
 import pytest
 import torch
+from campaign import run_campaign
 
 import labfbo
-from campaign import run_campaign
-from labfbo.messages import Array
+from labfbo.core.messages import Array
 from labfbo.models.pacoh import site_score
 from labfbo.privacy import clip_rows, distributed, privatize, secagg
 from labfbo.privacy.budget import calibrate
 from labfbo.protocols import get_protocol, parse_options
-from labfbo.protocols.gradient import ParticlesRequest
+from labfbo.protocols.gradient.protocol import ParticlesRequest
 from labfbo.protocols.secure_sum import MaskedScores, SelfMaskSeed, UnmaskRequest, digest, reveal
 
 FAST = {"num_restarts": 2, "raw_samples": 32, "n_particles": 3, "hidden": (8, 8), "warmup_steps": 3, "svgd_steps": 2}

@@ -5,17 +5,25 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from campaign import run_campaign
 
 import labfbo
-from campaign import run_campaign
-from labfbo.exceptions import FederationError, ProtocolError
-from labfbo.messages import Array, parse
+from labfbo.core.exceptions import FederationError, ProtocolError
+from labfbo.core.messages import Array, parse
 from labfbo.models.figp import FIGP, GuidanceField, guidance_strength
 from labfbo.models.gp import as_tensor, fit_local_gp
 from labfbo.models.optimum_belief import MIN_VARIANCE, candidate_set, fit_belief, optimum_samples
-from labfbo.protocols.distribution import (Components, DistributionAggregator, DistributionOptions,
-                                           GuidancePacket, OptimumBelief, draw_packet, merge_components,
-                                           reweight, temperature)
+from labfbo.protocols.distribution.protocol import (
+    Components,
+    DistributionAggregator,
+    DistributionOptions,
+    GuidancePacket,
+    OptimumBelief,
+    draw_packet,
+    merge_components,
+    reweight,
+    temperature,
+)
 
 FAST = {"num_restarts": 2, "raw_samples": 32, "M": 64, "candidates": 128}
 

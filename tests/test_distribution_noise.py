@@ -9,12 +9,19 @@ import numpy as np
 import pytest
 
 import labfbo
-from labfbo.messages import Array, parse
+from labfbo.core.messages import Array, parse
 from labfbo.privacy.belief_dp import sensitivity
 from labfbo.protocols.base import SiteContext, SiteData
-from labfbo.protocols.distribution import (Components, DistributionAggregator, DistributionOptions,
-                                           DistributionSite, GuidancePacket, OptimumBelief, merge_components)
-from labfbo.protocols.distribution_messages import NOISE_GUARD
+from labfbo.protocols.distribution.messages import NOISE_GUARD
+from labfbo.protocols.distribution.protocol import (
+    Components,
+    DistributionAggregator,
+    DistributionOptions,
+    DistributionSite,
+    GuidancePacket,
+    OptimumBelief,
+    merge_components,
+)
 
 SPACE = labfbo.SearchSpace([labfbo.Real("a", 0, 1), labfbo.Real("b", 0, 1)])
 SITES = ["s0", "s1", "s2"]
@@ -78,7 +85,7 @@ def test_a_private_site_states_its_noise_and_falls_back_to_its_gp_when_the_guida
     dp = labfbo.DP(noise_multiplier=4.0, clip=3.0)
     opts = DistributionOptions(privacy=dp, M=64, candidates=128)
     site = DistributionSite(SPACE, opts, SiteContext(site="s0", seed=0))
-    from labfbo.protocols.distribution import BeliefRequest
+    from labfbo.protocols.distribution.protocol import BeliefRequest
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

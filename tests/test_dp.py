@@ -11,9 +11,9 @@ import pydantic
 import pytest
 
 import labfbo
-from labfbo.exceptions import ConfigurationError
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.core.seeding import rng as stream
 from labfbo.privacy import DP, PrivacyLedger, clip_rows, gaussian_epsilon, privatize
-from labfbo.seeding import rng as stream
 
 pytest.importorskip("dp_accounting")
 

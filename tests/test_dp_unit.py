@@ -6,16 +6,23 @@ import json
 
 import numpy as np
 import pytest
+from campaign import run_campaign
 
 import labfbo
-from campaign import run_campaign
-from labfbo.messages import PrivacyDeclaration
-from labfbo.models.surface import (SurfaceFeatures, dp_sensitivity, experiment_sensitivity, private_statistics,
-                                   rank_scores, site_statistics, upper)
+from labfbo.core.messages import PrivacyDeclaration
+from labfbo.core.release import EXPERIMENT_NEIGHBOURING, NEIGHBOURING, Release
 from labfbo.privacy.budget import PrivacyFloor, declaration
-from labfbo.privacy.release import EXPERIMENT_NEIGHBOURING, NEIGHBOURING, Release
 from labfbo.privacy.report import report
 from labfbo.protocols import SiteContext, get_protocol, parse_options
+from labfbo.protocols.surface.model import (
+    SurfaceFeatures,
+    dp_sensitivity,
+    experiment_sensitivity,
+    private_statistics,
+    rank_scores,
+    site_statistics,
+    upper,
+)
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1)])
 MIXED = labfbo.SearchSpace([labfbo.Real("t", 0, 1), labfbo.Integer("n", 1, 5),
@@ -126,7 +133,7 @@ def test_a_values_own_mean_and_std_give_no_experiment_level_bound() -> None:
 
 
 def test_private_statistics_add_noise_of_the_units_sensitivity_and_site_level_as_before() -> None:
-    from labfbo.models.surface import privatize
+    from labfbo.protocols.surface.model import privatize_statistics as privatize
 
     feats = SurfaceFeatures(MIXED, fourier=8)
     gen = np.random.default_rng(3)

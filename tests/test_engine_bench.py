@@ -3,15 +3,14 @@ categorical kernel and discrete optimizers."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
 import labfbo
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.models.gp import SurrogateOptions, fit_local_gp, predict
 from labfbo_bench import engine
 from labfbo_bench.engine_panel import PANEL, QUICK, REAL, SYNTHETIC, engine_problem
-from labfbo.exceptions import ConfigurationError
-from labfbo.models.gp import SurrogateOptions, fit_local_gp, predict
 
 pytestmark = pytest.mark.integration  # the engine benchmark: Optuna and BoTorch loops
 
@@ -140,13 +139,13 @@ def test_engine_options_propose_feasible_points(options):
 def test_surrogate_options_are_validated():
     with pytest.raises(ValueError):
         SurrogateOptions(kernel="linear")
-    with pytest.raises(labfbo.exceptions.ConfigurationError):
+    with pytest.raises(labfbo.core.exceptions.ConfigurationError):
         labfbo.Optimizer(labfbo.SearchSpace([labfbo.Real("x", 0, 1)]), kernel="linear")
 
 
 def test_latency_bench_times_three_sides():
-    from labfbo_bench.latency import format_rows, measure
     from labfbo.problems.families import get_problem
+    from labfbo_bench.latency import format_rows, measure
 
     row = measure(get_problem("branin", n_sites=1, seed=0), n_obs=8, repeats=1)
     assert row.labfbo_s > 0 and row.botorch_s > 0 and row.tutorial_s > 0
@@ -157,8 +156,8 @@ def test_latency_bench_times_three_sides():
 def test_the_same_model_loop_selects_its_noise_prior_as_labfbo_does():
     import torch
 
-    from labfbo_bench.latency import _loop_gp, botorch_loop_step
     from labfbo.models.gp import loo_log_density
+    from labfbo_bench.latency import _loop_gp, botorch_loop_step
 
     rng = np.random.default_rng(0)
     X = rng.random((20, 2)) * [4, 2] - [1, 0]
@@ -176,8 +175,8 @@ def test_the_same_model_loop_selects_its_noise_prior_as_labfbo_does():
 
 
 def test_the_same_model_loop_winsorizes_when_labfbo_does():
-    from labfbo_bench.latency import botorch_loop_step
     from labfbo.models.gp import winsorized
+    from labfbo_bench.latency import botorch_loop_step
 
     rng = np.random.default_rng(2)
     X = rng.random((12, 2))
@@ -268,8 +267,11 @@ def test_leave_one_family_out_picks_on_the_other_groups():
     recs = []
     for s in range(3):
         for fam, tuned in (("borylation", 0.2), ("deoxyfluorination", 0.2), ("buchwald_hartwig", 5.0)):
-            recs += [_record(f"{fam}#00", "optuna", s, [10.0 + s] * 12), _record(f"{fam}#00", "steady", s, [10.0 + s] * 12),
-                     _record(f"{fam}#00", "tuned", s, [tuned * (10.0 + s)] * 12)]
+            recs += [
+                _record(f"{fam}#00", "optuna", s, [10.0 + s] * 12),
+                _record(f"{fam}#00", "steady", s, [10.0 + s] * 12),
+                _record(f"{fam}#00", "tuned", s, [tuned * (10.0 + s)] * 12),
+            ]
     groups = ["borylation", "deoxyfluorination", "buchwald_hartwig"]
     assert score(recs, "borylation", "tuned") == pytest.approx(0.2) and score(recs, "borylation", "steady") == 1.0
     text = lofo(recs, groups, ["steady", "tuned"])

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from labfbo.adapters import ENTRY_POINT_GROUP, Adapter
-from labfbo.trial import Trial
+from labfbo.core.trial import Trial
 
 pytestmark = pytest.mark.integration  # the examples run as scripts
 

@@ -134,9 +134,7 @@ def test_a_name_that_is_math_to_matplotlib_is_drawn_as_text(tmp_path) -> None:
 
 
 def test_a_failed_round_tells_the_sites_who_failed_never_what_a_site_said() -> None:
-    from labfbo.messages import Message
-
-    from labfbo.messages import JoinRequest
+    from labfbo.core.messages import JoinRequest, Message
 
     coord = labfbo.Coordinator("distribution", sites=["a", "b", "c"], seed=0, space=SPACE, quorum=3)
     for s in "abc":
@@ -178,7 +176,7 @@ def test_a_corrupted_journal_is_a_journal_error(tmp_path, corrupt: str) -> None:
 
 
 def test_a_join_whose_space_is_not_its_hash_is_refused_and_changes_nothing() -> None:
-    from labfbo.messages import JoinRequest
+    from labfbo.core.messages import JoinRequest
 
     other = labfbo.SearchSpace([labfbo.Real("x", 0, 2), labfbo.Real("y", 0, 1)])
     coord = labfbo.Coordinator("distribution", sites=["a", "b"], seed=0)  # no space pinned yet

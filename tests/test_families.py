@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from labfbo.core.exceptions import ConfigurationError
 from labfbo.datasets import FAMILIES, load_family, shipped_path
-from labfbo.exceptions import ConfigurationError
 
 SHAPES = {"buchwald_hartwig": (15, (3, 4, 23), 20), "borylation": (33, (23, 2), 15),
           "deoxyfluorination": (37, (4, 5), 8)}

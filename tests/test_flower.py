@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 import labfbo
-from labfbo.messages import Array
-from labfbo.protocols.gradient import ParticlesRequest
+from labfbo.core.messages import Array
+from labfbo.protocols.gradient.protocol import ParticlesRequest
 
 flwr = pytest.importorskip("flwr")
 
-from labfbo.flower_app import labfbo_flower_relay as relay  # noqa: E402
 from flower_fixtures import check_same_proposals, deployment  # noqa: E402,F401 - the module's deployment fixture
 
+from labfbo.flower_app import labfbo_flower_relay as relay  # noqa: E402
 
 
 def test_a_frame_crosses_flower_records_bit_for_bit() -> None:
@@ -35,7 +35,7 @@ def test_a_frame_crosses_flower_records_bit_for_bit() -> None:
     assert json.loads(content.config_records[relay.CONTROL]["header"])["particles"]["$buf"] == [0, 160]
     control, back = relay.from_content(content)
     assert control == {"op": "request"} and back == frame
-    assert labfbo.messages.parse(back) == msg
+    assert labfbo.core.messages.parse(back) == msg
     _, err = relay.from_content(relay.to_content(b'{"error": "X", "message": "y"}', op="answer"))
     assert err == b'{"error": "X", "message": "y"}'
 
@@ -44,5 +44,5 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize("protocol", ["consensus", "distribution"])  # gradient, vote: test_flower_gradient_vote.py
-def test_flower_gives_the_same_proposals_as_local(deployment, protocol: str) -> None:
+def test_flower_gives_the_same_proposals_as_local(deployment, protocol: str) -> None:  # noqa: F811 - the fixture
     check_same_proposals(deployment, protocol)

@@ -16,9 +16,10 @@ import labfbo
 
 flwr = pytest.importorskip("flwr")
 
+from flower_fixtures import deployment, logs  # noqa: E402,F401 - the module's deployment fixture
+
 from labfbo.server.config import ServerConfig, hash_token  # noqa: E402
 from labfbo.transport.flower import FlowerCoordinator  # noqa: E402
-from flower_fixtures import deployment, logs  # noqa: E402,F401 - the module's deployment fixture
 from labfbo.transport.flower_deploy import LocalFlowerDeployment  # noqa: E402
 
 FAST = {"num_restarts": 2, "raw_samples": 32}
@@ -28,7 +29,7 @@ SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1)])
 pytestmark = pytest.mark.integration
 
 
-def test_a_killed_supernode_is_left_out_by_quorum_and_its_site_resumes_from_its_journal(deployment, tmp_path) -> None:
+def test_a_killed_supernode_is_left_out_by_quorum_and_its_site_resumes_from_its_journal(deployment, tmp_path) -> None:  # noqa: F811 - the fixture
     fl = deployment
     names = [s.name for s in fl.sites]
     cfg = ServerConfig(protocol="distribution", seed=1, quorum=2, deadline=30.0, space=SPACE.model_dump(mode="json"),

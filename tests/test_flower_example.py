@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from test_examples import _run_alone
 
 pytestmark = pytest.mark.integration  # the example runs as a script
@@ -23,5 +22,7 @@ def test_flower_consortium(tmp_path) -> None:
     for site in ("lab-a", "lab-b"):
         assert re.search(rf"^{site}: best yield \d+\.\d+ at .*sent \['join', 'optimum_belief'\]", stdout, re.M), stdout
         assert (tmp_path / f"{site}.journal").exists()
-    assert re.search(r'^labfbo: round 1 done in [0-9.]+ s; contributions \[\["lab-a", "lab-b"\]\]$', stdout, re.M), stdout
+    assert re.search(r'^labfbo: round 1 done in [0-9.]+ s; contributions \[\["lab-a", "lab-b"\]\]$', stdout, re.M), (
+        stdout
+    )
     assert re.search(r"^labfbo: study example-consortium done: 2 rounds", stdout, re.M), stdout

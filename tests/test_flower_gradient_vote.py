@@ -13,5 +13,5 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize("protocol", ["gradient", "vote"])
-def test_flower_gives_the_same_proposals_as_local(deployment, protocol: str) -> None:
+def test_flower_gives_the_same_proposals_as_local(deployment, protocol: str) -> None:  # noqa: F811 - the fixture
     check_same_proposals(deployment, protocol)

@@ -17,11 +17,11 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 import pytest
+from campaign import local_proposals
 
 import labfbo
-from campaign import local_proposals
 from labfbo.coordinator import Coordinator
-from labfbo.messages import NoGuidance
+from labfbo.core.messages import NoGuidance
 
 pytest.importorskip("flwr")
 
@@ -190,9 +190,9 @@ def test_the_bridge_checks_the_token_before_reading_a_body() -> None:
         assert json.loads(answer)["error"] == "FederationError"  # not joined: nothing is answered
     finally:
         link.close()
-    with pytest.raises(labfbo.exceptions.ConfigurationError, match="token"):
+    with pytest.raises(labfbo.core.exceptions.ConfigurationError, match="token"):
         FlowerCoordinator("flower://127.0.0.1:9", "")
-    with pytest.raises(labfbo.exceptions.ConfigurationError, match="this machine only"):
+    with pytest.raises(labfbo.core.exceptions.ConfigurationError, match="this machine only"):
         FlowerCoordinator("flower://0.0.0.0:9500", "t")
 
 

@@ -16,6 +16,7 @@ import labfbo
 flwr = pytest.importorskip("flwr")
 
 from campaign import local_proposals  # noqa: E402
+
 from labfbo.server.config import ServerConfig, hash_token  # noqa: E402
 from labfbo.transport.flower import FlowerCoordinator  # noqa: E402
 from labfbo.transport.flower_deploy import FlowerSite, LocalFlowerDeployment  # noqa: E402

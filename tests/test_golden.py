@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 import torch
+from golden.record import FAST, MIXED, SEED, UNIT_TOL, campaign, differences, one_thread, space_of
 
 import labfbo
-from golden.record import FAST, MIXED, SEED, UNIT_TOL, campaign, differences, one_thread, space_of
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 RECORDED = json.loads((GOLDEN / "proposals.json").read_text())
@@ -119,10 +119,10 @@ def test_a_journal_of_the_previous_format_opens_and_proposes_what_it_did(tmp_pat
 def test_a_federated_journal_of_the_previous_format_gives_the_same_privacy_report() -> None:
     """Its version-1 release records are declared by the protocol now (`legacy_release`) and fold
     into the report the site printed when it wrote them."""
-    from labfbo.journal import read_records
+    from labfbo.core.journal import read_records
+    from labfbo.core.records import LegacyRelease, parse_record
     from labfbo.privacy.report import report
     from labfbo.protocols import SiteContext, get_protocol, parse_options
-    from labfbo.records import LegacyRelease, parse_record
     from labfbo.site.state import SiteState
 
     raw, _ = read_records(GOLDEN / "journals" / "gradient-dp-sa.jsonl", repair=False)
@@ -148,9 +148,9 @@ def test_a_federated_journal_of_the_previous_format_gives_the_same_privacy_repor
 def test_a_federated_journal_with_dp_of_the_previous_format_resumes() -> None:
     """DP settings journaled before budgets existed (no ``epsilon`` key) are the same settings: the
     header an optimizer writes for them today passes the resume check against the old journal's."""
-    from labfbo.journal import check_header, read_records
+    from labfbo.core.journal import check_header, read_records
+    from labfbo.core.records import parse_record
     from labfbo.privacy import DP
-    from labfbo.records import parse_record
 
     head = parse_record(read_records(GOLDEN / "journals" / "gradient-dp-sa.jsonl", repair=False)[0][0])
     dp = DP(**head.options["privacy"])

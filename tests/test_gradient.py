@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from campaign import run_campaign
 
 import labfbo
-from campaign import run_campaign
 from labfbo.privacy import gaussian_epsilon
-from labfbo.protocols.gradient import ScoreResponse
+from labfbo.protocols.gradient.protocol import ScoreResponse
 
 FAST = {"num_restarts": 2, "raw_samples": 32, "n_particles": 4, "hidden": (8, 8), "warmup_steps": 5}
 SPACE = labfbo.SearchSpace([labfbo.Real("x", -2.0, 2.0), labfbo.Real("y", 0.0, 1.0)])
@@ -51,7 +51,7 @@ def test_the_meta_optimizers_moments_survive_a_coordinator_restart() -> None:
     exactly where the original would (the server stores this state with every round)."""
     import json
 
-    from labfbo.protocols.gradient import meta_step
+    from labfbo.protocols.gradient.protocol import meta_step
 
     coord, _, _ = _run("gradient", 2, svgd_steps=3)
     agg = coord.aggregator()

@@ -7,10 +7,10 @@ import numpy as np
 import torch
 
 import labfbo
-from labfbo.messages import Array
+from labfbo.core.messages import Array
 from labfbo.protocols.base import SiteContext, SiteData
-from labfbo.protocols.gradient import NOISE_GUARD, GradientAggregator, GradientOptions, GradientSite
-from labfbo.protocols.gradient_messages import ParticlesReply, ScoreResponse
+from labfbo.protocols.gradient.messages import ParticlesReply, ScoreResponse
+from labfbo.protocols.gradient.protocol import NOISE_GUARD, GradientAggregator, GradientOptions, GradientSite
 
 SPACE = labfbo.SearchSpace([labfbo.Real("a", 0, 1), labfbo.Real("b", 0, 1)])
 SITES = ["a", "b", "c"]

@@ -6,10 +6,17 @@ import numpy as np
 import pytest
 
 import labfbo
-from labfbo.messages import Array, parse
-from labfbo.protocols.gradient import GradientOptions, ParticlesRequest, ScoreResponse
-from labfbo.protocols.gradient_wire import (BLOCK, MISSED, CoordinatorWire, ParticlesDelta, SiteWire, dequantize,
-                                            quantize)
+from labfbo.core.messages import Array, parse
+from labfbo.protocols.gradient.protocol import GradientOptions, ParticlesRequest, ScoreResponse
+from labfbo.protocols.gradient.wire import (
+    BLOCK,
+    MISSED,
+    CoordinatorWire,
+    ParticlesDelta,
+    SiteWire,
+    dequantize,
+    quantize,
+)
 
 FAST = {"n_sites": 3, "n_init": 3, "budget": 3, "seed": 1, "warmup_steps": 20, "svgd_steps": 4,
         "num_restarts": 2, "raw_samples": 32}
@@ -106,7 +113,7 @@ def test_a_site_that_lost_the_thread_gets_the_next_step_in_full(lost):
 
 
 def test_a_failed_exchange_costs_a_site_one_step_not_the_round(monkeypatch):
-    from labfbo.protocols.gradient import GradientSite
+    from labfbo.protocols.gradient.protocol import GradientSite
 
     log: list[tuple[int, int, int, str]] = []
     answer = GradientSite.answer
@@ -122,7 +129,7 @@ def test_a_failed_exchange_costs_a_site_one_step_not_the_round(monkeypatch):
             log.append((self.context.site_index, round, request.step, getattr(out, "reason", out.kind)))
         return out
 
-    import labfbo.simulation as simulation
+    import labfbo.apps.simulation as simulation
 
     build = simulation._coordinator
 

@@ -9,14 +9,14 @@ import pytest
 import torch
 
 import labfbo
-from labfbo.messages import Array
+from labfbo.core.messages import Array
 from labfbo.models.figp import guidance_strength
 from labfbo.models.gp import fit_local_gp
+from labfbo.models.priors import CellPrior
 from labfbo.models.transfer import guidance_agreement
-from labfbo.priors import CellPrior
 from labfbo.protocols.base import SiteContext, SiteData
-from labfbo.protocols.distribution import DistributionOptions, DistributionSite, GuidancePacket
-from labfbo.protocols.vote import VoteOptions, VoteSite
+from labfbo.protocols.distribution.protocol import DistributionOptions, DistributionSite, GuidancePacket
+from labfbo.protocols.vote.protocol import VoteOptions, VoteSite
 
 SPACE = labfbo.SearchSpace([labfbo.Real("a", 0, 1), labfbo.Real("b", 0, 1)])
 X = np.random.default_rng(3).random((10, 2))

@@ -12,9 +12,9 @@ import requests
 from fastapi import HTTPException
 
 import labfbo
-from labfbo.messages import Abstain, Array
+from labfbo.core.messages import Abstain, Array
 from labfbo.protocols import available_protocols, get_protocol
-from labfbo.protocols.distribution import OptimumBelief
+from labfbo.protocols.distribution.protocol import OptimumBelief
 from labfbo.server.app import CoordinatorServer, ServerThread
 from labfbo.server.config import ServerConfig, hash_token, new_token
 from labfbo.transport.http import HTTPCoordinator
@@ -96,7 +96,7 @@ def _h(token: str) -> dict[str, str]:
 
 
 def _join(srv, tokens, site: str) -> None:
-    req = labfbo.messages.JoinRequest(site=site, protocol="distribution", space_hash=SPACE.fingerprint(),
+    req = labfbo.core.messages.JoinRequest(site=site, protocol="distribution", space_hash=SPACE.fingerprint(),
                                       space=SPACE.model_dump(mode="json"), n_init=2,
                                       shared_options={"P": 5, "merge_threshold": 0.05, "temperature_scale": 0.1,
                                                       "min_temperature": 0.01, "value_reweighting": True,
@@ -114,7 +114,9 @@ def test_auth_conflicts_and_limits(study) -> None:
         _join(srv, tokens, s)
     # site a reading or posting as site b
     assert requests.get(f"{url}/v1/sites/b/work", headers=_h(tokens["a"]), timeout=10).status_code == 403
-    assert requests.post(f"{url}/v1/sites/b/answers/1", data="{}", headers=_h(tokens["a"]), timeout=10).status_code == 403
+    assert (
+        requests.post(f"{url}/v1/sites/b/answers/1", data="{}", headers=_h(tokens["a"]), timeout=10).status_code == 403
+    )
     # no site can skip rounds for everyone (the state would survive a restart)
     for t in (1, 999_999_999):
         r = requests.post(f"{url}/v1/sites/a/rounds/{t}/want", headers=_h(tokens["a"]), timeout=10)
@@ -149,8 +151,15 @@ def test_auth_conflicts_and_limits(study) -> None:
                                         variance=Array.of([0.01, 0.01]), value=0.0).model_dump_json()
     assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=bad, headers=_h(tokens["b"]),
                          timeout=10).status_code == 422
-    huge = json.dumps({"kind": "optimum_belief", "weight": 0.5, "value": 0.0, "variance": {"dtype": "float64", "shape": [1], "data": ""},
-                       "mean": {"dtype": "float64", "shape": [2 ** 70], "data": ""}})
+    huge = json.dumps(
+        {
+            "kind": "optimum_belief",
+            "weight": 0.5,
+            "value": 0.0,
+            "variance": {"dtype": "float64", "shape": [1], "data": ""},
+            "mean": {"dtype": "float64", "shape": [2**70], "data": ""},
+        }
+    )
     deep = "[" * 9_000 + "]" * 9_000  # under the 20 kB limit, deeper than the JSON parser recurses
     roundless = json.dumps({"kind": "abstain", "reason": "no round field"})  # would count in any round
     assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=roundless, headers=_h(tokens["b"]),
@@ -161,15 +170,19 @@ def test_auth_conflicts_and_limits(study) -> None:
         assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=body, headers=_h(tokens["b"]),
                              timeout=10).status_code == 422
     # frames: site b reads its request as one; damaged frames and non-finite arrays in frames are refused
-    framed = {**_h(tokens["b"]), "Accept": labfbo.wire.MEDIA_TYPE}
+    framed = {**_h(tokens["b"]), "Accept": labfbo.core.wire.MEDIA_TYPE}
     r = requests.get(f"{url}/v1/sites/b/work", params={"wait": 5}, headers=framed, timeout=20)
-    assert r.headers["content-type"] == labfbo.wire.MEDIA_TYPE and r.headers["X-Labfbo-Work"] == "request"
-    assert int(r.headers["X-Labfbo-Seq"]) == seq and labfbo.messages.parse(r.content).round == 0
-    post_frame = {**_h(tokens["b"]), "Content-Type": labfbo.wire.MEDIA_TYPE}
-    for body in (labfbo.wire.pack_json(belief)[:-3], labfbo.wire.pack_json(bad), b"LFBW\x01\xff\xff\xff\xff{}"):
+    assert r.headers["content-type"] == labfbo.core.wire.MEDIA_TYPE and r.headers["X-Labfbo-Work"] == "request"
+    assert int(r.headers["X-Labfbo-Seq"]) == seq and labfbo.core.messages.parse(r.content).round == 0
+    post_frame = {**_h(tokens["b"]), "Content-Type": labfbo.core.wire.MEDIA_TYPE}
+    for body in (
+        labfbo.core.wire.pack_json(belief)[:-3],
+        labfbo.core.wire.pack_json(bad),
+        b"LFBW\x01\xff\xff\xff\xff{}",
+    ):
         assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=body, headers=post_frame,
                              timeout=10).status_code == 422
-    assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=labfbo.wire.pack_json(belief), headers=post_frame,
+    assert requests.post(f"{url}/v1/sites/b/answers/{seq}", data=labfbo.core.wire.pack_json(belief), headers=post_frame,
                          timeout=10).json() == {"accepted": True, "repeat": False}
     one = SPACE.model_dump(mode="json")["params"][0]
     wide = {"kind": "join", "site": "b", "protocol": "distribution", "space_hash": "0" * 64, "n_init": 1,
@@ -177,7 +190,7 @@ def test_auth_conflicts_and_limits(study) -> None:
     r = requests.post(f"{url}/v1/join", data=json.dumps(wide), headers=_h(tokens["b"]), timeout=60)
     assert r.status_code == 413  # over this study's body limit: refused before it is read
     with pytest.raises(HTTPException) as refused:  # under a larger limit, before the space is built
-        srv.server._join(json.dumps(wide).encode(), "b")
+        srv.server.join(json.dumps(wide).encode(), "b")
     assert refused.value.status_code == 422 and "40000 parameters (at most 1000: max_params)" in refused.value.detail
     for body in (utf16, *unhashable):  # the join reads the same way
         assert requests.post(f"{url}/v1/join", data=body, headers=_h(tokens["b"]), timeout=10).status_code == 422
@@ -317,7 +330,9 @@ def test_an_address_flooding_without_a_token_is_shut_out_unaudited_and_the_sites
 def test_token_rotation_without_restart(study) -> None:
     srv, tokens, admin, _ = study
     url = srv.url
-    assert requests.post(f"{url}/v1/admin/sites/a/token", json={}, headers=_h(tokens["a"]), timeout=10).status_code == 401
+    assert (
+        requests.post(f"{url}/v1/admin/sites/a/token", json={}, headers=_h(tokens["a"]), timeout=10).status_code == 401
+    )
     r = requests.post(f"{url}/v1/admin/sites/a/token", json={}, headers=_h(admin), timeout=10)
     assert r.status_code == 200
     fresh = r.json()["token"]
@@ -331,16 +346,34 @@ def test_token_rotation_without_restart(study) -> None:
 def test_a_silent_site_is_left_out_with_quorum(tmp_path) -> None:
     names = ["s0", "s1", "s2", "s3"]
     tokens = {s: new_token() for s in names}
-    cfg = ServerConfig(protocol="distribution", seed=1, quorum=3, deadline=1.0, sites={s: h for s, (_, h) in tokens.items()},
-                       space=SPACE.model_dump(mode="json"), options={**FAST, **EXTRA["distribution"]})
+    cfg = ServerConfig(
+        protocol="distribution",
+        seed=1,
+        quorum=3,
+        deadline=1.0,
+        sites={s: h for s, (_, h) in tokens.items()},
+        space=SPACE.model_dump(mode="json"),
+        options={**FAST, **EXTRA["distribution"]},
+    )
     with ServerThread(CoordinatorServer(cfg)) as srv:
-        opts = [labfbo.Optimizer(SPACE, protocol="distribution", site=s, seed=1, n_init=3, **FAST, **EXTRA["distribution"],
-                                 coordinator=HTTPCoordinator(srv.url, tokens[s][0])) for s in names]
+        opts = [
+            labfbo.Optimizer(
+                SPACE,
+                protocol="distribution",
+                site=s,
+                seed=1,
+                n_init=3,
+                **FAST,
+                **EXTRA["distribution"],
+                coordinator=HTTPCoordinator(srv.url, tokens[s][0]),
+            )
+            for s in names
+        ]
         for i, o in enumerate(opts):
             for t in o.ask(n=3):
                 o.tell(t, (t.params["x"] - 0.1 * i) ** 2 + t.params["y"] ** 2)
         opts[3].close()  # s3 stops answering
-        for r in range(3):
+        for _r in range(3):
             for i, (o, t) in enumerate(zip(opts[:3], _ask_all(opts[:3], timeout=60))):
                 assert t.metadata["source"] == "model"
                 o.tell(t, (t.params["x"] - 0.1 * i) ** 2 + t.params["y"] ** 2)
@@ -423,9 +456,20 @@ def _campaign(opts, rounds: range, log: list) -> None:
 
 
 def _sites(url: str, tokens: dict, tmp_path, tag: str) -> list:
-    opts = [labfbo.Optimizer(SPACE, protocol="distribution", site=s, seed=2, n_init=3, storage=str(tmp_path / f"{tag}-{s}.jsonl"),
-                             coordinator=HTTPCoordinator(url, tokens[s][0], retries=10, backoff=0.2), **FAST,
-                             **EXTRA["distribution"]) for s in ("a", "b", "c")]
+    opts = [
+        labfbo.Optimizer(
+            SPACE,
+            protocol="distribution",
+            site=s,
+            seed=2,
+            n_init=3,
+            storage=str(tmp_path / f"{tag}-{s}.jsonl"),
+            coordinator=HTTPCoordinator(url, tokens[s][0], retries=10, backoff=0.2),
+            **FAST,
+            **EXTRA["distribution"],
+        )
+        for s in ("a", "b", "c")
+    ]
     for i, o in enumerate(opts):
         for t in o.ask(n=3):
             o.tell(t, (t.params["x"] - 0.2 * i) ** 2 + (t.params["y"] + 0.1) ** 2)
@@ -437,7 +481,6 @@ def test_coordinator_killed_and_restarted_loses_no_round(tmp_path) -> None:
     import subprocess
 
     import yaml
-
     from coordinator_process import free_port, start_coordinator
 
     tokens = {s: new_token() for s in ("a", "b", "c")}
@@ -485,7 +528,7 @@ def test_a_restarted_server_does_not_wait_for_a_site_that_left_and_refuses_anoth
     assert restarted.engine.gone == {"c"} and restarted.coordinator.last_round == 0
     restarted.close()
     other = ServerConfig(**{**cfg.model_dump(), "protocol": "consensus", "horizon": 4, "options": FAST})
-    with pytest.raises(labfbo.exceptions.ConfigurationError, match="another study's state file"):
+    with pytest.raises(labfbo.core.exceptions.ConfigurationError, match="another study's state file"):
         CoordinatorServer(other)
 
 
@@ -570,8 +613,17 @@ def test_a_site_restarted_from_its_journal_rejoins(study, tmp_path) -> None:
     srv, tokens, _, _ = study
 
     def site(s: str):
-        return labfbo.Optimizer(SPACE, protocol="distribution", site=s, seed=0, n_init=2, storage=str(tmp_path / f"{s}.jsonl"),
-                                coordinator=HTTPCoordinator(srv.url, tokens[s]), **FAST, **EXTRA["distribution"])
+        return labfbo.Optimizer(
+            SPACE,
+            protocol="distribution",
+            site=s,
+            seed=0,
+            n_init=2,
+            storage=str(tmp_path / f"{s}.jsonl"),
+            coordinator=HTTPCoordinator(srv.url, tokens[s]),
+            **FAST,
+            **EXTRA["distribution"],
+        )
 
     opts = [site(s) for s in ("a", "b", "c")]
     for o in opts:
@@ -594,8 +646,11 @@ def test_constrained_spaces_give_the_same_feasible_proposals_over_http() -> None
     space = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1), labfbo.Real("z", 0, 1)],
                                constraints=[LinearConstraint({"x": 1, "y": 1, "z": 1}, "==", 0.5),
                                             NonlinearConstraint("disc", lambda p: 0.8 - p["x"] ** 2 - p["y"] ** 2)])
-    problem = FederatedProblem(space=space, optima=[0.0, 0.0],
-                               objectives=[lambda p, s=s: (p["x"] - 0.2 * s) ** 2 + (p["y"] + 0.1) ** 2 for s in (0, 1)])
+    problem = FederatedProblem(
+        space=space,
+        optima=[0.0, 0.0],
+        objectives=[lambda p, s=s: (p["x"] - 0.2 * s) ** 2 + (p["y"] + 0.1) ** 2 for s in (0, 1)],
+    )
     kw = dict(problem=problem, protocol="distribution", n_init=3, budget=3, seed=2, **FAST, **EXTRA["distribution"])
     http, local = labfbo.simulate(transport="http", **kw), labfbo.simulate(**kw)
     np.testing.assert_array_equal(http.proposals, local.proposals)

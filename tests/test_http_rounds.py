@@ -48,7 +48,7 @@ def _rounds(opts, n: int, timeout: float | None = 60) -> None:
         trials = [None] * len(opts)
 
         def one(i: int) -> None:
-            trials[i] = opts[i].ask(timeout=timeout)
+            trials[i] = opts[i].ask(timeout=timeout)  # noqa: B023 - runs within this round
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(len(opts))]
         for th in threads:

@@ -238,18 +238,21 @@ def test_annotate_and_tell_metadata_are_journaled_and_validated(cont_space, tmp_
     path = tmp_path / "j"
     opt = labfbo.Optimizer(cont_space, storage=str(path), seed=0, n_init=2, **fast)
     a, b = opt.ask(n=2)
-    assert opt.annotate(a, dispatch={"state": "submitted", "handle": {"run": "r-1"}}).metadata["dispatch"]["handle"] == {"run": "r-1"}
+    assert opt.annotate(a, dispatch={"state": "submitted", "handle": {"run": "r-1"}}).metadata["dispatch"][
+        "handle"
+    ] == {"run": "r-1"}
     n_records = len(path.read_text().splitlines())
     for bad, match in (({"x": float("nan")}, "JSON-serializable"), ({"x": object()}, "JSON-serializable"),
                        ({"source": "me"}, "labfbo's own")):
-        with pytest.raises(labfbo.exceptions.ValidationError, match=match):
+        with pytest.raises(labfbo.core.exceptions.ValidationError, match=match):
             opt.annotate(a, **bad)
-    with pytest.raises(labfbo.exceptions.ValidationError, match="JSON-serializable"):
+    with pytest.raises(labfbo.core.exceptions.ValidationError, match="JSON-serializable"):
         opt.tell(a, 1.0, metadata={"t": {1, 2}})
-    assert len(path.read_text().splitlines()) == n_records and opt.state.trials[a.id].state == "pending"  # nothing changed
+    # nothing changed
+    assert len(path.read_text().splitlines()) == n_records and opt.state.trials[a.id].state == "pending"
     opt.tell(a, 1.0, metadata={"operator": "kf"})
     opt.tell_failed(b, "pump blocked", metadata={"code": 7})
-    with pytest.raises(labfbo.exceptions.TrialError, match="already complete"):
+    with pytest.raises(labfbo.core.exceptions.TrialError, match="already complete"):
         opt.annotate(a, late=True)
     opt.close()
     again = labfbo.Optimizer(cont_space, storage=str(path), seed=0, n_init=2, **fast)
@@ -382,7 +385,8 @@ def test_a_refused_start_leaves_a_new_backend_empty(cont_space, fast):
         Optimizer(cont_space, protocol="consensus", coordinator=coord, site="b", storage=backend, **fast)
     assert backend.rows == []
     Optimizer(cont_space, protocol="consensus", coordinator=coord, site="a", storage=backend, **fast).close()
-    assert [r["op"] for r in backend.rows] == ["header", "traffic", "join"]  # the join request and reply, then the reply itself
+    # the join request and reply, then the reply itself
+    assert [r["op"] for r in backend.rows] == ["header", "traffic", "join"]
 
 
 def test_a_journal_that_does_not_start_with_a_good_header_is_refused_and_released(cont_space, fast):

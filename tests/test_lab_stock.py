@@ -9,10 +9,10 @@ import pytest
 
 import labfbo
 from labfbo import Categorical, Real, SearchSpace
-from labfbo.design import collaborative_design
-from labfbo.messages import JoinRequest
-from labfbo.models.surface import SurfaceFeatures
-from labfbo.protocols.vote import codebook
+from labfbo.core.messages import JoinRequest
+from labfbo.protocols.surface.model import SurfaceFeatures
+from labfbo.protocols.vote.protocol import codebook
+from labfbo.space.design import collaborative_design
 
 FAST = {"num_restarts": 2, "raw_samples": 32}
 LIGANDS = ["L1", "L2", "L3", "L4"]
@@ -38,7 +38,7 @@ def _campaign(protocol: str, spaces: list[SearchSpace], rounds: int, **options) 
     coord = labfbo.Coordinator(protocol, sites=names, space=spaces[0], seed=3, horizon=rounds, **options)
     opts = [labfbo.Optimizer(s, objective="maximize", protocol=protocol, coordinator=coord, site=n, seed=3,
                              n_init=3, horizon=rounds, **options) for n, s in zip(names, spaces)]
-    for t in range(3 + rounds):
+    for _t in range(3 + rounds):
         trials = [o.ask() for o in opts]
         for i, (o, s, tr) in enumerate(zip(opts, spaces, trials)):
             assert s.is_allowed(tr.params), f"{names[i]} was proposed {tr.params}, which it does not stock"

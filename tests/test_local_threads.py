@@ -7,10 +7,10 @@ import collections
 import numpy as np
 import pytest
 
-from labfbo_bench.reactions import ReactionJob, run_protocol
-from labfbo.datasets import load_reactions
+from labfbo.apps.demo.runs import Screen, run_labfbo
 from labfbo.coordinator import Coordinator
-from labfbo.demo_runs import Screen, run_labfbo
+from labfbo.datasets import load_reactions
+from labfbo_bench.reactions import ReactionJob, run_protocol
 
 pytestmark = pytest.mark.integration  # labs on threads, campaigns against a local coordinator
 

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError as PydanticValidationError
 
 import labfbo
-from labfbo.messages import SCHEMA_VERSION, Abstain, Array, JoinReply, JoinRequest, Message, NoGuidance, parse
+from labfbo.core.messages import SCHEMA_VERSION, Abstain, Array, JoinReply, JoinRequest, Message, NoGuidance, parse
 
 
 @pytest.mark.parametrize("dtype", ["float64", "int64"])
@@ -83,7 +83,7 @@ def test_parse_refuses_malformed_messages_with_protocol_error():
 
 
 def test_a_boolean_is_not_a_number_and_a_kind_is_a_string():
-    from labfbo.protocols.distribution import OptimumBelief
+    from labfbo.protocols.distribution.protocol import OptimumBelief
 
     belief = json.loads(OptimumBelief(weight=0.5, mean=Array.of([0.2]), variance=Array.of([0.01]), value=0.1,
                                       round=0).model_dump_json())
@@ -109,7 +109,7 @@ def test_messages_are_frozen():
 
 
 def test_kinds_are_unique():
-    from labfbo.messages import register
+    from labfbo.core.messages import register
 
     class Impostor(Message):
         kind: str = "join"

@@ -35,7 +35,9 @@ def mpi_results(cpu_load) -> dict:
     proc = subprocess.run([MPIEXEC, "-n", "4", sys.executable, "-m", "mpi4py", str(script), *PROTOCOLS],
                           capture_output=True, text=True, timeout=600, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, f"mpiexec failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0 and lines, (
+        f"mpiexec failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     return json.loads(lines[0][len("RESULT "):])
 
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 import labfbo
-from labfbo.messages import Array
+from labfbo.core.messages import Array
 from labfbo.privacy.streams import NoiseStreams
 from labfbo.protocols.base import SiteContext, SiteData
-from labfbo.protocols.gradient import GradientOptions, GradientSite
-from labfbo.protocols.gradient_messages import ParticlesRequest
+from labfbo.protocols.gradient.messages import ParticlesRequest
+from labfbo.protocols.gradient.protocol import GradientOptions, GradientSite
 
 SPACE = labfbo.SearchSpace([labfbo.Real("a", 0, 1), labfbo.Real("b", 0, 1)])
 OPTS = {"warmup_steps": 1, "svgd_steps": 1, "n_particles": 2}
@@ -80,7 +80,7 @@ def test_another_query_draws_fresh_noise_and_the_same_query_repeats_it() -> None
 
 
 def _particle_size() -> int:
-    from labfbo.protocols.gradient import GradientAggregator
+    from labfbo.protocols.gradient.protocol import GradientAggregator
 
     agg = GradientAggregator(GradientOptions(**OPTS), ["a", "b", "c"], 0, 5, SPACE)
     return int(agg.particles.shape[1])

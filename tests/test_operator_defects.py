@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from toy_protocol import NoisedMean, ToyProtocol
 
 import labfbo
 from labfbo.cli import main
-from labfbo.journal import write_snapshot
-from labfbo.messages import Abstain, JoinRequest, PrivacyDeclaration
-from labfbo.names import MAX_SITE_NAME, check_site_name
+from labfbo.core.journal import write_snapshot
+from labfbo.core.messages import Abstain, JoinRequest, PrivacyDeclaration
+from labfbo.core.names import MAX_SITE_NAME, check_site_name
 from labfbo.server.config import ServerConfig, new_token
-from toy_protocol import NoisedMean, ToyProtocol
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1)])
 
@@ -78,7 +78,7 @@ def test_the_site_journal_and_its_snapshots_are_0600_and_never_written_through_a
 
 
 def test_the_sites_log_of_sent_messages_is_0600_and_never_written_through_a_symlink(tmp_path, umask_022) -> None:
-    from labfbo.messages import Abstain
+    from labfbo.core.messages import Abstain
     from labfbo.site.ledger import SiteLedger
 
     path = tmp_path / "sent.jsonl"

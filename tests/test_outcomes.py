@@ -97,7 +97,7 @@ def test_independent_finds_a_front_with_several_objectives() -> None:
 
 
 def test_parego_weights_are_shared_by_the_round_and_change_with_it() -> None:
-    spec = labfbo.objectives.OutcomeSpec(objectives=tuple(TWO))
+    spec = labfbo.core.objectives.OutcomeSpec(objectives=tuple(TWO))
     Y = np.random.default_rng(0).random((6, 2))
     a, b = spec.chebyshev(Y, seed=5, round=3), spec.chebyshev(Y, seed=5, round=3)
     assert np.array_equal(a, b) and not np.allclose(a, spec.chebyshev(Y, seed=5, round=4))
@@ -151,7 +151,7 @@ def test_the_csv_and_command_adapters_read_a_column_or_a_key_per_outcome(tmp_pat
     import sys
 
     from labfbo.adapters import AdapterContext, Measurement, load_adapter
-    from labfbo.trial import Trial
+    from labfbo.core.trial import Trial
 
     ctx = AdapterContext(site="a", space=SPACE, campaign="c0ffee", outcomes=["yield", "Impurity"])
     q, r = tmp_path / "queue.csv", tmp_path / "results.csv"

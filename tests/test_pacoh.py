@@ -11,17 +11,33 @@ import math
 import numpy as np
 import pytest
 import torch
-from botorch.acquisition import (LogExpectedImprovement, UpperConfidenceBound,
-                                 qLogNoisyExpectedImprovement, qUpperConfidenceBound)
+from botorch.acquisition import (
+    LogExpectedImprovement,
+    UpperConfidenceBound,
+    qLogNoisyExpectedImprovement,
+    qUpperConfidenceBound,
+)
 from botorch.optim import optimize_acqf
 from botorch.sampling import SobolQMCNormalSampler
 from scipy import integrate, stats
 
 from labfbo.models import pacoh
 from labfbo.models.gp import DTYPE, seeded_torch
-from labfbo.models.pacoh import (PacohConfig, hyperprior_score, init_particles, log_hyperprior, meta_score,
-                                 meta_weight, n_params, param_layout, site_log_evidence, site_score, svgd_direction,
-                                 svgd_step, svgd_update)
+from labfbo.models.pacoh import (
+    PacohConfig,
+    hyperprior_score,
+    init_particles,
+    log_hyperprior,
+    meta_score,
+    meta_weight,
+    n_params,
+    param_layout,
+    site_log_evidence,
+    site_score,
+    svgd_direction,
+    svgd_step,
+    svgd_update,
+)
 from labfbo.models.particle_mixture import ParticleMixtureGP, mixture_mean_var, mixture_moments
 
 torch.set_num_threads(1)
@@ -57,9 +73,9 @@ def _ref_prior(par: dict, cfg: PacohConfig, X: torch.Tensor) -> tuple[torch.Tens
     """Features (n, f) and prior mean (n,) of one particle."""
     def mlp(prefix: str, h: torch.Tensor) -> torch.Tensor:
         n_layers = len(cfg.hidden) + 1
-        for l in range(n_layers):
-            h = h @ par[f"{prefix}.W{l}"] + par[f"{prefix}.b{l}"]
-            if l < n_layers - 1:
+        for layer in range(n_layers):
+            h = h @ par[f"{prefix}.W{layer}"] + par[f"{prefix}.b{layer}"]
+            if layer < n_layers - 1:
                 h = torch.tanh(h)
         return h
     U = (X - 0.5) * math.sqrt(12.0)
@@ -175,7 +191,8 @@ def test_tempered_evidence_matches_quadrature(beta):
     p = 0.7 * init_particles(cfg, 1, 2)
     par = _ref_params(p[0], cfg, 1)
     m, k, s2 = float(par["mean_const"][0]), float(torch.exp(par["log_outputscale"][0])), float(_ref_noise(par))
-    f = lambda v: stats.norm.pdf(0.0, v, math.sqrt(s2)) ** beta * stats.norm.pdf(v, m, math.sqrt(k))
+    def f(v):
+        return stats.norm.pdf(0.0, v, math.sqrt(s2)) ** beta * stats.norm.pdf(v, m, math.sqrt(k))
     val, _ = integrate.quad(f, m - 12 * math.sqrt(k), m + 12 * math.sqrt(k), epsabs=0, epsrel=1e-12, limit=200)
     lnz = site_log_evidence(p, torch.tensor([[0.3]], dtype=DTYPE), torch.tensor([1.7], dtype=DTYPE), cfg)
     assert abs(float(lnz[0]) - math.log(val)) < 1e-8
@@ -272,7 +289,8 @@ def test_meta_training_on_related_tasks_increases_evidence():
         g = torch.Generator().manual_seed(100 + i)
         X = torch.rand(10, d, generator=g, dtype=DTYPE)
         sites.append((X, torch.sin(2 * math.pi * X[:, 0] + 2 * math.pi * i / 5)))
-    summed = lambda q: sum(site_log_evidence(q, X, y, cfg) for X, y in sites).mean().item()
+    def summed(q):
+        return sum(site_log_evidence(q, X, y, cfg) for X, y in sites).mean().item()
     p = init_particles(cfg, d, 0)
     before = summed(p)
     trace = [before]
@@ -324,7 +342,8 @@ def test_mixture_gradient_wrt_inputs():
     cfg, p, X, y = _fitted_mixture()
     model = ParticleMixtureGP(p, X, y, cfg)
     x = torch.tensor([[[0.3, 0.6]]], dtype=DTYPE, requires_grad=True)
-    f = lambda z: (lambda post: post.mean.sum() + post.variance.sum())(model.posterior(z))
+    def f(z):
+        return (lambda post: post.mean.sum() + post.variance.sum())(model.posterior(z))
     (g,) = torch.autograd.grad(f(x), x)
     eps = 1e-6
     fd = torch.stack([(f(x.detach() + eps * e) - f(x.detach() - eps * e)) / (2 * eps)
@@ -336,7 +355,8 @@ def test_mixture_model_inside_optimize_acqf():
     cfg, p, X, y = _fitted_mixture()
     model = ParticleMixtureGP(p, X, y, cfg)
     bounds = torch.stack([torch.zeros(2, dtype=DTYPE), torch.ones(2, dtype=DTYPE)])
-    sampler = lambda: SobolQMCNormalSampler(torch.Size([64]), seed=0)
+    def sampler():
+        return SobolQMCNormalSampler(torch.Size([64]), seed=0)
     pending = torch.tensor([[0.2, 0.2], [0.7, 0.4]], dtype=DTYPE)
     cases = [(UpperConfidenceBound(model, beta=4.0), 1),
              (LogExpectedImprovement(model, best_f=y.max()), 1),
@@ -352,8 +372,8 @@ def test_mixture_model_inside_optimize_acqf():
 
 
 def test_meta_fit_benchmark_reports_every_setting_and_refuses_a_bad_one():
+    from labfbo.core.exceptions import ConfigurationError
     from labfbo_bench.meta_fit import format_rows, run
-    from labfbo.exceptions import ConfigurationError
 
     base, rows = run("branin", 2, 12, 30, [{"n_particles": 2, "hidden": (8,)},
                                            {"n_particles": 2, "hidden": (8,), "meta_optimizer": "sgd"}])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from labfbo.polytope import chebyshev_start, hit_and_run
+from labfbo.space.polytope import chebyshev_start, hit_and_run
 
 NONE = np.zeros((0, 3))
 

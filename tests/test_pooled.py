@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from campaign import run_campaign
 
 import labfbo
-from campaign import run_campaign
 from labfbo.models.gp import fit_local_gp, predict
 from labfbo.protocols.pooled import PooledData, fit_multitask, rescaled
 
@@ -43,7 +43,7 @@ def test_it_refuses_categorical_spaces_and_expert_priors() -> None:
     with pytest.raises(labfbo.ConfigurationError, match="kernel, input_warping"):
         labfbo.Coordinator("pooled", sites=["a"], kernel="matern52", input_warping=True)
     with pytest.raises(ValueError, match="inputs"):
-        PooledData(X=[labfbo.messages.Array.of(np.zeros((3, 2)))], y=[labfbo.messages.Array.of(np.zeros(2))])
+        PooledData(X=[labfbo.core.messages.Array.of(np.zeros((3, 2)))], y=[labfbo.core.messages.Array.of(np.zeros(2))])
 
 
 def test_the_multitask_gp_transfers_from_a_related_site_and_rescales_its_values() -> None:

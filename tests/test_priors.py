@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import labfbo
-from labfbo.priors import LocationPrior, Normal, PriorOptions, Uniform, prior_exponent
+from labfbo.models.priors import LocationPrior, Normal, PriorOptions, Uniform, prior_exponent
 
 FAST = {"num_restarts": 2, "raw_samples": 64}
 

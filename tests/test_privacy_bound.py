@@ -7,8 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from labfbo_bench.privacy_bound import (draw, information_kept, one_hot, picks, posterior_effects,
-                                        sensitivity, table)
+from labfbo_bench.privacy_bound import draw, information_kept, one_hot, picks, posterior_effects, sensitivity, table
 
 
 def additive_labs(n_labs: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray, int]:

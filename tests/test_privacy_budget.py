@@ -8,13 +8,13 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from campaign import run_campaign
 from hypothesis import given, settings, strategies as st
 
 import labfbo
-from campaign import run_campaign
+from labfbo.core.release import Release
 from labfbo.privacy.budget import Budget, calibrate, planned_epsilon
 from labfbo.privacy.dp import composed_epsilon
-from labfbo.privacy.release import Release
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1)])
 SITES = ["s0", "s1", "s2"]
@@ -45,7 +45,7 @@ def test_the_budget_form_leaves_sigma_to_calibration() -> None:
     dp = labfbo.DP(epsilon=2.0)
     assert dp.noise_multiplier is None and not dp.calibrated
     with pytest.raises(labfbo.ConfigurationError, match="no noise multiplier until the site plans"):
-        dp.sigma
+        _ = dp.sigma
     for bad in (0.0, -1.0, math.inf):
         with pytest.raises(ValueError, match="epsilon"):
             labfbo.DP(epsilon=bad)
@@ -220,7 +220,7 @@ def test_a_round_answered_again_from_other_data_draws_fresh_noise() -> None:
     """The DP noise stream is keyed by the data it protects: the same data repeats its bytes (a
     resend reveals nothing), other data (a round re-answered after a restart) draws fresh noise."""
     from labfbo.protocols import SiteContext, SiteData, get_protocol, parse_options
-    from labfbo.protocols.surface import SurfaceRequest
+    from labfbo.protocols.surface.protocol import SurfaceRequest
 
     proto = get_protocol("surface")
     logic = proto.site_logic(SPACE, parse_options(proto, {"privacy": labfbo.DP(noise_multiplier=1.0)}),
@@ -257,9 +257,10 @@ def test_a_spent_member_of_a_secure_sum_costs_the_others_nothing_after_it_retire
 def test_a_surface_drowned_in_dp_noise_is_not_trusted() -> None:
     """The coordinator states the DP noise of the others' sums (from what each contributor declared);
     a site uses the surface only while that noise is small against the sums' scale."""
-    from labfbo.messages import Array
+    from labfbo.core.messages import Array
     from labfbo.protocols import SiteContext, get_protocol, parse_options
-    from labfbo.protocols.surface import NOISE_GUARD, SurfaceStats, leave_one_out
+    from labfbo.protocols.surface.aggregate import leave_one_out
+    from labfbo.protocols.surface.protocol import NOISE_GUARD, SurfaceStats
 
     proto = get_protocol("surface")
     logic = proto.site_logic(SPACE, parse_options(proto, {"fourier_features": 4}), SiteContext(site="s0"))

@@ -6,12 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from campaign import run_campaign
 
 import labfbo
-from campaign import run_campaign
 from labfbo.privacy import gaussian_epsilon
 from labfbo.privacy.belief_dp import SD_MAX, SD_MIN, from_unit, privatize_belief, sensitivity, to_unit
-from labfbo.protocols.distribution import OptimumBelief
+from labfbo.protocols.distribution.protocol import OptimumBelief
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1), labfbo.Real("z", -1, 1)])
 SITES = ["s0", "s1", "s2"]
@@ -89,7 +89,9 @@ def test_load_refuses_other_dp_settings(tmp_path) -> None:
     sites = _run("distribution", 1, {**DIST, "privacy": dp})
     sites[0].save(str(tmp_path / "snap"))
     coord = labfbo.Coordinator("distribution", sites=SITES, seed=0, **DIST)
-    with pytest.raises(labfbo.exceptions.JournalError, match="made with privacy="):
-        labfbo.Optimizer.load(str(tmp_path / "snap"), coordinator=coord, privacy=labfbo.DP(clip=3.0, noise_multiplier=50.0))
+    with pytest.raises(labfbo.core.exceptions.JournalError, match="made with privacy="):
+        labfbo.Optimizer.load(
+            str(tmp_path / "snap"), coordinator=coord, privacy=labfbo.DP(clip=3.0, noise_multiplier=50.0)
+        )
     again = labfbo.Optimizer.load(str(tmp_path / "snap"), coordinator=coord)
     assert again.epsilon() == pytest.approx(sites[0].epsilon()) and again.privacy_report() == sites[0].privacy_report()

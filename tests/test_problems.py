@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
+from labfbo.problems.families import get_problem, list_problems, stable_hash
 from labfbo.problems.functions import FUNCTIONS, HARTMANN6_XMIN, branin, hartmann3, hartmann6
 from labfbo.problems.guide_functions import GUIDE_NAMES
-from labfbo.problems.families import get_problem, list_problems, stable_hash
 
 SMALL = {"dim": 4}  # GUIDE functions at d = 4 keep the suite fast
 

@@ -6,7 +6,13 @@ import pytest
 
 import labfbo
 from labfbo.protocols import Protocol, available_protocols, get_protocol
-from labfbo.testing import ProtocolConformance
+from labfbo.testing import (
+    KeepsItsBudget,
+    ProtocolConformance,
+    RestoresItsAggregator,
+    ResumesFromItsJournal,
+    SameOnEveryTransport,
+)
 
 FAST = {"num_restarts": 2, "raw_samples": 32}
 
@@ -29,3 +35,12 @@ class TestEveryProtocol(ProtocolConformance):
     def test_the_same_seed_gives_the_same_proposals(self, campaign, protocol: Protocol,
                                                     space: labfbo.SearchSpace) -> None:
         super().test_the_same_seed_gives_the_same_proposals(campaign, protocol, space)
+
+
+@pytest.mark.integration  # two or more multi-site campaigns per protocol and promise
+@pytest.mark.parametrize("name", available_protocols())
+class TestEveryProtocolKeepsThePromises(ResumesFromItsJournal, RestoresItsAggregator, KeepsItsBudget,
+                                        SameOnEveryTransport):
+    @pytest.fixture
+    def protocol(self, name: str) -> Protocol:
+        return quick(name)

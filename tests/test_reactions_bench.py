@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from labfbo_bench import reactions as rx
-from labfbo.datasets import load_reactions, scenarios, spearman_matrix
 from labfbo.cli import main
-from labfbo.exceptions import ConfigurationError
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.datasets import load_reactions, scenarios, spearman_matrix
+from labfbo_bench import reactions as rx
 
 pytestmark = pytest.mark.integration  # the reaction benchmark campaigns
 
@@ -38,7 +38,9 @@ def test_shipped_data_and_its_scenarios() -> None:
     sc = scenarios(data)
     C = spearman_matrix(data)
     idx = [data.labs.index(n) for n in sc["a"]]
-    assert len(sc["a"]) == 5 and min(C[i, j] for i, j in itertools.combinations(idx, 2)) == pytest.approx(0.80, abs=0.02)
+    assert len(sc["a"]) == 5 and min(C[i, j] for i, j in itertools.combinations(idx, 2)) == pytest.approx(
+        0.80, abs=0.02
+    )
     assert len(sc["b"]) == 5 and sum("chloro" in n for n in sc["b"][3:]) == 2 and len(sc["c"]) == 15
 
 

@@ -8,15 +8,20 @@ import warnings
 
 import numpy as np
 import pytest
+from campaign import run_campaign
 
 import labfbo
-from campaign import run_campaign
-from labfbo.messages import Abstain, Array
+from labfbo.core.messages import Abstain, Array
 from labfbo.privacy.belief_dp import CENTRE_SD, CENTRE_VALUE, CENTRE_WEIGHT, centre_sensitivity, privatize_centre
 from labfbo.protocols.base import Finish, SiteContext
-from labfbo.protocols.distribution import (DistributionAggregator, DistributionOptions, DistributionSite,
-                                           GuidancePacket, OptimumBelief)
-from labfbo.protocols.surface import SurfaceAggregator, SurfaceOptions, SurfaceSite, SurfaceStats
+from labfbo.protocols.distribution.protocol import (
+    DistributionAggregator,
+    DistributionOptions,
+    DistributionSite,
+    GuidancePacket,
+    OptimumBelief,
+)
+from labfbo.protocols.surface.protocol import SurfaceAggregator, SurfaceOptions, SurfaceSite, SurfaceStats
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", -1, 1), labfbo.Real("y", -1, 1)])
 MIXED = labfbo.SearchSpace([labfbo.Real("x", 0, 1), labfbo.Real("t", 0, 1), labfbo.Categorical("c", ["a", "b", "c"])])

@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 
 import pytest
+from campaign import run_campaign
+from toy_protocol import MECHANISM
 
 import labfbo
-from campaign import run_campaign
+from labfbo.core.release import Release
 from labfbo.privacy import gaussian_epsilon
 from labfbo.privacy.dp import composed_epsilon
-from labfbo.privacy.release import Release
 from labfbo.privacy.report import cumulative_epsilon, report
-from toy_protocol import MECHANISM
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Real("y", 0.0, 1.0)])
 SITES = ["a", "b"]
@@ -50,13 +50,14 @@ def test_without_dp_the_same_protocol_releases_with_no_finite_guarantee(toy) -> 
 
 def test_a_protocol_that_declares_nothing_is_reported_as_unprotected() -> None:
     """The default declaration is conservative: released as it is."""
-    from labfbo.protocols import SiteContext
     from toy_protocol import NoisedMean, ToyOptions, ToySite
+
+    from labfbo.protocols import SiteContext
 
     logic = ToySite(SPACE, ToyOptions(), SiteContext(site="a"))
     rel = logic.release(NoisedMean(mean=1.0, round=4))
     assert rel is not None and not rel.private and rel.round == 4
-    assert logic.release(labfbo.messages.Abstain(reason="x")) is None
+    assert logic.release(labfbo.core.messages.Abstain(reason="x")) is None
 
 
 def test_releases_with_different_multipliers_compose() -> None:

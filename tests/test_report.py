@@ -14,10 +14,10 @@ import pytest
 import labfbo
 from labfbo.cli import main as cli
 from labfbo.privacy import DP
-from labfbo.report import Campaign, write_report
-from labfbo.report import plots
+from labfbo.report import Campaign, plots, write_report
 from labfbo.report.insight import SiteModel
 from tests.browser import chromium, console_errors
+
 FAST = {"num_restarts": 2, "raw_samples": 64}  # cheap acquisition optimization (as conftest.FAST)
 
 N_EXPERIMENTS, FAIL_EVERY = 30, 7
@@ -66,7 +66,8 @@ def _page(url: str, shot: Path) -> tuple[list[str], dict]:
         browser.save_screenshot(str(shot))
         read = browser.execute_script("""
             const text = id => { const e = document.getElementById(id); return e ? e.innerText : null; };
-            const rows = id => { const e = document.getElementById(id); return e ? e.querySelectorAll('tr').length : -1; };
+            const rows = id => { const e = document.getElementById(id); return e ? e.querySelectorAll('tr').length : -1;
+            };
             const images = Array.from(document.images).map(i => ({id: i.id, w: i.naturalWidth, h: i.naturalHeight}));
             return {title: document.title, summary: text('summary'), predicted: text('predicted-best'),
                     left: text('improvement-left'), failed: text('n-failed'), experiments: rows('experiments-table'),

@@ -17,9 +17,9 @@ from typing import Any, Callable
 import pytest
 
 import labfbo
-from labfbo.journal import read_records
+from labfbo.core.journal import read_records
+from labfbo.core.release import Release
 from labfbo.privacy import DP
-from labfbo.privacy.release import Release
 from labfbo.protocols import available_protocols, get_protocol
 from labfbo.report import Campaign, write_report
 from tests.browser import chromium, console_errors

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from campaign import run_campaign
 from scipy import stats
 
 import labfbo
-from campaign import run_campaign
 from labfbo.privacy import secagg
-from labfbo.protocols.gradient import ScoreResponse, meta_step, secure_meta_step
+from labfbo.protocols.gradient.protocol import ScoreResponse, meta_step, secure_meta_step
 from labfbo.protocols.secure_sum import MaskedScores
 
 FAST = {"num_restarts": 2, "raw_samples": 32, "n_particles": 4, "hidden": (8, 8), "warmup_steps": 4, "svgd_steps": 3}
@@ -55,7 +55,7 @@ def test_masks_cancel_to_fixed_point_precision_and_a_single_upload_is_uniform() 
     for other in (secagg.context("study", 3, 0, list(cohort), b"particles"),
                   secagg.context("study", 2, 0, list(cohort), b"other particles")):
         assert not np.array_equal(y["a"], secagg.mask(secagg.encode(x["a"], 3), "a", keys["a"], cohort, other))
-    with pytest.raises(labfbo.exceptions.ProtocolError, match="too large"):
+    with pytest.raises(labfbo.core.exceptions.ProtocolError, match="too large"):
         secagg.encode(np.array([1e9]), 3)
 
 
@@ -168,7 +168,7 @@ def test_a_dropout_redoes_the_step_without_the_site() -> None:
 
 
 def test_secure_aggregation_needs_three_sites() -> None:
-    with pytest.raises(labfbo.exceptions.ConfigurationError, match="at least 3 sites"):
+    with pytest.raises(labfbo.core.exceptions.ConfigurationError, match="at least 3 sites"):
         labfbo.Coordinator("gradient", sites=["a", "b"], seed=0, secure_aggregation=True, **FAST)
 
 

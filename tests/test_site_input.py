@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import labfbo
-from labfbo.exceptions import ConfigurationError, ValidationError
+from labfbo.core.exceptions import ConfigurationError, ValidationError
 from labfbo.transport.http import HTTPCoordinator, HTTPLink
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0)])
@@ -30,7 +30,7 @@ def test_a_malformed_token_is_named_and_never_printed(token: str, says: str) -> 
 
 def test_an_unreachable_coordinator_error_never_quotes_the_token() -> None:
     link = HTTPLink(HTTPCoordinator("http://127.0.0.1:9", TOKEN, retries=1, timeout=0.5), "a")
-    with pytest.raises(labfbo.exceptions.FederationError) as err:
+    with pytest.raises(labfbo.core.exceptions.FederationError) as err:
         link._call("GET", "/v1/health")
     assert "unreachable" in str(err.value) and TOKEN not in str(err.value)
 

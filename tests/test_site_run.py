@@ -22,9 +22,9 @@ import yaml
 
 import labfbo
 from labfbo.adapters import Adapter, InstrumentBusy, Measurement
+from labfbo.core.trial import Trial
 from labfbo.lab import CampaignLoop, SiteConfig, StopRule, run_site
 from labfbo.lab.loop import INTERRUPTED
-from labfbo.trial import Trial
 from tests.fake_instrument import FakeInstrument
 
 pytestmark = pytest.mark.integration  # `labfbo site run` in subprocesses
@@ -304,7 +304,7 @@ def test_runs_in_flight_on_another_adapter_are_not_touched(tmp_path: Path) -> No
         name = "other"
 
     with _opt(journal) as opt:
-        with pytest.raises(labfbo.exceptions.ConfigurationError, match="in flight on adapter bench; resume with"):
+        with pytest.raises(labfbo.core.exceptions.ConfigurationError, match="in flight on adapter bench; resume with"):
             CampaignLoop(opt, Other([]), budget=2).run()
     assert journal.stat().st_size == size
 
@@ -378,7 +378,7 @@ def test_a_refused_configuration_leaves_no_journal(tmp_path: Path) -> None:
     cfg = SiteConfig.model_validate({"site": "lab-a", "space": [{"name": "temperature", "type": "real", "low": 0,
                                                                    "high": 1}], "base_dir": tmp_path,
                                      "adapter": {"name": "simulated", "config": {"problem": "branin"}}})
-    with pytest.raises(labfbo.exceptions.ConfigurationError, match="not the simulated problem's"):
+    with pytest.raises(labfbo.core.exceptions.ConfigurationError, match="not the simulated problem's"):
         run_site(cfg, progress=False)
     assert not (tmp_path / "lab-a.journal").exists()
 

@@ -1,4 +1,4 @@
-"""Reagents described by their structure: SMILES -> RDKit descriptors (labfbo.chem)."""
+"""Reagents described by their structure: SMILES -> RDKit descriptors (labfbo.space.chem)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ pytest.importorskip("rdkit")
 
 import labfbo  # noqa: E402
 from labfbo import Categorical, Optimizer, Real, SearchSpace  # noqa: E402
-from labfbo.chem import RDKIT_DESCRIPTORS, _cached, raw_descriptors, reduce  # noqa: E402
-from labfbo.exceptions import ConfigurationError, SearchSpaceError  # noqa: E402
+from labfbo.core.exceptions import ConfigurationError, SearchSpaceError  # noqa: E402
+from labfbo.space.chem import RDKIT_DESCRIPTORS, _cached, raw_descriptors, reduce  # noqa: E402
 
 FAST = {"num_restarts": 2, "raw_samples": 32}
 LIGANDS = {  # a few phosphines and amines, plus a choice without structure
@@ -186,8 +186,8 @@ def test_optimizers_run_on_a_smiles_space(protocol: str) -> None:
 
 
 def test_the_reaction_data_with_smiles_descriptors() -> None:
-    from labfbo_bench import reactions as rx
     from labfbo.datasets import load_reactions
+    from labfbo_bench import reactions as rx
 
     plain, rd = load_reactions(), load_reactions(encoding="rdkit")
     assert [p.choices for p in rd.space.params] == [p.choices for p in plain.space.params]

@@ -7,8 +7,7 @@ import string
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import labfbo
 from labfbo import Categorical, Integer, Real, SearchSpace, SearchSpaceError
@@ -275,7 +274,7 @@ def test_out_of_bounds_only_raises_when_strict(space4):
 
 
 def test_a_space_has_at_most_max_params_parameters_and_duplicates_are_named():
-    from labfbo.space import MAX_PARAMS
+    from labfbo.space.search import MAX_PARAMS
 
     params = [labfbo.Real(f"x{i}", 0.0, 1.0) for i in range(MAX_PARAMS + 1)]
     with pytest.raises(labfbo.SearchSpaceError, match=f"at most {MAX_PARAMS} parameters"):

@@ -6,8 +6,8 @@ import pytest
 
 import labfbo
 from labfbo import Categorical, Coordinator, Discrete, Integer, Optimizer, Real, SearchSpace
-from labfbo.constraints import LinearConstraint, NonlinearConstraint
-from labfbo.space_diff import MAX_LISTED, space_differences, study_difference
+from labfbo.space.constraints import LinearConstraint, NonlinearConstraint
+from labfbo.space.diff import MAX_LISTED, space_differences, study_difference
 
 LIGANDS = ["XPhos", "SPhos", "tBuXPhos", "BrettPhos"]
 

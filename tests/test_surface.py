@@ -5,14 +5,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from campaign import run_campaign
 
 import labfbo
-from campaign import run_campaign
-from labfbo.messages import Array
+from labfbo.core.messages import Array
 from labfbo.models.gp import fit_local_gp
-from labfbo.models.surface import (SurfaceFeatures, SurfaceMean, dp_sensitivity, ridge_weights, site_statistics,
-                                   symmetric, upper)
-from labfbo.protocols.surface import SurfaceStats, SurfaceTotals, leave_one_out
+from labfbo.protocols.surface.aggregate import leave_one_out
+from labfbo.protocols.surface.messages import SurfaceStats, SurfaceTotals
+from labfbo.protocols.surface.model import (
+    SurfaceFeatures,
+    SurfaceMean,
+    dp_sensitivity,
+    ridge_weights,
+    site_statistics,
+    symmetric,
+    upper,
+)
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Real("t", 0.0, 1.0),
                             labfbo.Categorical("base", ["a", "b", "c"])])
@@ -214,7 +222,7 @@ def test_several_objectives_give_one_moment_and_one_surface_each() -> None:
 
 @pytest.mark.integration  # a multi-site campaign with qLogNEHVI asks
 def test_several_objectives_federate_each_objective_and_keep_the_hypervolume_acquisition() -> None:
-    from labfbo.models.surface import SurfaceMean
+    from labfbo.protocols.surface.model import SurfaceMean
 
     coord = labfbo.Coordinator("surface", sites=SITES, space=SPACE, seed=5, horizon=3, **FAST)
     sites = [labfbo.Optimizer(SPACE, objective=TWO, protocol="surface", coordinator=coord, site=s, seed=5, n_init=3,
@@ -245,7 +253,7 @@ def test_sites_must_agree_on_how_several_objectives_federate() -> None:
         labfbo.Optimizer(SPACE, objective=TWO, protocol="surface", coordinator=coord, site="lab-a",
                          multi_objective="parego")
     # statistics of another shape than the majority's are left out, with a warning
-    from labfbo.protocols.surface import SurfaceAggregator, SurfaceOptions
+    from labfbo.protocols.surface.protocol import SurfaceAggregator, SurfaceOptions
 
     agg = SurfaceAggregator(SurfaceOptions(fourier_features=0, secure_aggregation="off"), SITES, 0, None, SPACE)
     p = SurfaceFeatures(SPACE).p
@@ -276,7 +284,7 @@ def test_the_agreement_estimate_ranks_each_harmful_partner_below_every_related_l
 
         def run(i: int, trial) -> None:
             y = d.tables[i].get(tuple(trial.params[n] for n in d.space.names))
-            opts[i].tell(trial, y) if y is not None else opts[i].tell_failed(trial, "not in the data")
+            opts[i].tell(trial, y) if y is not None else opts[i].tell_failed(trial, "not in the data")  # noqa: B023 - runs within this seed
 
         for i, o in enumerate(opts):
             for combo in initial_design(d, i, seed, 3):

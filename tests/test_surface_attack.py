@@ -1,18 +1,25 @@
-"""The reconstruction attack on ``surface``'s messages: coordinator, peer, secure sum; ``labfbo privacy audit --protocol surface``."""
+"""The reconstruction attack on ``surface``'s messages: coordinator, peer, secure sum;
+``labfbo privacy audit --protocol surface``."""
 
 from __future__ import annotations
 
 import json
 
 import numpy as np
-from scipy.stats import binom
 import pytest
+from scipy.stats import binom
 
 import labfbo
+from labfbo.apps.attacks.surface import Snapshot, attack, candidates, coordinator_view, score
 from labfbo.cli import main
-from labfbo.exceptions import ConfigurationError
-from labfbo.models.surface import SurfaceFeatures, dp_sensitivity, privatize, site_statistics, standardized
-from labfbo.privacy.attacks.surface import Snapshot, attack, candidates, coordinator_view, score
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.protocols.surface.model import (
+    SurfaceFeatures,
+    dp_sensitivity,
+    privatize_statistics,
+    site_statistics,
+    standardized,
+)
 
 SPACE = labfbo.SearchSpace([labfbo.Categorical("base", list("abcd")), labfbo.Categorical("ligand", list("vwxyz")),
                             labfbo.Categorical("additive", list("pqr"))])  # 60 combinations, p = 13
@@ -31,7 +38,7 @@ def _lab(seed: int, n0: int = 3, n: int = 10, dp: labfbo.DP | None = None) -> tu
         G, h = site_statistics(CAND.Phi[rows[:k]], y[:k], None if dp is None else dp.clip)
         sd = 0.0
         if dp is not None:
-            G, h = privatize(G, h, dp, bound, np.random.default_rng([seed, t]))
+            G, h = privatize_statistics(G, h, dp, bound, np.random.default_rng([seed, t]))
             sd = k * dp.sigma * dp_sensitivity(bound, dp.clip)
         snaps.append(Snapshot(t, k, k * G, k * h, sd))
     return rows, standardized(y), snaps
@@ -88,8 +95,8 @@ def test_feature_sums_alone_give_the_choices_of_a_sum_not_how_they_were_combined
     """The experiment-level secure sum holds only the Gram's constant row (each choice's count): from a sum of
     three labs the attack matches every released count, but pairs the choices into fewer of the cohort's
     combinations than from the full Gram; one new row at a time it still reads them."""
-    from labfbo.models.surface import feature_sums
-    from labfbo.privacy.attacks.surface import Candidates
+    from labfbo.apps.attacks.surface import Candidates
+    from labfbo.protocols.surface.model import feature_sums
 
     row_only = Candidates(CAND.X, CAND.Phi, CAND.Phi)
     full, ranked = [], []

@@ -5,17 +5,25 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-import labfbo
-from labfbo.messages import Array
-from labfbo.models.design_tilt import tilt_weights, tilted_gram
-from labfbo.models.surface import (SurfaceFeatures, design_points, feature_sums, guarded_noisy_weights,
-                                   noisy_ridge_weights, rank_scores, ranked_moments, ranked_sum_sensitivity)
-from labfbo.privacy import secagg
-from labfbo.protocols.secure_sum import MaskedScores
-from labfbo.protocols.surface_secure import HeldSum
 from test_dp_unit import MIXED, replacements
 from test_surface_secagg import SITES, SPACE, _opened, _run
+
+import labfbo
+from labfbo.core.messages import Array
+from labfbo.privacy import secagg
+from labfbo.protocols.secure_sum import MaskedScores
+from labfbo.protocols.surface.design_tilt import tilt_weights, tilted_gram
+from labfbo.protocols.surface.model import (
+    SurfaceFeatures,
+    design_points,
+    feature_sums,
+    guarded_noisy_weights,
+    noisy_ridge_weights,
+    rank_scores,
+    ranked_moments,
+    ranked_sum_sensitivity,
+)
+from labfbo.protocols.surface.secure import HeldSum
 
 
 @pytest.mark.parametrize("space", [MIXED, SPACE], ids=["mixed", "categorical"])
@@ -122,7 +130,7 @@ def test_the_sums_open_ranked_and_the_surface_is_used_until_the_noise_swamps_it(
     """Little noise (a large budget): each site opens a ranked sum, subtracts its own upload and learns the
     others' surface by the noise-aware ridge at the noise it states; much noise: the guard leaves every
     site on its own GP, as alone."""
-    import labfbo.protocols.surface as surface
+    import labfbo.protocols.surface.protocol as surface
 
     calls: list[float] = []
 
@@ -150,7 +158,7 @@ def test_the_sums_open_ranked_and_the_surface_is_used_until_the_noise_swamps_it(
 
 
 def test_a_cohort_mixing_units_is_not_unmasked() -> None:
-    from labfbo.protocols.surface import SurfaceAggregator, SurfaceOptions
+    from labfbo.protocols.surface.protocol import SurfaceAggregator, SurfaceOptions
 
     agg = SurfaceAggregator(SurfaceOptions(), SITES, 0, None, SPACE)
     agg.secure.keys = {s: secagg.public_key(bytes([i + 1]) * 32) for i, s in enumerate(SITES)}
@@ -178,7 +186,7 @@ def test_a_masked_upload_without_the_unit_serializes_as_before() -> None:
 
 
 def test_the_noise_aware_ridge_is_the_ridge_without_noise_and_shrinks_what_the_noise_swamps() -> None:
-    from labfbo.models.surface import ridge_weights
+    from labfbo.protocols.surface.model import ridge_weights
 
     feats = SurfaceFeatures(SPACE)
     G = 40 * feats.design.T @ feats.design / len(feats.design)   # the uniform design's Gram

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from campaign import run_campaign
 from scipy import stats
 
 import labfbo
-from campaign import run_campaign
-from labfbo.messages import Array
+from labfbo.core.messages import Array
 from labfbo.privacy import secagg
 from labfbo.protocols.secure_sum import MaskedScores
-from labfbo.protocols.surface import SurfaceStats, SurfaceTotals
-from labfbo.protocols.surface_messages import SealedTotals
-from labfbo.protocols.surface_secure import as_summed, open_totals
+from labfbo.protocols.surface.messages import SealedTotals
+from labfbo.protocols.surface.protocol import SurfaceStats, SurfaceTotals
+from labfbo.protocols.surface.secure import as_summed, open_totals
 
 
 def _opened(o) -> list[SurfaceTotals]:
@@ -105,8 +105,10 @@ def test_two_sites_run_unmasked_with_a_warning_the_report_repeats(tmp_path: Path
     from labfbo.report import write_report
 
     page = write_report(str(tmp_path / "lab-a.jsonl"), tmp_path / "report.html").html.read_text(encoding="utf-8")
-    assert 'id="unmasked"' in page and "this study had 2 sites" in page and "surface_stats left this site unmasked" in page
-    with pytest.raises(labfbo.exceptions.ConfigurationError, match="at least 3 sites"):
+    assert (
+        'id="unmasked"' in page and "this study had 2 sites" in page and "surface_stats left this site unmasked" in page
+    )
+    with pytest.raises(labfbo.core.exceptions.ConfigurationError, match="at least 3 sites"):
         labfbo.Coordinator("surface", sites=SITES[:2], secure_aggregation="on")
 
 
@@ -202,7 +204,7 @@ def test_dp_over_secure_sums_adds_shares_declared_as_distributed_and_accounted()
         assert not any(isinstance(m, SurfaceStats) for m in o.sent_messages())
     # a member's share has std sigma Delta / sqrt(3): a third of the variance local mode adds
     clean = logic.contribution(data, 99, 3)[0]
-    from labfbo.models.surface import dp_sensitivity, site_statistics
+    from labfbo.protocols.surface.model import dp_sensitivity, site_statistics
 
     gram, moment = site_statistics(logic.features.of_unit(data.X), data.y, dp.clip)
     noise = clean[:-2] - np.concatenate([gram, moment])
@@ -214,7 +216,7 @@ def test_dp_over_secure_sums_adds_shares_declared_as_distributed_and_accounted()
 
 
 def test_a_cohort_stating_different_dp_noise_is_not_unmasked() -> None:
-    from labfbo.protocols.surface import SurfaceAggregator, SurfaceOptions
+    from labfbo.protocols.surface.protocol import SurfaceAggregator, SurfaceOptions
 
     agg = SurfaceAggregator(SurfaceOptions(), SITES, 0, None, SPACE)
     keys = {s: secagg.public_key(bytes([i + 1]) * 32) for i, s in enumerate(SITES)}
@@ -261,15 +263,16 @@ def test_a_key_that_does_not_open_or_a_sum_out_of_range_leaves_the_site_on_its_o
     msg = [m for m in o.received_messages() if isinstance(m, SealedTotals)][-1]
     theirs = [m for m in sites[2].received_messages() if isinstance(m, SealedTotals)][-1]
     forged = msg.model_copy(update={"sealed": theirs.sealed})  # lab-c's copy of the key
-    with pytest.raises(labfbo.exceptions.ProtocolError, match="does not open"):
+    with pytest.raises(labfbo.core.exceptions.ProtocolError, match="does not open"):
         open_totals(forged, o.site, logic.context.key_seed, logic.features.p)
-    with pytest.raises(labfbo.exceptions.ProtocolError, match="no group key sealed by 'lab-a'"):
+    with pytest.raises(labfbo.core.exceptions.ProtocolError, match="no group key sealed by 'lab-a'"):
         open_totals(msg.model_copy(update={"sealed": {}}), o.site, logic.context.key_seed, logic.features.p)
     # a member that adds a huge vector spoils the sum: each member refuses it (nobody can be named)
-    spoiled = msg.masked.numpy() + secagg.encode(np.full(msg.masked.numpy().size, 1e3) * (np.arange(msg.masked.numpy().size)
-                                                                                          < logic.features.p), 3)
+    spoiled = msg.masked.numpy() + secagg.encode(
+        np.full(msg.masked.numpy().size, 1e3) * (np.arange(msg.masked.numpy().size) < logic.features.p), 3
+    )
     bad = msg.model_copy(update={"masked": Array.of(spoiled, dtype="uint64")})
-    with pytest.raises(labfbo.exceptions.ProtocolError, match="outside what"):
+    with pytest.raises(labfbo.core.exceptions.ProtocolError, match="outside what"):
         open_totals(bad, o.site, logic.context.key_seed, logic.features.p)
     with pytest.warns(UserWarning, match="outside what .* own GP"):
         o.agent.logic.propose(o.site_data(), bad, 1, 1)
@@ -309,7 +312,7 @@ def test_a_site_whose_sums_only_the_members_open_never_reveals_a_seed_and_the_le
 def test_a_restarted_coordinator_sends_the_sealed_sum_it_held() -> None:
     """The held sum (masked words, sealed seeds, keys) is in the aggregator's snapshot: a coordinator
     restored from it sends every member what it would have sent, and the member opens it."""
-    from labfbo.protocols.surface import SurfaceAggregator, SurfaceOptions
+    from labfbo.protocols.surface.protocol import SurfaceAggregator, SurfaceOptions
 
     coord, sites, _ = _run(rounds=1, release_every=2)
     agg = coord.aggregator()

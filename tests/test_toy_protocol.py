@@ -1,5 +1,5 @@
-"""A new protocol is one module plus one registry line: it then passes the conformance test case
-(labfbo.testing) with no other file changing."""
+"""A new protocol is one package plus one registry line: it then passes the conformance test case
+and the capability classes (labfbo.testing) with no other file changing."""
 
 from __future__ import annotations
 
@@ -11,22 +11,25 @@ import pytest
 
 import labfbo.protocols
 import labfbo.testing
-from labfbo.messages import Message
+from labfbo.core.messages import Message
 from labfbo.protocols import available_protocols, configure, get_protocol
 
-TOY = '''
+#: the toy, one package: its messages, and its options, sides and protocol (:func:`toy` writes it)
+TOY = {
+    "__init__.py": '''
 """A toy federated protocol: each site releases a noised mean of its results; the coordinator
 averages them; each site proposes random points."""
 
-from typing import Literal, Mapping
+from toy_mean.protocol import ToyMean
 
-import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+__all__ = ["ToyMean"]
+''',
+    "messages.py": '''
+"""The toy's messages."""
 
-from labfbo.messages import Abstain, Message, register
-from labfbo.privacy import DP
-from labfbo.privacy.release import Release
-from labfbo.protocols import Aggregator, Exchange, Finish, Protocol, SiteData, SiteLogic
+from typing import Literal
+
+from labfbo.core.messages import Message, register
 
 
 @register
@@ -45,6 +48,20 @@ class Mean(Message):
 class GrandMean(Message):
     kind: Literal["toymean_grand"] = "toymean_grand"
     mean: float
+''',
+    "protocol.py": '''
+"""The toy's options, its site and coordinator sides, and the protocol naming them."""
+
+from typing import Mapping
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from labfbo.core.messages import Abstain, Message
+from labfbo.core.release import Release
+from labfbo.privacy import DP
+from labfbo.protocols import Aggregator, Exchange, Finish, Protocol, SiteData, SiteLogic
+from toy_mean.messages import AskMean, GrandMean, Mean
 
 
 class ToyMeanOptions(BaseModel):
@@ -96,17 +113,20 @@ class ToyMean(Protocol):
     site_logic = ToyMeanSite
     aggregator = ToyMeanAggregator
     supported_types = frozenset({"real", "integer", "discrete"})
-'''
+''',
+}
 
 CONFORMANCE_MODULE = '''
 import pytest
 
 import labfbo
 from labfbo.protocols import get_protocol
-from labfbo.testing import ProtocolConformance
+from labfbo.testing import (KeepsItsBudget, ProtocolConformance, RestoresItsAggregator, ResumesFromItsJournal,
+                            SameOnEveryTransport)
 
 
-class TestToyMean(ProtocolConformance):
+class TestToyMean(ProtocolConformance, ResumesFromItsJournal, RestoresItsAggregator, KeepsItsBudget,
+                  SameOnEveryTransport):
     @pytest.fixture
     def protocol(self):
         return get_protocol("toy-mean")(spread=0.5, privacy=labfbo.DP(noise_multiplier=2.0))
@@ -126,10 +146,13 @@ class _Outcomes:
 
 @pytest.fixture
 def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The toy module on ``sys.path`` and its one registry line (both undone after the test)."""
-    (tmp_path / "toy_mean.py").write_text(textwrap.dedent(TOY))
+    """The toy package on ``sys.path`` and its one registry line (both undone after the test)."""
+    (tmp_path / "toy_mean").mkdir()
+    for name, source in TOY.items():
+        (tmp_path / "toy_mean" / name).write_text(textwrap.dedent(source).lstrip())
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "toy_mean", raising=False)  # imported afresh, forgotten after
+    for module in ("toy_mean", "toy_mean.messages", "toy_mean.protocol"):  # imported afresh, forgotten after
+        monkeypatch.delitem(sys.modules, module, raising=False)
     monkeypatch.setattr(Message, "_registry", dict(Message._registry))  # its message kinds too
     monkeypatch.setattr(labfbo.protocols, "_REGISTRY", dict(labfbo.protocols._REGISTRY))  # forgets the class after
     monkeypatch.setitem(labfbo.protocols._BUILTIN, "toy-mean", "toy_mean:ToyMean")
@@ -146,20 +169,22 @@ def _run_case(toy: Path, module: str) -> tuple[int, dict[str, str]]:
     return int(code), outcomes.outcomes
 
 
-def test_a_protocol_in_one_module_and_one_registry_line_passes_the_conformance_case(toy: Path) -> None:
+def test_a_protocol_in_one_package_and_one_registry_line_passes_the_conformance_case(toy: Path) -> None:
     assert "toy-mean" in available_protocols()
     assert configure("toy-mean", {"spread": 0.5}) == get_protocol("toy-mean")(spread=0.5)
     assert labfbo.protocols.ToyMean is get_protocol("toy-mean")  # the registry line names the class
     code, outcomes = _run_case(toy, "test_toy_mean_conforms")
-    checks = [n for n in dir(labfbo.testing.ProtocolConformance) if n.startswith("test_")]
+    cases = (labfbo.testing.ProtocolConformance, labfbo.testing.ResumesFromItsJournal,
+             labfbo.testing.RestoresItsAggregator, labfbo.testing.KeepsItsBudget, labfbo.testing.SameOnEveryTransport)
+    checks = {n for case in cases for n in dir(case) if n.startswith("test_")}
     assert code == 0, outcomes
     assert sorted(outcomes) == sorted(checks) and set(outcomes.values()) == {"passed"}
 
 
 def test_a_broken_protocol_fails_the_conformance_case(toy: Path) -> None:
     """The case can fail: a toy whose options take any keyword silently is caught."""
-    source = (toy / "toy_mean.py").read_text()
-    (toy / "toy_mean.py").write_text(source.replace('extra="forbid"', 'extra="ignore"'))
+    source = (toy / "toy_mean" / "protocol.py").read_text()
+    (toy / "toy_mean" / "protocol.py").write_text(source.replace('extra="forbid"', 'extra="ignore"'))
     code, outcomes = _run_case(toy, "test_broken_toy_mean")
     assert code == 1
     assert outcomes["test_refuses_an_unknown_option_naming_the_closest"] == "failed"

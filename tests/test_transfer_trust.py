@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from labfbo.models.transfer import top_rank, top_trust, agreement_probability
-from labfbo.records import TransferEstimate
-from labfbo.protocols.surface import SurfaceOptions
+from labfbo.core.records import TransferEstimate
+from labfbo.models.transfer import agreement_probability, top_rank, top_trust
+from labfbo.protocols.surface.protocol import SurfaceOptions
 
 
 def test_the_rank_of_the_labs_best_result_under_its_partners_surface() -> None:
@@ -54,7 +54,7 @@ def test_a_lab_whose_best_result_its_partners_rank_last_trusts_their_surface_les
 
 @pytest.mark.integration  # a four-lab campaign
 def test_a_lab_that_disagrees_with_its_partners_trusts_their_surface_less_and_weighs_its_upload_less() -> None:
-    from labfbo.models.surface import site_statistics
+    from labfbo.protocols.surface.model import site_statistics
 
     opts = _opposite_lab_campaign({"num_restarts": 2, "raw_samples": 32})  # the defaults
     prior, weight = [], []
@@ -73,8 +73,9 @@ def _opposite_lab_campaign(fast: dict) -> list:
     """Four labs on two categorical parameters, lab 3 the opposite of the others; 3 + 4 experiments."""
     import warnings
 
-    import labfbo
     from campaign import run_campaign
+
+    import labfbo
 
     space = labfbo.SearchSpace([labfbo.Categorical("a", list("pqrs")), labfbo.Categorical("b", list("vwxyz"))])
     effect = {"p": 0.0, "q": 0.5, "r": 1.0, "s": 1.5, "v": 0.0, "w": 0.3, "x": 0.6, "y": 0.9, "z": 1.2}
@@ -100,8 +101,9 @@ def test_with_several_objectives_a_lab_trusts_each_objectives_surface_as_far_as_
     trust it less than the first.)"""
     import warnings
 
-    import labfbo
     from campaign import run_campaign
+
+    import labfbo
 
     space = labfbo.SearchSpace([labfbo.Categorical("a", list("pqrs")), labfbo.Categorical("b", list("vwxyz"))])
     effect = {"p": 0.0, "q": 0.5, "r": 1.0, "s": 1.5, "v": 0.0, "w": 0.3, "x": 0.6, "y": 0.9, "z": 1.2}

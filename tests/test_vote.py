@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 import labfbo
-from labfbo.exceptions import ConfigurationError
-from labfbo.messages import Array, parse
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.core.messages import Array, parse
+from labfbo.core.release import Release
 from labfbo.privacy import DP
 from labfbo.privacy.dp import composed_epsilon
 from labfbo.privacy.randomized_response import epsilon_of, keep_probability, noise_parameter, respond
-from labfbo.privacy.release import Release
-from labfbo.protocols.vote import OptimumVote, VoteOptions, VoteTally, codebook, tallies
+from labfbo.protocols.vote.protocol import OptimumVote, VoteOptions, VoteTally, codebook, tallies
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Real("y", 0.0, 1.0)])
 
@@ -75,7 +75,7 @@ def test_messages_are_checked() -> None:
     vote = OptimumVote(index=3, codebook=8, dp_noise_multiplier=0.5, round=2)
     assert parse(vote.model_dump_json()) == vote
     with pytest.raises(ConfigurationError):
-        labfbo.Optimizer(SPACE, protocol="vote", prior={"x": labfbo.priors.Normal(0.5, 0.1)})
+        labfbo.Optimizer(SPACE, protocol="vote", prior={"x": labfbo.models.priors.Normal(0.5, 0.1)})
 
 
 def test_a_site_gets_the_others_votes_never_its_own() -> None:
@@ -117,7 +117,7 @@ def test_a_campaign_budget_is_never_exceeded_even_past_the_horizon() -> None:
     budget = sites["a"].privacy_budget()
     assert budget["planned_releases"] == 2
     assert 1 / budget["noise_multiplier"] == pytest.approx(1.0, rel=0.02)  # two votes of epsilon ~1 each
-    for s, opt in sites.items():
+    for opt in sites.values():
         for trial in opt.ask(n=opt.n_init):
             opt.tell(trial, float(sum((v - 0.3) ** 2 for v in trial.params.values())))
     with warnings.catch_warnings(record=True) as caught:
@@ -143,7 +143,7 @@ def test_options() -> None:
 
 @pytest.mark.integration  # a multi-site campaign
 def test_the_vote_audit_compares_the_coordinators_guess_with_chance() -> None:
-    from labfbo.privacy.attacks.votes import audit_votes, table
+    from labfbo.apps.attacks.votes import audit_votes, table
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -185,7 +185,7 @@ def test_a_site_is_told_when_its_votes_would_be_barely_better_than_a_guess() -> 
 def test_the_votes_prior_is_uniform_over_the_named_cells() -> None:
     import torch
 
-    from labfbo.priors import CellPrior
+    from labfbo.models.priors import CellPrior
 
     space = labfbo.SearchSpace([labfbo.Real(f"x{i}", 0.0, 1.0) for i in range(3)])
     points = codebook(space, 8)
@@ -206,7 +206,7 @@ def test_the_votes_prior_is_uniform_over_the_named_cells() -> None:
 
 def test_under_a_budget_a_site_votes_in_the_first_round_it_can() -> None:
     from labfbo.protocols.base import SiteContext, SiteData
-    from labfbo.protocols.vote import VoteRequest, VoteSite
+    from labfbo.protocols.vote.protocol import VoteRequest, VoteSite
 
     opts = VoteOptions(codebook=8, sealed=False, privacy=DP(epsilon=2.0, noise_multiplier=0.5))
     site = VoteSite(SPACE, opts, SiteContext(site="a", horizon=10, secret=3))
@@ -222,7 +222,7 @@ def test_under_a_budget_a_site_votes_in_the_first_round_it_can() -> None:
 
 
 def test_vote_refuses_outcome_constraints() -> None:
-    from labfbo.objectives import Outcome
+    from labfbo.core.objectives import Outcome
 
     with pytest.raises(ConfigurationError, match="outcome constraints"):
         labfbo.Optimizer(SPACE, protocol="vote", outcome_constraints=[Outcome("impurity", "<=", 0.5)], seed=0)
@@ -236,7 +236,7 @@ def test_a_design_vote_names_one_of_the_sites_own_dealt_rows(sealed: bool) -> No
     was dealt (k = n_init), and a vote made once under a budget is reused in every later tally
     (sealed: every tally's tokens open to the same votes)."""
     from labfbo.coordinator import collaborative_design
-    from labfbo.protocols.vote_sealed import SealedTally, SealedVote
+    from labfbo.protocols.vote.sealed import SealedTally, SealedVote
 
     names, n_init = ["a", "b", "c", "d"], 3
     coord = labfbo.Coordinator("vote", sites=names, seed=5, horizon=4, codebook="design", sealed=sealed)
@@ -244,7 +244,7 @@ def test_a_design_vote_names_one_of_the_sites_own_dealt_rows(sealed: bool) -> No
                                  codebook="design", sealed=sealed, privacy=DP(epsilon=2.0), num_restarts=2,
                                  raw_samples=64) for s in names}
     design = collaborative_design(SPACE, len(names), n_init, 5)
-    for i, (s, opt) in enumerate(sites.items()):
+    for opt in sites.values():
         assert np.array_equal(opt.context.study_design, design)
         assert opt.privacy_budget()["planned_releases"] == 1
     for _ in range(n_init + 3):
@@ -276,16 +276,24 @@ def test_a_design_vote_names_one_of_the_sites_own_dealt_rows(sealed: bool) -> No
 
 def test_a_design_vote_needs_the_study_design() -> None:
     from labfbo.protocols.base import SiteContext, SiteData
-    from labfbo.protocols.vote import VoteRequest, VoteSite
-    from labfbo.design import study_design
+    from labfbo.protocols.vote.protocol import VoteRequest, VoteSite
+    from labfbo.space.design import study_design
 
     site = VoteSite(SPACE, VoteOptions(codebook="design"), SiteContext(site="a"))  # not in a study
     X = np.random.default_rng(0).random((4, 2))
     answer = site.answer(VoteRequest(), SiteData(SPACE, X, -X.sum(1), None, np.zeros((0, 2))), 0)
     assert answer.kind == "abstain" and "collaborative design" in answer.reason
     coord = labfbo.Coordinator("vote", sites=["a", "b", "c"], seed=1)
-    reply = coord.join(labfbo.messages.JoinRequest(site="a", protocol="vote", study="", space_hash=SPACE.fingerprint(),
-                                                   space=SPACE.model_dump(mode="json"), n_init=4))
+    reply = coord.join(
+        labfbo.core.messages.JoinRequest(
+            site="a",
+            protocol="vote",
+            study="",
+            space_hash=SPACE.fingerprint(),
+            space=SPACE.model_dump(mode="json"),
+            n_init=4,
+        )
+    )
     assert study_design(SPACE, 4, reply).shape == (3, 4, 2)
     assert study_design(SPACE, 5, reply) is None  # another n_init: the rows dealt are not that design's
     assert study_design(SPACE, 4, reply.model_copy(update={"study_seed": None})) is None
@@ -303,7 +311,7 @@ def test_a_design_vote_needs_the_study_design() -> None:
 def test_design_votes_of_another_size_are_left_out() -> None:
     """Sites with another n_init computed another design: the coordinator counts the majority's."""
     from labfbo.protocols.base import Finish
-    from labfbo.protocols.vote import VoteAggregator
+    from labfbo.protocols.vote.protocol import VoteAggregator
 
     agg = VoteAggregator(VoteOptions(sealed=False), ["a", "b", "c", "d"], 0, 4, SPACE)
     votes = {"a": OptimumVote(index=1, codebook=12), "b": OptimumVote(index=4, codebook=12),
@@ -324,7 +332,7 @@ def test_randomized_votes_count_by_their_truth_weight() -> None:
     """A randomized response is the truth with probability q = (e^eps - 1)/(e^eps + k - 1), else a
     uniform draw: the tally carries the summed q per point, and the prior leaves the rest uniform."""
     from labfbo.protocols.base import SiteContext
-    from labfbo.protocols.vote import VoteSite
+    from labfbo.protocols.vote.protocol import VoteSite
 
     plain = OptimumVote(index=2, codebook=8)
     noisy = OptimumVote(index=2, codebook=8, dp_noise_multiplier=0.5, choices=5)  # eps 2 among 5

@@ -8,13 +8,12 @@ import numpy as np
 import pytest
 
 import labfbo
-from labfbo.exceptions import ProtocolError
-from labfbo.privacy import secagg, sealed
+from labfbo.core.exceptions import ProtocolError
+from labfbo.privacy import sealed, secagg
 from labfbo.protocols.base import Finish, SiteContext
 from labfbo.protocols.secure_sum import KeyRequest, PublicKeyShare
-from labfbo.protocols.vote import OptimumVote, VoteAggregator, VoteOptions, VoteRequest, VoteSite
-from labfbo.protocols.vote_sealed import (TOKEN_CHARS, SealedVote, context, open_votes, pack, relay,
-                                          seal_vote, unpack)
+from labfbo.protocols.vote.protocol import OptimumVote, VoteAggregator, VoteOptions, VoteRequest, VoteSite
+from labfbo.protocols.vote.sealed import TOKEN_CHARS, SealedVote, context, open_votes, pack, relay, seal_vote, unpack
 
 SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Real("y", 0.0, 1.0)])
 KEYS = {s: bytes([i + 1]) * 32 for i, s in enumerate("abcd")}
@@ -167,7 +166,7 @@ def test_a_vote_is_sealed_again_for_a_newcomer_without_a_new_release() -> None:
                        3).resealed_from == 0
     # past the window (10 rounds) no reseal: that round is a release round, so a fresh vote (a new release)
     assert site.answer(VoteRequest(cohort={**three, "e": PUBLIC["d"]}, study="st"), data, 10).resealed_from is None
-    site.sent(labfbo.messages.Abstain(reason="declined by the site's operator"))  # that one did not leave
+    site.sent(labfbo.core.messages.Abstain(reason="declined by the site's operator"))  # that one did not leave
     late = site.answer(VoteRequest(cohort={**three, "f": PUBLIC["d"]}, study="st"), data, 11)
     assert late.kind == "abstain"  # the round-0 vote's window is over, and the round-10 vote never left
     again = again.model_copy(update={"round": 2, "study": "st"})
@@ -193,7 +192,7 @@ def test_a_vote_that_did_not_leave_is_never_sealed_again() -> None:
     data = labfbo.protocols.base.SiteData(SPACE, X, -X.sum(1), None, np.zeros((0, 2)))
     three = {s: PUBLIC[s] for s in "abc"}
     assert isinstance(site.answer(VoteRequest(cohort=three, study="st"), data, 0), SealedVote)
-    site.sent(labfbo.messages.Abstain(reason="declined by the site's operator"))
+    site.sent(labfbo.core.messages.Abstain(reason="declined by the site's operator"))
     assert site.answer(VoteRequest(cohort={**three, "d": PUBLIC["d"]}, study="st"), data, 1).kind == "abstain"
 
 
@@ -235,7 +234,7 @@ def test_a_peer_cannot_cast_a_vote_for_another_sites_rows() -> None:
                 assert site.open(tally) is None
         else:
             assert site.open(tally).counts.numpy().tolist() == kept
-    agg = labfbo.protocols.vote.VoteAggregator(VoteOptions(), ["a", "b", "c"], 0, 3, SPACE)
+    agg = labfbo.protocols.vote.protocol.VoteAggregator(VoteOptions(), ["a", "b", "c"], 0, 3, SPACE)
     assert agg.sealed.request({}).roster == ["a", "b", "c"]
 
 

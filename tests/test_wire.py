@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import labfbo
-from labfbo import wire
-from labfbo.messages import Array, JoinReply, parse
-from labfbo.protocols.gradient import ParticlesRequest
+from labfbo.core import wire
+from labfbo.core.messages import Array, JoinReply, parse
+from labfbo.protocols.gradient.protocol import ParticlesRequest
 
 
 def _reply(n: int = 50) -> JoinReply:
@@ -41,7 +41,7 @@ def test_frames_of_messages_without_arrays_and_of_several_arrays():
     req = ParticlesRequest(round=2, step=7, particles=Array.of(np.arange(6.0).reshape(2, 3)),
                            cohort={"a": "key-a", "b": "key-b"})
     assert parse(req.to_wire()) == req
-    plain = labfbo.messages.NoGuidance(round=3)
+    plain = labfbo.core.messages.NoGuidance(round=3)
     assert parse(plain.to_wire()) == plain and wire.header(plain.to_wire())["kind"] == "no_guidance"
 
 

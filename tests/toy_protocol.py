@@ -12,9 +12,9 @@ from typing import Literal, Mapping
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from labfbo.messages import Abstain, Message, register
+from labfbo.core.messages import Abstain, Message, register
+from labfbo.core.release import Release
 from labfbo.privacy import DP
-from labfbo.privacy.release import Release
 from labfbo.protocols import Aggregator, Exchange, Finish, Protocol, SiteData, SiteLogic
 
 MECHANISM = "Gaussian on the mean of the site's results, each clipped to [-C, C]"

@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from labfbo.exceptions import LabFBOError
-from labfbo.space import SearchSpace
-from labfbo.trial import Trial, parse_value
+from labfbo.core.exceptions import LabFBOError
+from labfbo.core.trial import Trial, parse_value
+from labfbo.space.search import SearchSpace
 
 Handle = dict[str, Any]
 
@@ -66,7 +66,7 @@ class Measurement(BaseModel):
         elif self.outcomes is not None:
             if self.value is not None:
                 raise ValueError("a measurement has a value or named outcomes, not both")
-            for name, v in self.outcomes.items():
+            for _name, v in self.outcomes.items():
                 parse_value(v)  # finite numbers, sem >= 0: raises naming the problem
         else:
             if self.value is None or not math.isfinite(self.value):
@@ -106,7 +106,7 @@ class Measurement(BaseModel):
         return cls(value=value, sem=sem)
 
 
-class Adapter(ABC):
+class Adapter(ABC):  # noqa: B024 - subclasses implement run, or submit and poll
     """Turns a :class:`~labfbo.Trial` into an instrument run. Implement ``run``, or ``submit`` + ``poll``.
 
     Configuration (addresses, files, calibration) comes as keyword arguments of the
@@ -127,7 +127,7 @@ class Adapter(ABC):
         """True when the adapter can measure: it implements ``run``, or ``submit`` and ``poll``."""
         return type(self).run is not Adapter.run or self.asynchronous
 
-    def prepare(self, context: AdapterContext) -> None:
+    def prepare(self, context: AdapterContext) -> None:  # noqa: B027 - an optional hook: doing nothing is its default
         """Called once before the first run: check the search space, connect to the instrument."""
 
     def run(self, trial: Trial) -> Measurement | float | tuple[float, float]:
@@ -156,5 +156,5 @@ class Adapter(ABC):
         running it twice). The default cannot tell, so it returns ``None``."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: doing nothing is its default
         """Release the instrument."""

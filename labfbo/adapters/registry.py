@@ -16,7 +16,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from labfbo.adapters.base import Adapter
-from labfbo.exceptions import ConfigurationError
+from labfbo.core.exceptions import ConfigurationError
 
 ENTRY_POINT_GROUP = "labfbo.adapters"
 

@@ -13,15 +13,15 @@ a few deoxyfluorination values above 100 are measurement error and are kept). Th
 number of experiments after 3 first ones that ``labfbo bench engine --family`` and
 ``labfbo bench reactions --family`` give each lab. Every reagent keeps its SMILES, so
 ``load_family(name, encoding="rdkit")`` describes the choices by their structure
-(:mod:`labfbo.chem`). Provenance, licences and how to cite: ``data/README.md``.
+(:mod:`labfbo.space.chem`). Provenance, licences and how to cite: ``data/README.md``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from labfbo.core.exceptions import ConfigurationError
 from labfbo.datasets.reactions import CITATION, SHIPPED_SMILES, ReactionData, load_reactions, shipped_path
-from labfbo.exceptions import ConfigurationError
 
 
 @dataclass(frozen=True)

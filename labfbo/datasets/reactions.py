@@ -9,7 +9,7 @@ lab's rows is an experiment that *fails* there.
 The shipped file (``data/buchwald_hartwig.csv``, Ahneman et al., *Science* 360, 186 (2018);
 see ``data/README.md``) has 15 aryl halides (labs) × 3 bases × 4 ligands × 23 additives;
 ``data/buchwald_hartwig_smiles.csv`` has the SMILES of each, for ``load_reactions(encoding=...)``
-(reagents described by their structure, :mod:`labfbo.chem`).
+(reagents described by their structure, :mod:`labfbo.space.chem`).
 
 Scenarios (:func:`scenarios`), from the labs' pairwise Spearman correlations of yield
 over the combinations both ran:
@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from labfbo.exceptions import ConfigurationError
-from labfbo.seeding import rng
-from labfbo.space import Categorical, SearchSpace
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.core.seeding import rng
+from labfbo.space.search import Categorical, SearchSpace
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -118,7 +118,7 @@ def load_reactions(path: str | Path | None = None, lab: str = "lab",
     """Read a reaction CSV (the shipped one by default). Duplicate rows of a lab and
     combination are averaged; rows with a missing value are dropped.
 
-    With ``encoding`` (``"rdkit"``, ``"morgan"``: :mod:`labfbo.chem`, needs ``labfbo[chem]``)
+    With ``encoding`` (``"rdkit"``, ``"morgan"``: :mod:`labfbo.space.chem`, needs ``labfbo[chem]``)
     every parameter's choices are described by their structure: the SMILES come from
     ``<param>_smiles`` columns of the data file if it has them, else from ``smiles`` (a CSV
     ``component,kind,smiles``; default: the shipped ``buchwald_hartwig_smiles.csv`` for the

@@ -17,7 +17,7 @@ This module is loaded from the Flower App Bundle and imports only the standard l
 numpy and flwr (importing :mod:`labfbo` would cost seconds on every message).
 
 **A labfbo message inside a Flower ``Message``.** A labfbo wire frame (``LFBW``, a JSON
-header, the arrays' raw bytes; :mod:`labfbo.wire`) becomes a ``RecordDict`` with
+header, the arrays' raw bytes; :mod:`labfbo.core.wire`) becomes a ``RecordDict`` with
 
 * ``"labfbo"``: a ``ConfigRecord`` — ``op`` (``poll``, ``request``, ``answer``, ...), the
   frame's JSON ``header`` (each array is ``{"dtype", "shape", "$buf": [offset, length]}``)

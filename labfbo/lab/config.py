@@ -35,10 +35,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from labfbo.exceptions import ConfigurationError
-from labfbo.names import check_site_name
-from labfbo.objectives import Objective, Outcome
-from labfbo.space import SearchSpace
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.core.names import check_site_name
+from labfbo.core.objectives import Objective, Outcome
+from labfbo.space.search import SearchSpace
 
 
 class StopRule(BaseModel):

@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from labfbo.adapters import Adapter, AdapterContext, Handle, InstrumentBusy, Measurement
-from labfbo.exceptions import ConfigurationError, ValidationError
+from labfbo.core.exceptions import ConfigurationError, ValidationError
+from labfbo.core.trial import Observation, Trial, metadata_record
 from labfbo.lab.config import StopRule
 from labfbo.optimizer import Optimizer
-from labfbo.trial import Observation, Trial, metadata_record
 
 INTERRUPTED = ("interrupted: the site stopped while this run was being started and the instrument "
                "cannot tell whether it ran; not re-run automatically")

@@ -6,15 +6,15 @@ import secrets
 from typing import Any
 
 from labfbo.adapters import Adapter, AdapterContext, load_adapter
-from labfbo.objectives import OutcomeSpec
-from labfbo.exceptions import ConfigurationError
-from labfbo.journal import read_header
-from labfbo.transport import require_coordinator
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.core.journal import read_header
+from labfbo.core.objectives import OutcomeSpec
+from labfbo.core.seeding import campaign_id
 from labfbo.lab.config import SiteConfig
 from labfbo.lab.loop import CampaignLoop, LoopReport, handle_signals
 from labfbo.optimizer import Optimizer
 from labfbo.protocols import get_protocol
-from labfbo.seeding import campaign_id
+from labfbo.transport import require_coordinator
 
 
 def _journal_secret(path: str) -> int:

@@ -13,7 +13,7 @@ r"""From the unit cube (one column per parameter) to what a model's kernel sees.
 every other column is copied. The code of choice :math:`j` of :math:`k` is
 :math:`j/(k-1)`; the map is piecewise constant in a categorical column
 (the optimizers treat those columns as discrete anyway), with the same shares of [0, 1]
-per choice as :func:`~labfbo.params.choice_index`.
+per choice as :func:`~labfbo.space.params.choice_index`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import torch
 from botorch.models.transforms.input import InputTransform
 from torch import Tensor
 
-from labfbo.params import choice_index
-from labfbo.space import Categorical, SearchSpace
+from labfbo.space.params import choice_index
+from labfbo.space.search import Categorical, SearchSpace
 
 DTYPE = torch.float64
 

@@ -34,7 +34,7 @@ from linear_operator.operators import DenseLinearOperator
 from scipy.stats import qmc
 
 from labfbo.models.gp import as_tensor
-from labfbo.params import choice_index
+from labfbo.space.params import choice_index
 
 VARIANCE_FLOOR = 1e-10
 

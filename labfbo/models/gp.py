@@ -16,7 +16,7 @@ scale; BoTorch's :math:`\mathcal{LN}(-4, 1)`, floor :math:`10^{-4}`, with
 ``noise_prior="lognormal"``). ``output_transform="winsorize"`` clips the objective's bad tail
 first (:func:`winsorized`); the default standardizes the values as they are. The defaults
 (Matérn-5/2, the Gamma noise prior, plain standardization, and LogEI in
-:mod:`labfbo.acquisition`) were chosen on ``labfbo bench engine`` (``docs/benchmarks/engine.md``).
+:mod:`labfbo.models.acquisition`) were chosen on ``labfbo bench engine`` (``docs/benchmarks/engine.md``).
 """
 
 from __future__ import annotations
@@ -34,18 +34,18 @@ from botorch.models.model import Model
 from botorch.models.transforms.input import ChainedInputTransform, InputTransform, Normalize, Warp
 from botorch.models.transforms.outcome import Standardize
 from gpytorch.constraints import GreaterThan
-from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.means import Mean
+from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.priors import GammaPrior, LogNormalPrior
 from pydantic import BaseModel, ConfigDict, Field
 
+from labfbo.core.seeding import seeded_torch
 from labfbo.models.kernels import MISMATCH, HammingKernel, kernel_for  # noqa: F401 (re-exported)
-from labfbo.seeding import seeded_torch
 
 if TYPE_CHECKING:
     from labfbo.models.encoding import FeatureMap
-    from labfbo.space import SearchSpace
+    from labfbo.space.search import SearchSpace
 
 DTYPE = torch.float64
 

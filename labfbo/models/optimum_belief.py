@@ -37,8 +37,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import BayesianGaussianMixture
 
 from labfbo.models.gp import as_tensor, seeded_torch
-from labfbo.params import choice_index
-from labfbo.space import SearchSpace
+from labfbo.space.params import choice_index
+from labfbo.space.search import SearchSpace
 
 MIN_VARIANCE = 1e-4
 FALLBACK_JITTER = 1e-4

@@ -2,7 +2,7 @@ r"""Models and acquisitions of several outcomes: outcome constraints and several
 
 The site models every outcome with its own local GP (:func:`labfbo.models.gp.fit_local_gp`,
 same priors and transforms), gathered in a ``ModelListGP`` (columns as
-:meth:`labfbo.objectives.OutcomeSpec.outcome_matrix`: objectives in the maximization
+:meth:`labfbo.core.objectives.OutcomeSpec.outcome_matrix`: objectives in the maximization
 orientation, then the constrained outcomes as measured).
 
 * One objective with outcome constraints: BoTorch's ``qLogNoisyExpectedImprovement`` with
@@ -32,11 +32,11 @@ from botorch.sampling import SobolQMCNormalSampler
 from botorch.utils.multi_objective.hypervolume import infer_reference_point
 from botorch.utils.multi_objective.pareto import is_non_dominated
 
-from labfbo.acquisition import WrappedAcquisition
+from labfbo.models.acquisition import WrappedAcquisition
 from labfbo.models.gp import as_tensor
 
 if TYPE_CHECKING:
-    from labfbo.objectives import OutcomeSpec
+    from labfbo.core.objectives import OutcomeSpec
 
 
 def non_dominated(Y: np.ndarray) -> np.ndarray:

@@ -122,12 +122,12 @@ def param_layout(cfg: PacohConfig, d: int) -> list[tuple[str, tuple[int, ...], f
 
     def mlp(prefix: str, d_out: int, out_scale: float | None) -> None:
         dims = [d, *cfg.hidden, d_out]
-        for l in range(len(dims) - 1):
-            last = l == len(dims) - 2
+        for layer in range(len(dims) - 1):
+            last = layer == len(dims) - 2
             ws = out_scale if last and out_scale is not None else WEIGHT_SCALE
             bs = out_scale if last and out_scale is not None else BIAS_SCALE
-            blocks.append((f"{prefix}.W{l}", (dims[l], dims[l + 1]), ws, 0.0))
-            blocks.append((f"{prefix}.b{l}", (dims[l + 1],), bs, 0.0))
+            blocks.append((f"{prefix}.W{layer}", (dims[layer], dims[layer + 1]), ws, 0.0))
+            blocks.append((f"{prefix}.b{layer}", (dims[layer + 1],), bs, 0.0))
 
     mlp("kernel", cfg.feature_dim, None)
     if cfg.learn_mean:
@@ -178,26 +178,26 @@ def _inputs(X: Tensor) -> Tensor:
 
 def _mlp(th: dict[str, Tensor], prefix: str, U: Tensor, acts: list[Tensor] | None = None) -> Tensor:
     """``U (N, d)`` shared by all particles -> ``(K, N, d_out)``; ``acts`` collects layer inputs."""
-    h, l = U, 0
-    while f"{prefix}.W{l}" in th:
-        if l:
+    h, layer = U, 0
+    while f"{prefix}.W{layer}" in th:
+        if layer:
             h = torch.tanh(h)
         if acts is not None:
             acts.append(h)
-        h = torch.matmul(h, th[f"{prefix}.W{l}"]) + th[f"{prefix}.b{l}"].unsqueeze(-2)
-        l += 1
+        h = torch.matmul(h, th[f"{prefix}.W{layer}"]) + th[f"{prefix}.b{layer}"].unsqueeze(-2)
+        layer += 1
     return h
 
 
 def _mlp_grad(th: dict[str, Tensor], prefix: str, acts: list[Tensor], g: Tensor,
               out: dict[str, Tensor]) -> None:
     """Backpropagate ``g = d/d output (K, N, d_out)`` through the MLP into ``out[name]``."""
-    for l in reversed(range(len(acts))):
-        a = acts[l]
-        out[f"{prefix}.W{l}"] = a.transpose(-1, -2) @ g
-        out[f"{prefix}.b{l}"] = g.sum(-2)
-        if l:
-            g = (g @ th[f"{prefix}.W{l}"].transpose(-1, -2)) * (1.0 - a * a)
+    for layer in reversed(range(len(acts))):
+        a = acts[layer]
+        out[f"{prefix}.W{layer}"] = a.transpose(-1, -2) @ g
+        out[f"{prefix}.b{layer}"] = g.sum(-2)
+        if layer:
+            g = (g @ th[f"{prefix}.W{layer}"].transpose(-1, -2)) * (1.0 - a * a)
 
 
 def _features(th: dict[str, Tensor], U: Tensor, acts: list[Tensor] | None = None) -> Tensor:
@@ -338,11 +338,11 @@ def mean_jacobian(particles: Tensor, X: Any, cfg: PacohConfig) -> Tensor:
     _mlp(th, "mean", _inputs(X).expand(phi.shape[0], *X.shape), acts)
     g = torch.ones(phi.shape[0], X.shape[0], 1, dtype=DTYPE)
     out: dict[str, Tensor] = {}
-    for l in reversed(range(len(acts))):
-        out[f"mean.W{l}"] = (acts[l].unsqueeze(-1) * g.unsqueeze(-2)).flatten(-2)
-        out[f"mean.b{l}"] = g
-        if l:
-            g = (g @ th[f"mean.W{l}"].transpose(-1, -2)) * (1.0 - acts[l] * acts[l])
+    for layer in reversed(range(len(acts))):
+        out[f"mean.W{layer}"] = (acts[layer].unsqueeze(-1) * g.unsqueeze(-2)).flatten(-2)
+        out[f"mean.b{layer}"] = g
+        if layer:
+            g = (g @ th[f"mean.W{layer}"].transpose(-1, -2)) * (1.0 - acts[layer] * acts[layer])
     scale = _affine(cfg, X.shape[1])[0][mean_block_index(cfg, X.shape[1])]
     return torch.cat([out[name] for name in names], -1) * scale
 

@@ -20,8 +20,7 @@ from linear_operator.operators import DenseLinearOperator
 from torch import Tensor
 
 from labfbo.models.gp import DTYPE
-from labfbo.models.pacoh import (PacohConfig, _data, _features, _fit, _inputs, _mean, _noise, _rbf, _standardize,
-                                 _unpack)
+from labfbo.models.pacoh import PacohConfig, _data, _features, _fit, _inputs, _mean, _noise, _rbf, _standardize, _unpack
 
 __all__ = ["mixture_moments", "mixture_mean_var", "ParticleMixtureGP"]
 

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from botorch.models.model import Model
 
-from labfbo.records import TransferEstimate
+from labfbo.core.records import TransferEstimate
 
 MIN_POINTS = 3  # fewer results predict nothing held out
 
@@ -95,7 +95,7 @@ def _inverse_covariance(model: Model) -> tuple[torch.Tensor, torch.Tensor, torch
 
 
 def _gls_slope(Kinv: torch.Tensor, y: torch.Tensor, s: torch.Tensor) -> tuple[float, float] | None:
-    """:math:`\hat c` of :math:`y = a + c s` by generalized least squares under :math:`K`, and its
+    r""":math:`\hat c` of :math:`y = a + c s` by generalized least squares under :math:`K`, and its
     standard error (None: ``s`` constant)."""
     A = torch.stack([torch.ones_like(s), s], dim=1)
     M = A.T @ Kinv @ A

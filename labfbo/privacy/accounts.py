@@ -1,11 +1,11 @@
 r"""The coordinator's account of each site's privacy budget, from the answers it received.
 
 A private answer states the site's DP settings (``dp_noise_multiplier``, and
-``dp_clip``/``dp_sensitivity`` where the protocol sends them). :func:`received_release` asks
+``dp_clip``/``dp_sensitivity`` where the protocol sends them). :func:`labfbo.protocols.releases.received_release` asks
 the protocol's own site-side declaration (:meth:`labfbo.protocols.SiteLogic.declare_release`,
 the code the site journals its release with) what the answer released under those settings.
 :class:`PrivacyLedger` folds those releases per site — the accounting events
-(:attr:`labfbo.privacy.release.Release.event`) and how many of each — and composes them with
+(:attr:`labfbo.core.release.Release.event`) and how many of each — and composes them with
 the site's PLD accountant (:func:`labfbo.privacy.dp.composed_epsilon`) at the delta the site
 declared when it joined.
 
@@ -15,9 +15,9 @@ cannot raise it) and the consortium's :class:`~labfbo.privacy.budget.PrivacyFloo
 whose release would take :math:`\varepsilon(\text{accounted} + \text{this}) > b` — or that
 carries no DP noise, or cannot be accounted — is **discarded**: :meth:`PrivacyLedger.admit`
 returns an ``Abstain`` with reason :data:`BUDGET_DISCARDED` in its place, counts it, and the
-coordinator tells the site (:class:`labfbo.messages.BudgetExhausted`). The account is what a
+coordinator tells the site (:class:`labfbo.core.messages.BudgetExhausted`). The account is what a
 durable coordinator persists (:meth:`PrivacyLedger.state`), so a site whose journal is lost or
-rolled back rejoins with what it had spent (:class:`labfbo.messages.SpentBudget`).
+rolled back rejoins with what it had spent (:class:`labfbo.core.messages.SpentBudget`).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import threading
 from collections import Counter
 from typing import Any, Callable
 
-from labfbo.messages import Abstain, Message, PrivacyDeclaration, SpentBudget
+from labfbo.core.messages import Abstain, Message, PrivacyDeclaration, SpentBudget
+from labfbo.core.release import Release
 from labfbo.privacy.budget import BUDGET_SPENT
 from labfbo.privacy.dp import DP, composed_epsilon
-from labfbo.privacy.release import Release
 
 BUDGET_DISCARDED = "privacy budget exceeded: the coordinator discarded the release"
 """The reason of the ``Abstain`` the coordinator forwards in place of an over-budget answer."""
@@ -39,53 +39,6 @@ BUDGET_DISCARDED = "privacy budget exceeded: the coordinator discarded the relea
 
 class Undeclared(Exception):
     """The protocol's declaration of a received answer cannot run here (why: its message)."""
-
-
-class ReleaseReader:
-    """What an answer releases, declared by the protocol's site side under the DP settings the
-    answer states (one site logic per ``(noise multiplier, clip)``, built once)."""
-
-    def __init__(self, protocol_cls: Any, options: Any, space_of: Callable[[], Any], delta: float) -> None:
-        self.protocol_cls, self.options, self.space_of, self.delta = protocol_cls, options, space_of, delta
-        self.logic: dict[tuple[Any, Any], Any] = {}
-
-    def _logic(self, noise: float | None, clip: float | None) -> Any:
-        key = (noise, clip)
-        if key not in self.logic:
-            from labfbo.protocols import SiteContext
-
-            opts = self.options
-            if self.protocol_cls.supports_privacy():
-                base = getattr(opts, "privacy", None)
-                dp = None if noise is None else DP(clip=clip if clip is not None else (base.clip if base else 1.0),
-                                                   noise_multiplier=noise, delta=self.delta)
-                opts = opts.model_copy(update={"privacy": dp})
-            elif noise is not None:
-                raise Undeclared(f"protocol {self.protocol_cls.name!r} has no privacy option, the answer states a "
-                                 "noise multiplier")
-            self.logic[key] = self.protocol_cls.site_logic(self.space_of(), opts, SiteContext(site="coordinator"))
-        return self.logic[key]
-
-    def release(self, msg: Message) -> Release | None:
-        """``msg``'s release (None: it carries nothing computed from data, e.g. key material or an
-        ``Abstain``); :class:`Undeclared` when the declaration cannot run here."""
-        return received_release(msg, self._logic)
-
-
-def received_release(msg: Message, logic_for: Callable[[float | None, float | None], Any]) -> Release | None:
-    """The release a received answer makes, as the protocol's site side declares it
-    (:meth:`labfbo.protocols.SiteLogic.release`) from the answer's kind, round, step and DP
-    fields: ``logic_for(noise multiplier, clip)`` is that site side under those settings."""
-    if isinstance(msg, Abstain):
-        return None
-    noise, clip = getattr(msg, "dp_noise_multiplier", None), getattr(msg, "dp_clip", None)
-    try:
-        # the site's own declaration of what it sent (e.g. a vote sealed again repeats one: no new release)
-        return logic_for(noise, clip).release(msg)
-    except Undeclared:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the protocol's own reason
-        raise Undeclared(f"the {msg.kind!r} declaration cannot run here: {exc}") from None
 
 
 class SiteAccount:
@@ -122,7 +75,7 @@ class PrivacyLedger:
     """Every site's account (thread-safe); ``on_change(site, state)`` is called, the lock held,
     each time an account changes — a durable coordinator writes it before the answer is used."""
 
-    def __init__(self, reader: ReleaseReader, floor: Any = None, default_delta: float | None = None) -> None:
+    def __init__(self, reader: Any, floor: Any = None, default_delta: float | None = None) -> None:
         self.reader, self.floor = reader, floor
         self.default_delta = default_delta if default_delta is not None else DP().delta
         self.lock = threading.RLock()

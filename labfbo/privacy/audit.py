@@ -54,11 +54,17 @@ from scipy.spatial.distance import cdist, pdist
 from scipy.stats import qmc
 from torch import Tensor
 
-from labfbo.exceptions import ConfigurationError
+from labfbo.core.exceptions import ConfigurationError
 from labfbo.models.gp import DTYPE
-from labfbo.models.pacoh import (PacohConfig, mean_block_index, mean_block_names, mean_jacobian,
-                                 prior_mean_cov, site_score)
-from labfbo.models.pacoh import _standardize as _site_standardize  # the site's own rule for y
+from labfbo.models.pacoh import (
+    PacohConfig,
+    _standardize as _site_standardize,  # the site's own rule for y
+    mean_block_index,
+    mean_block_names,
+    mean_jacobian,
+    prior_mean_cov,
+    site_score,
+)
 
 CHANCE_DRAWS = 64
 REPAIR_RESIDUAL = 1e-8      # relative coupled residual above which a sequential round repairs
@@ -110,10 +116,8 @@ def intercepts(sent: Sequence[Any], received: Sequence[Any]) -> dict[int, Interc
     out: dict[int, Intercept] = {}
     for rnd in sorted({r for r, _ in answers}):
         steps = sorted(s for r, s in answers if r == rnd and (r, s) in requests)
-        if not steps:
-            continue
-        first = answers[(rnd, steps[0])]
-        if first.n_obs < 1:
+        first = answers[(rnd, steps[0])] if steps else None
+        if first is None or first.n_obs < 1:
             continue
         out[rnd] = Intercept(rnd, tuple(torch.as_tensor(requests[(rnd, s)].particles.numpy(), dtype=DTYPE)
                                         for s in steps),
@@ -345,7 +349,7 @@ def reconstruct(ic: Intercept, cfg: PacohConfig, d: int, *, restarts: int = 5, s
     for z0 in starts:
         # y alone first (X held): a y far off makes the joint problem badly scaled
         X0 = z0[: n * d]
-        y_only = minimize(lambda v: (lambda r: (r[0], r[1][n * d:]))(loss(np.concatenate([X0, v]))), z0[n * d:],
+        y_only = minimize(lambda v: (lambda r: (r[0], r[1][n * d:]))(loss(np.concatenate([X0, v]))), z0[n * d:],  # noqa: B023 - called within this iteration
                           jac=True, method="L-BFGS-B", options={"maxiter": maxiter})
         out = minimize(loss, np.concatenate([X0, y_only.x]), jac=True, method="L-BFGS-B",
                        bounds=[(0.0, 1.0)] * (n * d) + [(None, None)] * n, options={"maxiter": maxiter})
@@ -366,7 +370,8 @@ def reconstruct_sequence(ics: Sequence[Intercept], cfg: PacohConfig, d: int, wan
     Every round of ``ics`` (in order) adds its new points to the running reconstruction by
     OMP and refines them with the coupled residual; at the rounds in ``wanted`` all ``steps``
     exchanges are used, and the reconstruction is reported with the ``y`` solved with it (the
-    coupled least squares, standardized) and its Eq. 11 loss. It is not polished by Eq. 11: trading ``X`` against ``y`` there moved correct
+    coupled least squares, standardized) and its Eq. 11 loss. It is not polished by Eq. 11: trading ``X`` against ``y``
+    there moved correct
     points away (measured), and the attacker's own criterion, the coupled residual, is
     already near zero when the points are right. ``attack`` (other :func:`reconstruct`
     options such as ``restarts``) is accepted and unused. A round with fewer points than the

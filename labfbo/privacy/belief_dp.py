@@ -36,6 +36,7 @@ from typing import Sequence
 import numpy as np
 
 from labfbo.privacy.dp import DP
+from labfbo.privacy.noise import gaussian
 
 SD_MIN, SD_MAX = 0.01, 0.5
 CENTRE_WEIGHT, CENTRE_SD, CENTRE_VALUE = 1.0, 0.1, 0.0
@@ -88,9 +89,9 @@ def privatize_belief(weight: float, mean: np.ndarray, variance: np.ndarray, valu
     p = np.zeros(0) if probs is None else np.asarray(probs, dtype=float)
     if dp.sigma:
         scale = dp.sigma * sensitivity(d)
-        z = z + rng.normal(0.0, scale, size=z.shape)
+        z = gaussian(z, scale, rng)
         if len(p):
-            p = p + rng.normal(0.0, scale, size=p.shape)
+            p = gaussian(p, scale, rng)
     w, mu, var, v = from_unit(z, dp.clip)
     if probs is None:
         return w, mu, var, v, None
@@ -114,9 +115,9 @@ def privatize_centre(mean: np.ndarray, dp: DP, rng: np.random.Generator, probs: 
     p = np.zeros(0) if probs is None else np.asarray(probs, dtype=float)
     if dp.sigma:
         scale = dp.sigma * centre_sensitivity(len(mu), cats)
-        mu = np.clip(mu + rng.normal(0.0, scale, size=mu.shape), 0.0, 1.0)
+        mu = np.clip(gaussian(mu, scale, rng), 0.0, 1.0)
         if len(p):
-            p = p + rng.normal(0.0, scale, size=p.shape)
+            p = gaussian(p, scale, rng)
     if probs is None:
         return mu, None
     p = np.clip(p, 1e-6, 1.0)

@@ -39,7 +39,7 @@ import math
 
 import numpy as np
 
-from labfbo.exceptions import ValidationError
+from labfbo.core.exceptions import ValidationError
 from labfbo.privacy.dp import DP, privatize
 
 

@@ -1,6 +1,6 @@
 """A site's privacy report: every release of data-derived information, its mechanism and guarantee.
 
-The report is a fold over the site's journaled :class:`~labfbo.privacy.release.Release`
+The report is a fold over the site's journaled :class:`~labfbo.core.release.Release`
 records — what each protocol declared for each message it sent — so it covers every
 process the site ever ran in and knows nothing of any protocol. The cumulative
 (epsilon, delta) is the PLD accountant's over the private releases so far; it is infinite
@@ -13,8 +13,8 @@ import math
 from collections import Counter
 from typing import Any, Sequence
 
+from labfbo.core.release import Release
 from labfbo.privacy.dp import composed_epsilon
-from labfbo.privacy.release import Release
 
 
 def delta_of(releases: Sequence[Release]) -> float | None:

@@ -27,7 +27,7 @@ import hashlib
 import hmac
 import json
 
-from labfbo.exceptions import ProtocolError
+from labfbo.core.exceptions import ProtocolError
 from labfbo.privacy import secagg
 
 NONCE = 12

@@ -57,7 +57,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from labfbo.exceptions import ConfigurationError, ProtocolError
+from labfbo.core.exceptions import ConfigurationError, ProtocolError
 
 FRACTION_BITS = 32
 #: a cohort of more members than this + 1 masks over a sparse graph (:func:`peers`)
@@ -137,8 +137,10 @@ def encode(x: np.ndarray, n_parties: int) -> np.ndarray:
         raise ProtocolError("secure aggregation: values must be finite")
     biggest = float(np.max(np.abs(x))) if x.size else 0.0
     if biggest * _SCALE * max(n_parties, 1) >= _LIMIT:
-        raise ProtocolError(f"secure aggregation: |value| {biggest:.3g} is too large for a sum of {n_parties} "
-                            f"in fixed point with {FRACTION_BITS} fractional bits (max {_LIMIT / _SCALE / max(n_parties, 1):.3g})")
+        raise ProtocolError(
+            f"secure aggregation: |value| {biggest:.3g} is too large for a sum of {n_parties} "
+            f"in fixed point with {FRACTION_BITS} fractional bits (max {_LIMIT / _SCALE / max(n_parties, 1):.3g})"
+        )
     return np.round(x * _SCALE).astype(np.int64).view(np.uint64)
 
 

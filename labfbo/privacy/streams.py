@@ -13,7 +13,7 @@ round:
   queries would reveal their difference).
 
 A query is named by a digest of its exact bytes. The streams a release drew from are kept in the
-site's own journal (:attr:`labfbo.privacy.release.Release.streams`), so a restarted site that
+site's own journal (:attr:`labfbo.core.release.Release.streams`), so a restarted site that
 is asked another query never draws a stream it used before.
 """
 

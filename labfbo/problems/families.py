@@ -23,13 +23,26 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from labfbo.core.exceptions import ConfigurationError
 from labfbo.problems.functions import (
-    BRANIN_STD, FUNCTIONS, HARTMANN3_XMIN, HARTMANN6_XMIN, HARTMANN_ALPHA, WING_BOUNDS, WING_ORDER,
-    BatchFn, _min_1d, branin, hartmann3, hartmann6, minimize_in_box, wing_weight)
+    BRANIN_STD,
+    FUNCTIONS,
+    HARTMANN3_XMIN,
+    HARTMANN6_XMIN,
+    HARTMANN_ALPHA,
+    WING_BOUNDS,
+    WING_ORDER,
+    BatchFn,
+    _min_1d,
+    branin,
+    hartmann3,
+    hartmann6,
+    minimize_in_box,
+    wing_weight,
+)
 from labfbo.problems.guide_functions import GUIDE_NAMES, guide_site
 from labfbo.problems.problem import FederatedProblem
-from labfbo.exceptions import ConfigurationError
-from labfbo.space import Real, SearchSpace
+from labfbo.space.search import Real, SearchSpace
 
 Array = np.ndarray
 

@@ -20,8 +20,8 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 from scipy.stats import qmc
 
-from labfbo.exceptions import ConfigurationError
-from labfbo.space import SearchSpace
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.space.search import SearchSpace
 
 Objective = Callable[[dict[str, Any]], float]
 

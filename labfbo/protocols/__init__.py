@@ -12,21 +12,30 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel
 
-from labfbo.exceptions import ConfigurationError
-from labfbo.suggest import did_you_mean
-from labfbo.protocols.base import (Aggregator, Exchange, Finish, Protocol, SiteContext, SiteData, SiteLogic, Step,
-                                   parse_options)
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.core.suggest import did_you_mean
+from labfbo.protocols.base import (
+    Aggregator,
+    Exchange,
+    Finish,
+    Protocol,
+    SiteContext,
+    SiteData,
+    SiteLogic,
+    Step,
+    parse_options,
+)
 
 #: name -> "module:Class", one line per protocol (imported when first asked for)
 _BUILTIN: dict[str, str] = {
     "independent": "labfbo.protocols.independent:Independent",
     "consensus": "labfbo.protocols.consensus:Consensus",
-    "gradient": "labfbo.protocols.gradient:Gradient",
-    "distribution": "labfbo.protocols.distribution:Distribution",
+    "gradient": "labfbo.protocols.gradient.protocol:Gradient",
+    "distribution": "labfbo.protocols.distribution.protocol:Distribution",
     "centralized": "labfbo.protocols.centralized:Centralized",
     "pooled": "labfbo.protocols.pooled:Pooled",
-    "surface": "labfbo.protocols.surface:Surface",
-    "vote": "labfbo.protocols.vote:Vote",
+    "surface": "labfbo.protocols.surface.protocol:Surface",
+    "vote": "labfbo.protocols.vote.protocol:Vote",
 }
 _REGISTRY: dict[str, type[Protocol]] = {}
 

@@ -11,7 +11,7 @@ messages; it knows nothing of what is in them)::
     X_next = site_logic[s].propose(data_s, guidance, n, t)
 
 ``answer`` reads only the site's own data; ``on_responses`` reads only messages. A site
-that has nothing to contribute answers :class:`~labfbo.messages.Abstain`; aggregators must
+that has nothing to contribute answers :class:`~labfbo.core.messages.Abstain`; aggregators must
 use the number of sites that actually contributed.
 """
 
@@ -23,21 +23,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Sequence
 
 import numpy as np
-from pydantic import BaseModel
-from pydantic import ValidationError as PydanticValidationError
+from pydantic import BaseModel, ValidationError as PydanticValidationError
 
-from labfbo.exceptions import ConfigurationError, ProtocolError
-from labfbo.messages import Abstain, Message
+from labfbo.core.exceptions import ConfigurationError, ProtocolError
+from labfbo.core.messages import Abstain, Message
+from labfbo.core.records import TransferEstimate
+from labfbo.core.release import Release
+from labfbo.core.seeding import int_seed, stable_hash
+from labfbo.core.suggest import did_you_mean
 from labfbo.privacy.dp import DP
-from labfbo.privacy.release import Release
 from labfbo.privacy.streams import NoiseStreams
-from labfbo.records import TransferEstimate
-from labfbo.seeding import int_seed, stable_hash
-from labfbo.space import SearchSpace
-from labfbo.suggest import did_you_mean
+from labfbo.space.search import SearchSpace
 
 if TYPE_CHECKING:
-    from labfbo.objectives import OutcomeSpec
+    from labfbo.core.objectives import OutcomeSpec
 
 
 @dataclass(frozen=True)
@@ -127,7 +126,7 @@ class SiteLogic(ABC):
         self.options = options
         self.context = context
 
-    def expect(self, n: int) -> None:
+    def expect(self, n: int) -> None:  # noqa: B027 - an optional hook: doing nothing is its default
         """The site is about to ask for ``n`` points (called before its round's guidance)."""
 
     def alone(self) -> str | None:
@@ -146,7 +145,7 @@ class SiteLogic(ABC):
         """Answer one coordinator request from local data only."""
         raise ProtocolError(f"{type(self).__name__} does not handle {request.kind!r} requests")
 
-    def sent(self, message: Message) -> None:
+    def sent(self, message: Message) -> None:  # noqa: B027 - an optional hook: doing nothing is its default
         """``message`` left the site: the answer as the operator and the privacy budget let it go
         (an :class:`Abstain` when either held it back). Called after its release was journaled."""
 
@@ -170,7 +169,7 @@ class SiteLogic(ABC):
         Overrides call this first: it replays the noise streams the releases drew from."""
         self.noise_streams.resume((r.round, r.streams) for r in releases)
 
-    def resume_transfer(self, estimate: TransferEstimate | None) -> None:
+    def resume_transfer(self, estimate: TransferEstimate | None) -> None:  # noqa: B027 - an optional hook: doing nothing is its default
         """The site restarted from its journal: the transfer estimate of its last model proposal (None:
         it made none), for logic whose answers depend on it (``surface``'s upload weight)."""
 
@@ -237,7 +236,7 @@ class Aggregator(ABC):
 
     def admit(self, site: str, message: Message) -> Message:
         """``message`` as this protocol can use it: returned as it is, or a copy with its bounded
-        scalars clipped to their range; :class:`~labfbo.exceptions.Inadmissible` (naming what is
+        scalars clipped to their range; :class:`~labfbo.core.exceptions.Inadmissible` (naming what is
         wrong) for a contribution that cannot be used this round. The coordinator then treats the
         site as abstaining, so the others' round is the one they would have had without it.
         The default admits everything (a protocol's message schemas check what they can alone)."""
@@ -249,11 +248,11 @@ class Aggregator(ABC):
         ``share_agreement``); empty by default."""
         return {}
 
-    def retire(self, site: str) -> None:
+    def retire(self, site: str) -> None:  # noqa: B027 - an optional hook: doing nothing is its default
         """``site`` has spent its privacy budget and will release nothing more: leave it out of
         what needs every member (e.g. a secure sum's cohort). Nothing by default."""
 
-    def abstained(self, site: str, reason: str) -> None:
+    def abstained(self, site: str, reason: str) -> None:  # noqa: B027 - an optional hook: doing nothing is its default
         """``site`` abstained from the last exchange, for ``reason`` (its answer is not among the
         responses). Nothing by default."""
 
@@ -261,7 +260,7 @@ class Aggregator(ABC):
         """What the aggregator carries from round to round (JSON-able), for durable coordinators."""
         return {}
 
-    def restore(self, state: dict[str, Any]) -> None:
+    def restore(self, state: dict[str, Any]) -> None:  # noqa: B027 - an optional hook: doing nothing is its default
         """Continue from :meth:`state` (after a coordinator restart)."""
 
 
@@ -355,7 +354,7 @@ class Protocol:
 
     def keywords(self) -> dict[str, Any]:
         """The options given (the shorthand's keywords): ``type(self)(**p.keywords()) == p``."""
-        return {k: getattr(self.options, k) for k in self.options.model_fields_set}
+        return {k: v for k, v in self.options if k in self.options.model_fields_set}
 
     @classmethod
     def check_study(cls, options: BaseModel, n_sites: int) -> None:

@@ -2,9 +2,9 @@ r"""Protocol ``centralized``: PACOH-BO with every site's data in one place (a ba
 
 The paper's "ideal" reference. **Not private**: each round every site sends its raw
 observations (unit-cube inputs and values) to the coordinator, which then runs exactly
-the meta-learning of :mod:`labfbo.protocols.gradient` itself — the score still summed
+the meta-learning of :mod:`labfbo.protocols.gradient.protocol` itself — the score still summed
 task by task (each site's data one task), in the same site order and with the same
-:func:`~labfbo.protocols.gradient.meta_step` — so ``centralized`` and ``gradient`` produce
+:func:`~labfbo.protocols.gradient.protocol.meta_step` — so ``centralized`` and ``gradient`` produce
 the same particles up to floating-point round-off. Sites propose exactly as under
 ``gradient``. Use it to measure what federation costs, never with real partners.
 """
@@ -15,11 +15,10 @@ from typing import Literal, Mapping
 
 from pydantic import model_validator
 
-from labfbo.messages import Abstain, Array, Message, register
+from labfbo.core.messages import Abstain, Array, Message, register
 from labfbo.models.pacoh import site_score
 from labfbo.protocols.base import Exchange, Protocol, SiteData, Step
-from labfbo.protocols.gradient import (GradientAggregator, GradientOptions, Gradient, GradientSite,
-                                       meta_step)
+from labfbo.protocols.gradient.protocol import Gradient, GradientAggregator, GradientOptions, GradientSite, meta_step
 
 
 @register

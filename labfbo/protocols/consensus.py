@@ -33,18 +33,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-
 from typing import Literal, Mapping
 
 import numpy as np
 from pydantic import Field
 
-from labfbo.acquisition import tried_points
-from labfbo.exceptions import ConfigurationError, Inadmissible, ProtocolError
-from labfbo.messages import Abstain, Array, Message, register
+from labfbo.core.exceptions import ConfigurationError, Inadmissible, ProtocolError
+from labfbo.core.messages import Abstain, Array, Message, register
+from labfbo.models.acquisition import tried_points
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.independent import LocalGPSite, ModelOptions
-from labfbo.space import SearchSpace
+from labfbo.space.search import SearchSpace
 
 
 @register

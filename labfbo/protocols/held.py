@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Generic, Mapping, TypeVar
 
-from labfbo.messages import Message, parse
+from labfbo.core.messages import Message, parse
 
 M = TypeVar("M", bound=Message)
 

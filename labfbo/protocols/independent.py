@@ -1,7 +1,7 @@
 """Protocol ``independent``: plain single-site BO. Sends nothing, needs no coordinator.
 
 The site fits its local GP (:mod:`labfbo.models.gp`) and maximizes the configured
-acquisition (:mod:`labfbo.acquisition`). Other protocols reuse :class:`LocalGPSite` for
+acquisition (:mod:`labfbo.models.acquisition`). Other protocols reuse :class:`LocalGPSite` for
 their local model.
 """
 
@@ -11,12 +11,17 @@ import numpy as np
 from botorch.models.model import Model
 from pydantic import model_validator
 
-from labfbo.acquisition import (AcquisitionData, AcquisitionOptions, optimize_acquisition, propose_with_model,
-                                tried_points)
-from labfbo.messages import Message
+from labfbo.core.messages import Message
+from labfbo.models.acquisition import (
+    AcquisitionData,
+    AcquisitionOptions,
+    optimize_acquisition,
+    propose_with_model,
+    tried_points,
+)
 from labfbo.models.gp import SurrogateOptions, fit_local_gp, predict, seeded_torch
 from labfbo.models.outcomes import FeasibilityWeighted, outcome_acquisition
-from labfbo.priors import LocationPrior, PriorOptions, prior_exponent, site_prior
+from labfbo.models.priors import LocationPrior, PriorOptions, prior_exponent, site_prior
 from labfbo.protocols.base import Protocol, SiteData, SiteLogic
 
 

@@ -26,7 +26,7 @@ from gpytorch.constraints import GreaterThan
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from pydantic import model_validator
 
-from labfbo.messages import Array, Message, register
+from labfbo.core.messages import Array, Message, register
 from labfbo.models.gp import as_tensor, seeded_torch
 from labfbo.protocols.base import Aggregator, Exchange, Finish, Protocol, SiteData, Step
 from labfbo.protocols.centralized import DataRequest, RawData
@@ -65,9 +65,9 @@ class PooledOptions(ModelOptions):
     def _multitask_kernel_only(self) -> "PooledOptions":
         if self.prior:
             raise ValueError("the pooled baseline takes no expert prior")
-        changed = [k for k, v in (("kernel", "rbf"), ("input_warping", False), ("noise_prior", "lognormal"),
-                                  ("output_transform", "standardize"))
-                   if getattr(self, k) != v]
+        changed = [k for k, now, v in (("kernel", self.kernel, "rbf"), ("input_warping", self.input_warping, False),
+                                       ("noise_prior", self.noise_prior, "lognormal"),
+                                       ("output_transform", self.output_transform, "standardize")) if now != v]
         if changed:
             raise ValueError(f"the pooled baseline uses MultiTaskGP's own kernel and noise prior; "
                              f"{', '.join(changed)} cannot be set")

@@ -32,11 +32,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
-
 from pydantic import Field, model_serializer
 
-from labfbo.exceptions import ProtocolError
-from labfbo.messages import Abstain, Array, Message, register
+from labfbo.core.exceptions import ProtocolError
+from labfbo.core.messages import Abstain, Array, Message, register
 from labfbo.privacy import secagg
 
 MIN_COHORT = 3  # with two sites, each can recover the other's vector from the sum
@@ -262,13 +261,16 @@ class SecureSum:
 
     def outsiders(self) -> dict[str, str]:
         """The sites with a key outside this round's cohort (and not retired): they receive its sum too."""
-        return {s: k for s, k in self.keys.items() if s in self.sites and s not in self.cohort and s not in self.retired}
+        return {
+            s: k for s, k in self.keys.items() if s in self.sites and s not in self.cohort and s not in self.retired
+        }
 
     def on_responses(self, step: int, particles_sha256: str, size: int | None,
                      responses: Mapping[str, Message], to_members: bool = False
                      ) -> dict[str, Message] | np.ndarray | SealedSum | str:
         """The next exchange, the decoded sum (``size`` floats; ``to_members``: the sum behind the
-        group mask and the leader's sealed keys, :class:`SealedSum`), ``"redo"`` (ask the step again of the smaller cohort) or
+        group mask and the leader's sealed keys, :class:`SealedSum`), ``"redo"`` (ask the step again of the smaller
+        cohort) or
         ``"stop"`` (no secure sum possible this round).
 
         ``size=None``: the uploads' size is not known in advance (``surface``: one moment per

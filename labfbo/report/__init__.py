@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from labfbo.report.build import Report
     from labfbo.report.campaign import Campaign
-    from labfbo.space import SearchSpace
+    from labfbo.space.search import SearchSpace
 
 __all__ = ["Campaign", "Report", "write_report"]
 

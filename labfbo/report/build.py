@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from labfbo.exceptions import LabFBOError
-from labfbo.privacy.release import Release
+from labfbo.core.exceptions import LabFBOError
+from labfbo.core.release import Release
 from labfbo.privacy.report import report as privacy_rows
 from labfbo.report.campaign import Campaign, decode_points
 from labfbo.report.disclosure import disclosure

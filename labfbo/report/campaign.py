@@ -14,15 +14,15 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
-from labfbo.exceptions import JournalError, LabFBOError
-from labfbo.journal import read_records
-from labfbo.objectives import OutcomeSpec
+from labfbo.core.exceptions import JournalError, LabFBOError
+from labfbo.core.journal import read_records
+from labfbo.core.objectives import OutcomeSpec
+from labfbo.core.records import Header
 from labfbo.protocols.base import SiteData
-from labfbo.records import Header
 from labfbo.site.data import build_site_data
 from labfbo.site.state import SiteState
 from labfbo.site.store import read_header, replay
-from labfbo.space import SearchSpace
+from labfbo.space.search import SearchSpace
 
 State = Literal["complete", "failed", "pending", "retracted"]
 

@@ -27,9 +27,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from labfbo.privacy.release import Release
+from labfbo.core.records import LegacyRelease
+from labfbo.core.release import Release
 from labfbo.privacy.report import cumulative_epsilon, delta_of
-from labfbo.records import LegacyRelease
 from labfbo.report.campaign import Campaign
 
 Carries = Literal["measurements", "noised", "unprotected", "nothing", "unknown"]

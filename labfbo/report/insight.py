@@ -31,11 +31,11 @@ import torch
 from scipy import stats
 from scipy.stats import qmc
 
-from labfbo.exceptions import LabFBOError
+from labfbo.core.exceptions import LabFBOError
+from labfbo.core.seeding import int_seed
 from labfbo.models.gp import as_tensor, fit_local_gp, predict
-from labfbo.params import Categorical
 from labfbo.report.campaign import Campaign
-from labfbo.seeding import int_seed
+from labfbo.space.params import Categorical
 
 N_CANDIDATES = 2048
 N_SOBOL = 1024  # Saltelli base sample (a power of 2): N (d + 2) posterior means

@@ -15,7 +15,7 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
-from labfbo.progress import human_bytes  # noqa: E402,F401 - the page's filter too
+from labfbo.core.progress import human_bytes  # noqa: E402,F401 - the page's filter too
 from labfbo.models.outcomes import pareto_front  # noqa: E402
 from labfbo.report.campaign import Campaign, Experiment  # noqa: E402
 from labfbo.report.insight import Dependence  # noqa: E402
@@ -80,7 +80,9 @@ def progress_figure(campaign: Campaign, ylabel: str) -> "plt.Figure":
             ax.scatter([e.number for e in rows], [e.value for e in rows], label=label, zorder=3, **style)  # type: ignore[arg-type]
 
     done = [e for e in exps if e.state == "complete"]
-    scatter([e for e in done if e.feasible and e.source == "historical"], "earlier data", marker="s", color="#777777", s=24)
+    scatter(
+        [e for e in done if e.feasible and e.source == "historical"], "earlier data", marker="s", color="#777777", s=24
+    )
     scatter([e for e in done if e.feasible and e.source != "historical"], "measurement", color=GOOD, s=24)
     scatter([e for e in done if not e.feasible], "infeasible (misses an outcome limit)", facecolors="none",
             edgecolors=BAD, s=36, linewidths=1.3)

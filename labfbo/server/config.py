@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from labfbo.exceptions import ConfigurationError
-from labfbo.names import check_site_name
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.core.names import check_site_name
 
 if TYPE_CHECKING:
     from labfbo.coordinator import Coordinator
@@ -119,7 +119,7 @@ class ServerConfig(BaseModel):
     def coordinator(self) -> "Coordinator":
         """The study's :class:`labfbo.Coordinator` (its rounds, aggregation and schedules)."""
         from labfbo.coordinator import Coordinator
-        from labfbo.space import SearchSpace
+        from labfbo.space.search import SearchSpace
 
         space = SearchSpace.model_validate(self.space) if self.space is not None else None
         return Coordinator(self.protocol, sites=list(self.sites), space=space, seed=self.seed, horizon=self.horizon,

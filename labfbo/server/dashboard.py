@@ -37,12 +37,11 @@ from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel
 
-from labfbo.messages import Message, NoGuidance
-from labfbo.progress import human_bytes
+from labfbo.core.messages import Message, NoGuidance
+from labfbo.core.progress import human_bytes
 from labfbo.server.dashboard_privacy import PrivacyView
 from labfbo.server.served import Served
 from labfbo.server.throttle import AddressThrottle
-
 
 COOKIE = "labfbo_dashboard"
 PAGE, LOGIN, LOGOUT, STATUS = "/dashboard", "/dashboard/login", "/dashboard/logout", "/dashboard/status.json"
@@ -213,7 +212,12 @@ class Dashboard:
             reports = coord.site_reports()
         for row in sites:
             b = self.privacy.budget(row.name)
-            row.epsilon, row.epsilon_text, row.budget, row.budget_text = b.epsilon, b.epsilon_text, b.budget, b.budget_text
+            row.epsilon, row.epsilon_text, row.budget, row.budget_text = (
+                b.epsilon,
+                b.epsilon_text,
+                b.budget,
+                b.budget_text,
+            )
             row.remaining, row.remaining_text, row.discarded = b.remaining, b.remaining_text, b.discarded
             row.reported = reports.get(row.name, row.reported)
         with srv.audit.lock:

@@ -76,7 +76,9 @@ class PrivacyView:
             text, eps = "∞: DP with noise_multiplier 0", math.inf
         else:
             bound = "" if done[0] == n else "≥ "
-            count = f"{n} release{'s' if n > 1 else ''}" if done[0] == n else f"{done[0]} of {n} releases accounted so far"
+            count = (
+                f"{n} release{'s' if n > 1 else ''}" if done[0] == n else f"{done[0]} of {n} releases accounted so far"
+            )
             text, eps = f"{bound}{done[1]:.3g} at δ = {delta:g} ({count})", done[1]
         exact = done is None or done[0] == n  # else eps is a lower bound until the accountant catches up
         if budget is None:

@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from labfbo import wire
-from labfbo.coordinator import Coordinator, RoundGate
-from labfbo.exceptions import FederationError, RoundError
-from labfbo.messages import JoinReply, JoinRequest, Message, parse
-
+from labfbo.coordinator import Coordinator
+from labfbo.core import wire
+from labfbo.core.exceptions import FederationError, RoundError
+from labfbo.core.messages import JoinReply, JoinRequest, Message, parse
+from labfbo.transport.gate import RoundGate
 
 #: seconds the round thread waits for the next round's first want before it ends
 LINGER = 2.0

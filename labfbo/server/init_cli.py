@@ -3,7 +3,7 @@
 The space comes from a lab's space file: the JSON ``SearchSpace.to_json()`` writes, the same
 in YAML, a bare list of parameters, or a ``site.yaml`` (its ``space:``). Pinned in the
 configuration it is the study's space: every lab joins with it or is refused, with each
-difference named (:mod:`labfbo.space_diff`); no lab's join defines it.
+difference named (:mod:`labfbo.space.diff`); no lab's join defines it.
 
 The configuration holds only the tokens' SHA-256 digests. The tokens themselves go once into
 a separate file for the operator to hand out. Both are written 0600 whatever the umask, never
@@ -19,8 +19,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from labfbo.exceptions import ConfigurationError
-from labfbo.names import check_site_name
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.core.names import check_site_name
 
 DEFAULT_SITES = ("lab-a", "lab-b", "lab-c")
 
@@ -29,7 +29,7 @@ def read_space(path: str | os.PathLike[str]) -> Any:
     """The :class:`~labfbo.SearchSpace` in a space file (JSON or YAML; see the module docstring)."""
     import yaml
 
-    from labfbo.space import SearchSpace
+    from labfbo.space.search import SearchSpace
 
     try:
         text = Path(path).read_text()
@@ -131,7 +131,7 @@ def _refuse_same(paths: dict[str, Path]) -> None:
 def write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path``, readable and writable by its owner only (0600) from the start, whatever
     the umask; a symbolic link at ``path`` is refused (ConfigurationError)."""
-    from labfbo.journal import open_private
+    from labfbo.core.journal import open_private
 
     with os.fdopen(open_private(path, os.O_WRONLY | os.O_TRUNC, ConfigurationError), "w") as f:
         f.write(text)
@@ -162,7 +162,9 @@ def _set_aside(states: list[Path], stamp: str) -> list[tuple[Path, Path]]:
                 except OSError as exc:
                     for done_src, done_dst in reversed(moved):  # put back what was moved: nothing half-changed
                         os.replace(done_dst, done_src)
-                    raise ConfigurationError(f"--force: cannot move the old state {src} aside: {exc.strerror}") from None
+                    raise ConfigurationError(
+                        f"--force: cannot move the old state {src} aside: {exc.strerror}"
+                    ) from None
                 moved.append((src, dst))
     return moved
 

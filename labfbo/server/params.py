@@ -68,3 +68,8 @@ SEQ = Param("seq", "path", int, 0, 2**53)
 ROUND = Param("round", "query", int, 0, 10**9, "the round whose guidance the site waits for (asking for it "
               "starts the round)")
 WAIT = Param("wait", "query", float, 0.0, 30.0, "seconds to long-poll for work (the server caps it at poll_wait_max)")
+
+
+def server_of(request: Request) -> Any:
+    """The :class:`~labfbo.server.app.CoordinatorServer` whose app serves ``request``."""
+    return request.app.state.server

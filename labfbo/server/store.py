@@ -32,7 +32,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from labfbo.exceptions import ConfigurationError
+from labfbo.core.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from labfbo.coordinator import Coordinator
@@ -149,7 +149,7 @@ class Store:
 def _private_state(path: str) -> None:
     """Create the state file 0600 (or make ours 0600) before SQLite opens it: SQLite gives its WAL and
     shared-memory files the database's mode. A symbolic link at it or at a companion is refused."""
-    from labfbo.journal import open_private
+    from labfbo.core.journal import open_private
 
     os.close(open_private(path, os.O_RDWR, ConfigurationError))
     for companion in ("-wal", "-shm", "-journal"):
@@ -166,7 +166,7 @@ def resume(coordinator: "Coordinator", store: Store) -> set[str]:
     privacy account restored; from now on every account change is written to ``store``.
     Raises :class:`ConfigurationError` when the stored study is not this configuration's.
     """
-    from labfbo.messages import JoinRequest, parse
+    from labfbo.core.messages import JoinRequest, parse
 
     for text in store.joins():
         request = parse(text)
@@ -274,8 +274,8 @@ class AuditLog:
 
 
 def _open_log(path: Path, flags: int) -> int:
-    """The audit log's file, 0600 and never through a symbolic link (:func:`labfbo.journal.open_private`)."""
-    from labfbo.journal import open_private
+    """The audit log's file, 0600 and never through a symbolic link (:func:`labfbo.core.journal.open_private`)."""
+    from labfbo.core.journal import open_private
 
     return open_private(path, flags, ConfigurationError)
 

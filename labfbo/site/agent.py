@@ -22,22 +22,22 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from labfbo import wire
-from labfbo.exceptions import JournalError, LabFBOError
-from labfbo.messages import Abstain, BudgetExhausted, JoinRequest, Message, SpentBudget, parse
-from labfbo.objectives import OutcomeSpec
+from labfbo.core import wire
+from labfbo.core.exceptions import JournalError, LabFBOError
+from labfbo.core.messages import Abstain, BudgetExhausted, JoinRequest, Message, SpentBudget, parse
+from labfbo.core.objectives import OutcomeSpec
+from labfbo.core.records import Join, Released
+from labfbo.core.release import Release
+from labfbo.core.seeding import stable_hash
 from labfbo.privacy.budget import Budget, declaration
-from labfbo.privacy.budget import plan as plan_budget
-from labfbo.privacy.release import Release
 from labfbo.protocols import Protocol, SiteContext, SiteData
-from labfbo.records import Join, Released
-from labfbo.design import study_design
-from labfbo.seeding import stable_hash
+from labfbo.protocols.planning import plan as plan_budget
 from labfbo.site.compute import COMPUTE
 from labfbo.site.data import LocalData
 from labfbo.site.ledger import SiteLedger
 from labfbo.site.store import TRAFFIC_BATCH, SiteStore
-from labfbo.space import SearchSpace
+from labfbo.space.design import study_design
+from labfbo.space.search import SearchSpace
 
 
 @dataclass

@@ -24,9 +24,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from labfbo import wire
-from labfbo.exceptions import FederationError, ProtocolError, RoundError
-from labfbo.messages import Message, parse
+from labfbo.core import wire
+from labfbo.core.exceptions import FederationError, ProtocolError, RoundError
+from labfbo.core.messages import Message, parse
 
 if TYPE_CHECKING:
     from labfbo.site.ledger import SiteLedger

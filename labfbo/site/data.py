@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from labfbo.exceptions import LabFBOError, ValidationError
+from labfbo.core.exceptions import LabFBOError, ValidationError
+from labfbo.core.objectives import OutcomeSpec
+from labfbo.core.trial import Observation, TrialRecord, parse_value
 from labfbo.models.gp import tamed
-from labfbo.objectives import OutcomeSpec
 from labfbo.protocols.base import SiteData
 from labfbo.site.state import SiteState
-from labfbo.space import SearchSpace
-from labfbo.trial import Observation, TrialRecord, parse_value
+from labfbo.space.search import SearchSpace
 
 
 class LocalData:
@@ -132,7 +132,7 @@ def history_record(space: SearchSpace, params_list: Any, values: Any,
 
 def round_target(outcomes: OutcomeSpec | None, data: SiteData, seed: int, round: int) -> SiteData:
     """Several objectives: ``data`` with ``y`` the ParEGO (Chebyshev) target of BO round ``round``
-    (:meth:`labfbo.objectives.OutcomeSpec.chebyshev`, weights drawn from ``seed``); else ``data``."""
+    (:meth:`labfbo.core.objectives.OutcomeSpec.chebyshev`, weights drawn from ``seed``); else ``data``."""
     if outcomes is None or not outcomes.multi or data.Y is None or not data.n:
         return data
     return replace(data, y=outcomes.chebyshev(data.Y[:, :len(outcomes.objectives)], seed, round), yvar=None)

@@ -6,9 +6,9 @@ import os
 import threading
 from collections import defaultdict
 
-from labfbo.journal import open_private
-from labfbo.messages import Message
-from labfbo.records import MessageEntry
+from labfbo.core.journal import open_private
+from labfbo.core.messages import Message
+from labfbo.core.records import MessageEntry
 
 
 class SiteLedger:

@@ -3,7 +3,7 @@
 Everything an :class:`~labfbo.Optimizer` knows about its campaign — historical and told
 observations, trials and their states, the BO round, the federated clock, the coordinator's
 join reply, the releases its protocol declared — is ``SiteState.apply`` applied to the
-journal's records in order (:mod:`labfbo.records`). A live call and a replay go through the
+journal's records in order (:mod:`labfbo.core.records`). A live call and a replay go through the
 same ``apply``, so a restarted site is the one that crashed. ``apply`` does no I/O and
 knows nothing of any protocol.
 """
@@ -15,14 +15,30 @@ from typing import Any
 
 import numpy as np
 
-from labfbo.exceptions import JournalError
-from labfbo.messages import JoinReply
-from labfbo.privacy.release import Release
-from labfbo.records import (Ask, Enqueue, Fail, GuidanceReceived, Header, Historical, Join, LegacyRelease, MessageEntry,
-                            Note, Released, Retract, Tell, Traffic, TransferEstimate, Withheld)
+from labfbo.core.exceptions import JournalError
+from labfbo.core.messages import JoinReply
+from labfbo.core.records import (
+    Ask,
+    Enqueue,
+    Fail,
+    GuidanceReceived,
+    Header,
+    Historical,
+    Join,
+    LegacyRelease,
+    MessageEntry,
+    Note,
+    Released,
+    Retract,
+    Tell,
+    Traffic,
+    TransferEstimate,
+    Withheld,
+)
+from labfbo.core.release import Release
+from labfbo.core.trial import Observation, TrialRecord, parse_value
 from labfbo.site.clock import SiteClock
-from labfbo.space import SearchSpace
-from labfbo.trial import Observation, TrialRecord, parse_value
+from labfbo.space.search import SearchSpace
 
 
 @dataclass
@@ -45,7 +61,8 @@ class SiteState:
     traffic: list[MessageEntry] = field(default_factory=list)  # every message journaled, in order
     guidance: list[GuidanceReceived] = field(default_factory=list)  # each round's guidance received
     withheld: list[Withheld] = field(default_factory=list)  # answers held back by the privacy budget
-    transfer: list[tuple[int, TransferEstimate]] = field(default_factory=list)  # (round, estimate) per ask that made one
+    # (round, estimate) per ask that made one
+    transfer: list[tuple[int, TransferEstimate]] = field(default_factory=list)
 
     def last_transfer(self) -> TransferEstimate | None:
         """The transfer estimate of the last model proposal, if that proposal made one."""

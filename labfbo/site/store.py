@@ -1,7 +1,7 @@
 """`SiteStore`: a site's journal — its backend, its header, its replay, and its snapshots.
 
 The journal is append-only: a header record, then one typed record per change
-(:mod:`labfbo.records`). :func:`replay` folds records into a :class:`SiteState`; it is
+(:mod:`labfbo.core.records`). :func:`replay` folds records into a :class:`SiteState`; it is
 the one place a journal is replayed (a resumed optimizer, a snapshot being loaded, a
 report read from a file all go through it). :meth:`SiteStore.commit` journals a record
 *before* applying it, so an exception changes nothing and a restarted site is the one
@@ -14,9 +14,9 @@ import os
 import threading
 from typing import Any, Callable, Sequence
 
-from labfbo.exceptions import JournalError, LabFBOError
-from labfbo.journal import JournalBackend, check_header, open_journal, read_records, write_snapshot
-from labfbo.records import Header, Released, Traffic, dump_record, parse_record
+from labfbo.core.exceptions import JournalError, LabFBOError
+from labfbo.core.journal import JournalBackend, check_header, open_journal, read_records, write_snapshot
+from labfbo.core.records import Header, Released, Traffic, dump_record, parse_record
 from labfbo.site.ledger import SiteLedger
 from labfbo.site.state import SiteState
 
@@ -53,7 +53,7 @@ class SiteStore:
     Args:
         storage: a path, a journal backend object or None (in memory).
         header: the header this site would write; an existing journal's must match it
-            (:func:`labfbo.journal.check_header`), and its secret and key material are kept.
+            (:func:`labfbo.core.journal.check_header`), and its secret and key material are kept.
         state: the (empty) state the journal is replayed into.
         ledger: the site's message ledger, whose unjournaled entries go into ``traffic`` records.
         secret_given: the ``secret=`` the caller passed (None: none), checked against the journal's.

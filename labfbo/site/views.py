@@ -7,13 +7,12 @@ import csv
 import json
 from typing import Any
 
-from labfbo.objectives import OutcomeSpec
+from labfbo.core.objectives import OutcomeSpec
+from labfbo.core.records import Withheld
+from labfbo.core.release import Release
 from labfbo.privacy.budget import Budget
-from labfbo.privacy.release import Release
-from labfbo.records import Withheld
 from labfbo.site.state import SiteState
-from labfbo.space import SearchSpace
-
+from labfbo.space.search import SearchSpace
 
 _BOOK_KEEPING = ("trial_id", "source", "state", "value", "sem", "reason")
 

@@ -26,14 +26,17 @@ import math
 import warnings
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
-import labfbo
-from labfbo.exceptions import ConfigurationError, ProtocolError
-from labfbo.messages import Abstain, JoinRequest, Message, parse
+from labfbo.coordinator import Coordinator
+from labfbo.core.exceptions import ConfigurationError, ProtocolError
+from labfbo.core.messages import Abstain, JoinRequest, Message, parse
+from labfbo.optimizer import Optimizer
 from labfbo.protocols import Protocol, SiteContext, configure, get_protocol, resolve
+from labfbo.space.search import Categorical, Discrete, Integer, Real, SearchSpace
 
 SEED = 5
 N_INIT = 3
@@ -45,23 +48,39 @@ class CampaignRun:
     """What a short campaign left: the proposals per round and site, and the closed sites."""
 
     proposals: list[list[dict[str, Any]]]
-    sites: list[labfbo.Optimizer]
+    sites: list[Optimizer]
 
 
-def objective(space: labfbo.SearchSpace, i: int, params: dict[str, Any]) -> float:
+def objective(space: SearchSpace, i: int, params: dict[str, Any]) -> float:
     """A smooth function of the unit-cube point, its optimum shifted a little per site ``i``."""
     u = space.encode([params])[0]
     return float(sum((x - 0.3 - 0.1 * i) ** 2 for x in u))
 
 
-def run_campaign(protocol: Protocol, space: labfbo.SearchSpace, seed: int = SEED, n_init: int = N_INIT,
-                 rounds: int = ROUNDS) -> CampaignRun:
+def run_campaign(protocol: Protocol, space: SearchSpace, seed: int = SEED, n_init: int = N_INIT,
+                 rounds: int = ROUNDS, *, horizon: int | None = None, journals: Path | None = None,
+                 reopen_after: int | None = None, restore_coordinator: bool = False,
+                 after_round: Callable[[list[Optimizer], Any], None] | None = None) -> CampaignRun:
     """A lock-step local campaign: every site evaluates its design, then in each model round every
-    site asks before any tells (three sites if the protocol is federated, one if not)."""
+    site asks before any tells (three sites if the protocol is federated, one if not).
+
+    ``journals``: each site journals to ``<journals>/<site>.jsonl``; ``reopen_after=k``: after
+    ``k`` model rounds every site is closed and reopened from its journal (``restore_coordinator``:
+    the coordinator too, from the JSON of its rounds' snapshots); ``after_round(sites, coordinator)``
+    is called after each model round; ``horizon`` (default ``rounds``) is the planned one."""
     names = ["site-a", "site-b", "site-c"] if protocol.federated else ["site-a"]
-    coord = labfbo.Coordinator(protocol, sites=names, seed=seed, horizon=rounds) if protocol.federated else None
-    sites = [labfbo.Optimizer(space, protocol=protocol, coordinator=coord, site=s, seed=seed, n_init=n_init,
-                              horizon=rounds, secret=100 + i) for i, s in enumerate(names)]
+    horizon = rounds if horizon is None else horizon
+
+    def coordinator(**pinned: Any) -> Coordinator | None:
+        return Coordinator(protocol, sites=names, seed=seed, horizon=horizon, **pinned) if protocol.federated else None
+
+    def site(i: int, name: str) -> Optimizer:
+        storage = None if journals is None else str(journals / f"{name}.jsonl")
+        return Optimizer(space, protocol=protocol, coordinator=coord, site=name, seed=seed, n_init=n_init,
+                         horizon=horizon, secret=100 + i, storage=storage)
+
+    coord = coordinator()
+    sites = [site(i, s) for i, s in enumerate(names)]
     proposals: list[list[dict[str, Any]]] = []
     try:
         with warnings.catch_warnings():
@@ -69,11 +88,21 @@ def run_campaign(protocol: Protocol, space: labfbo.SearchSpace, seed: int = SEED
             for i, opt in enumerate(sites):
                 for t in opt.ask(n=n_init):
                     opt.tell(t, objective(space, i, t.params))
-            for _ in range(rounds):
+            for r in range(rounds):
+                if r == reopen_after:
+                    for opt in sites:
+                        opt.close()
+                    if restore_coordinator and coord is not None:
+                        snapshots = json.loads(json.dumps([coord.snapshot(t) for t in sorted(coord.rounds)]))
+                        coord = coordinator(space=space)  # a durable coordinator pins the study's space
+                        coord.restore(snapshots)  # type: ignore[union-attr]
+                    sites = [site(i, s) for i, s in enumerate(names)]
                 trials = [opt.ask() for opt in sites]
                 proposals.append([t.params for t in trials])
                 for i, (opt, t) in enumerate(zip(sites, trials)):
                     opt.tell(t, objective(space, i, t.params))
+                if after_round is not None:
+                    after_round(sites, coord)
     finally:
         for opt in sites:
             opt.close()
@@ -92,26 +121,31 @@ def _key(message: Any) -> tuple[str, int, int | None]:
     return message.kind, int(message.round), step
 
 
-class ProtocolConformance:
-    """The checks every protocol must pass. Override the ``protocol`` fixture (and ``space``
-    for a protocol that does not take two real parameters)."""
+class ConformanceFixtures:
+    """The fixtures every conformance class reads. Override ``protocol`` (and ``space`` for a
+    protocol that does not take two real parameters)."""
 
     @pytest.fixture
     def protocol(self) -> Protocol:
         raise NotImplementedError("override the `protocol` fixture: return the configured protocol to check")
 
     @pytest.fixture
-    def space(self) -> labfbo.SearchSpace:
+    def space(self) -> SearchSpace:
         """The campaign's 2-D space."""
-        return labfbo.SearchSpace([labfbo.Real("x", -1.0, 2.0), labfbo.Real("rate", 1e-3, 1.0, log=True)])
+        return SearchSpace([Real("x", -1.0, 2.0), Real("rate", 1e-3, 1.0, log=True)])
 
     @pytest.fixture
-    def campaign(self, protocol: Protocol, space: labfbo.SearchSpace) -> CampaignRun:
+    def campaign(self, protocol: Protocol, space: SearchSpace) -> CampaignRun:
         """One short campaign per protocol and space (shared by the checks that read it)."""
         key = (protocol, space.fingerprint())
         if key not in _RUNS:
             _RUNS[key] = run_campaign(protocol, space)
         return _RUNS[key]
+
+
+class ProtocolConformance(ConformanceFixtures):
+    """The checks every protocol must pass (the promises of the house beside them:
+    :mod:`labfbo.testing.capabilities`)."""
 
     # -- configuration ---------------------------------------------------------------------
     def test_is_registered_and_built_from_its_name_or_the_object(self, protocol: Protocol) -> None:
@@ -148,10 +182,10 @@ class ProtocolConformance:
 
     def test_check_space_accepts_what_it_supports_and_names_what_it_does_not(self, protocol: Protocol) -> None:
         cls = type(protocol)
-        mixed = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Integer("n", 1, 4),
-                                    labfbo.Discrete("d", [0.1, 0.2, 0.5]), labfbo.Categorical("c", ["a", "b"])])
+        mixed = SearchSpace([Real("x", 0.0, 1.0), Integer("n", 1, 4),
+                                    Discrete("d", [0.1, 0.2, 0.5]), Categorical("c", ["a", "b"])])
         for param in mixed.params:
-            one = labfbo.SearchSpace([labfbo.Real("r", 0.0, 1.0), param])
+            one = SearchSpace([Real("r", 0.0, 1.0), param])
             if param.type in cls.supported_types:
                 cls.check_space(one)
             else:
@@ -164,7 +198,7 @@ class ProtocolConformance:
                 cls.check_space(mixed)
 
     # -- a short campaign --------------------------------------------------------------------
-    def test_a_short_campaign_proposes_in_the_space(self, campaign: CampaignRun, space: labfbo.SearchSpace) -> None:
+    def test_a_short_campaign_proposes_in_the_space(self, campaign: CampaignRun, space: SearchSpace) -> None:
         assert len(campaign.proposals) == ROUNDS and all(len(r) == len(campaign.sites) for r in campaign.proposals)
         for opt in campaign.sites:
             assert len(opt.trials) == N_INIT + ROUNDS
@@ -174,7 +208,7 @@ class ProtocolConformance:
                 assert all(math.isfinite(v) for v in clean.values() if isinstance(v, float))
 
     def test_the_same_seed_gives_the_same_proposals(self, campaign: CampaignRun, protocol: Protocol,
-                                                    space: labfbo.SearchSpace) -> None:
+                                                    space: SearchSpace) -> None:
         again = run_campaign(protocol, space)
         assert again.proposals == campaign.proposals
         assert [[t.params for t in o.trials] for o in again.sites] == [[t.params for t in o.trials]
@@ -190,7 +224,7 @@ class ProtocolConformance:
                 assert parse(message.model_dump_json()) == message, message.kind
 
     def test_the_journaled_releases_are_those_declared_for_what_was_sent(
-            self, campaign: CampaignRun, protocol: Protocol, space: labfbo.SearchSpace) -> None:
+            self, campaign: CampaignRun, protocol: Protocol, space: SearchSpace) -> None:
         cls = type(protocol)
         for index, opt in enumerate(campaign.sites):
             answers = [m for m in opt.ledger.sent if not isinstance(m, (JoinRequest, Abstain))]

@@ -6,15 +6,20 @@ import os
 from typing import Any
 
 from labfbo.coordinator import Coordinator
-from labfbo.exceptions import ConfigurationError
+from labfbo.core.exceptions import ConfigurationError
 from labfbo.transport.local import LocalTransport
 
 _WHAT = ("give a labfbo.Coordinator, an http(s):// URL with token=, a flower://HOST:PORT bridge address with "
          "token=, or labfbo.transport.mpi.MPICoordinator()")
 
 
-def require_coordinator(protocol: str, federated: bool, coordinator: Any,
-                        how: str = "coordinator=labfbo.Coordinator(...)", alone: str = "protocol='independent'") -> None:
+def require_coordinator(
+    protocol: str,
+    federated: bool,
+    coordinator: Any,
+    how: str = "coordinator=labfbo.Coordinator(...)",
+    alone: str = "protocol='independent'",
+) -> None:
     """Refuse a federated protocol without a coordinator (``how``: how to give one)."""
     if coordinator is None and federated:
         raise ConfigurationError(f"protocol {protocol!r} is federated and needs a coordinator ({how}); "

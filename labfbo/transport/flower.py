@@ -45,9 +45,9 @@ import time
 from collections import deque
 from typing import Any
 
-from labfbo.exceptions import ConfigurationError, FederationError, LabFBOError, RoundError
+from labfbo.core.exceptions import ConfigurationError, FederationError, LabFBOError, RoundError
+from labfbo.core.messages import JoinReply, JoinRequest, parse
 from labfbo.flower_app import labfbo_flower_relay as relay
-from labfbo.messages import JoinReply, JoinRequest, parse
 from labfbo.transport.base import Handler, SiteLink
 
 SCHEME = "flower://"

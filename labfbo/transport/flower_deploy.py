@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from labfbo.exceptions import ConfigurationError, FederationError
+from labfbo.core.exceptions import ConfigurationError, FederationError
 
 STARTUP_TIMEOUT = 60.0
 

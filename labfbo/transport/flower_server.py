@@ -43,12 +43,13 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from labfbo.coordinator import Coordinator, RoundGate
-from labfbo.exceptions import ConfigurationError, FederationError, LabFBOError
+from labfbo.coordinator import Coordinator
+from labfbo.core.exceptions import ConfigurationError, FederationError, LabFBOError
+from labfbo.core.messages import JoinRequest, Message, parse
 from labfbo.flower_app import labfbo_flower_relay as relay
-from labfbo.messages import JoinRequest, Message, parse
 from labfbo.server.store import AuditLog, Store, persist_round, resume, tokens_in_force
-from labfbo.space import MAX_PARAMS
+from labfbo.space.search import MAX_PARAMS
+from labfbo.transport.gate import RoundGate
 
 POLL_TIMEOUT = 30.0
 """Seconds a poll waits for a SuperNode that does not answer (a dead one) before going on."""
@@ -252,7 +253,9 @@ class FlowerServer:
                 self.audit.write(site, "flower/want", t, b"", 202)
         except Exception as exc:  # noqa: BLE001 - the site's ask() hears why
             self.audit.write(site, "flower/want", t, b"", 409)
-            self.pending[site] = self._deliver({"deliver": "error", "round": t, "error": f"{type(exc).__name__}: {exc}"})
+            self.pending[site] = self._deliver(
+                {"deliver": "error", "round": t, "error": f"{type(exc).__name__}: {exc}"}
+            )
 
     def admit(self, node: int, site: str, token: str, body: bytes) -> None:
         """A join (or a join again, after a restart); audited with HTTP's codes: 401 a token not
@@ -303,7 +306,9 @@ class FlowerServer:
                      f"{json.dumps(self.coord.contributors.get(t, []))}")
         except Exception as exc:  # noqa: BLE001 - every participant's ask() hears why
             for s in wanting:
-                self.pending[s] = self._deliver({"deliver": "error", "round": t, "error": f"{type(exc).__name__}: {exc}"})
+                self.pending[s] = self._deliver(
+                    {"deliver": "error", "round": t, "error": f"{type(exc).__name__}: {exc}"}
+                )
             self.log(f"round {t} failed: {exc}")
         self.gate.started(t)
         return True

@@ -12,8 +12,9 @@ the rounds it asked for). An ``ask()`` whose timeout runs out hands the round to
 Every call uses ``requests`` with a connect/read timeout and retries connection errors
 and 5xx answers with exponential backoff and full jitter (0.5 s doubling, ≤ 8 s): 6 tries,
 or within an ``ask(timeout=s)`` as many as fit before its deadline, so a coordinator that
-restarts within ``s`` costs the site nothing but the wait. 4xx answers are not retried: they are the server refusing the site (bad token,
-wrong site, conflict) and raise :class:`~labfbo.exceptions.FederationError`.
+restarts within ``s`` costs the site nothing but the wait. 4xx answers are not retried: they are the server refusing the
+site (bad token,
+wrong site, conflict) and raise :class:`~labfbo.core.exceptions.FederationError`.
 
 (An operator who wants to review each outgoing message passes ``approve=`` to the
 ``Optimizer``; that works on every transport.)
@@ -27,9 +28,9 @@ import threading
 import time
 from typing import Any
 
-from labfbo import wire
-from labfbo.exceptions import ConfigurationError, FederationError, RoundError
-from labfbo.messages import JoinReply, JoinRequest, parse
+from labfbo.core import wire
+from labfbo.core.exceptions import ConfigurationError, FederationError, RoundError
+from labfbo.core.messages import JoinReply, JoinRequest, parse
 from labfbo.transport.base import Handler, SiteLink
 
 POLL_WAIT = 25.0

@@ -21,8 +21,8 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Mapping
 
-from labfbo.exceptions import FederationError, RoundError
-from labfbo.messages import JoinReply, JoinRequest, Message, parse
+from labfbo.core.exceptions import FederationError, RoundError
+from labfbo.core.messages import JoinReply, JoinRequest, Message, parse
 from labfbo.transport.base import Handler, SiteLink
 
 if TYPE_CHECKING:

@@ -13,9 +13,10 @@ the whole job when one rank raises, instead of leaving the others waiting)::
                                site=names[rank - 1], seed=0)
         ...  # ask / tell as usual
 
-Messages travel as the same :mod:`labfbo.wire` frames as on every other transport, in
+Messages travel as the same :mod:`labfbo.core.wire` frames as on every other transport, in
 ``uint8`` numpy buffers with mpi4py's buffer (uppercase) calls ``Send`` / ``Recv`` after an
-``Iprobe`` for the size (small control messages — a guidance request, an error — are JSON). Collectives (``Bcast`` / ``Gatherv``) are not used: each site runs its own
+``Iprobe`` for the size (small control messages — a guidance request, an error — are JSON). Collectives (``Bcast`` /
+``Gatherv``) are not used: each site runs its own
 lab script, rounds must tolerate stragglers (quorum and deadline), and a collective would
 block every rank on the slowest one. Waiting uses ``Iprobe`` with short sleeps (1 ms,
 growing to 20 ms), so an idle rank does not spin a core.
@@ -33,11 +34,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from labfbo.coordinator import Coordinator, RoundGate
-from labfbo.exceptions import FederationError, LabFBOError, RoundError
-from labfbo import wire
-from labfbo.messages import JoinReply, JoinRequest, Message, parse
+from labfbo.coordinator import Coordinator
+from labfbo.core import wire
+from labfbo.core.exceptions import FederationError, LabFBOError, RoundError
+from labfbo.core.messages import JoinReply, JoinRequest, Message, parse
 from labfbo.transport.base import Handler, SiteLink
+from labfbo.transport.gate import RoundGate
 
 TAG_JOIN, TAG_JOIN_REPLY, TAG_GUIDANCE, TAG_REPLY, TAG_REQUEST, TAG_RESPONSE, TAG_CLOSE = range(1, 8)
 ROOT = 0
@@ -278,7 +280,7 @@ class MPIServer:
                     out[waiting.pop(src)] = FederationError(f"rank {src} left during the exchange")
             else:
                 self.queue.append((text, src, tag))
-        for rank, site in waiting.items():
+        for site in waiting.values():
             out[site] = TimeoutError(f"site {site!r} did not answer before the deadline")
         return out
 

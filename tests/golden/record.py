@@ -39,9 +39,9 @@ from typing import Any, Callable, Iterator
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests/campaign.py
 
-import labfbo  # noqa: E402
 from campaign import run_campaign  # noqa: E402
 
+import labfbo  # noqa: E402
 from labfbo.protocols import available_protocols, get_protocol  # noqa: E402
 
 FAST: dict[str, Any] = {"num_restarts": 2, "raw_samples": 32}
@@ -214,7 +214,9 @@ def differences(got: list[list[dict[str, Any]]], want: list[list[dict[str, Any]]
                     gap = abs(p.to_unit(a) - p.to_unit(b))
                     if not gap <= unit_tol:
                         out.append(f"round {r} site {s} {p.name}: {a!r}, recorded {b!r} ({gap:.2g} of its range)")
-                elif a != b and not (isinstance(a, float) and isinstance(b, float) and abs(a - b) <= 1e-9 * max(1.0, abs(b))):
+                elif a != b and not (
+                    isinstance(a, float) and isinstance(b, float) and abs(a - b) <= 1e-9 * max(1.0, abs(b))
+                ):
                     out.append(f"round {r} site {s} {p.name}: {a!r}, recorded {b!r}")
     return out
 
@@ -228,8 +230,17 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     dirty = bool(subprocess.run(["git", "status", "--porcelain", "labfbo"], capture_output=True, text=True,
                                 cwd=HERE).stdout.strip())
-    out: dict[str, Any] = {"commit": commit + ("+changes" if dirty else ""), "numerics": numerics(), "seed": SEED, "n_init": N_INIT,
-                           "rounds": ROUNDS, "rounds_of": ROUNDS_OF, "mixed_too": sorted(MIXED_TOO), "protocols": PROTOCOLS, "proposals": {}}
+    out: dict[str, Any] = {
+        "commit": commit + ("+changes" if dirty else ""),
+        "numerics": numerics(),
+        "seed": SEED,
+        "n_init": N_INIT,
+        "rounds": ROUNDS,
+        "rounds_of": ROUNDS_OF,
+        "mixed_too": sorted(MIXED_TOO),
+        "protocols": PROTOCOLS,
+        "proposals": {},
+    }
     for name in PROTOCOLS:
         for label, space, f in (("cont", CONT, cont_f), ("mixed", MIXED, mixed_f)):
             if label == "mixed" and name not in MIXED_TOO:

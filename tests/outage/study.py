@@ -26,10 +26,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the coordinator's process
 
+from coordinator_process import free_port, start_coordinator  # noqa: E402
+
 import labfbo
 from labfbo.server.config import new_token
 from labfbo.transport.http import HTTPCoordinator
-from coordinator_process import free_port, start_coordinator  # noqa: E402
 
 LABS = ["lab-a", "lab-b", "lab-c", "lab-d"]
 SPACE = labfbo.SearchSpace([labfbo.Real("x", 0.0, 1.0), labfbo.Categorical("c", ["a", "b", "c"])])
@@ -128,7 +129,7 @@ def reference(rounds: int) -> dict[str, list[dict[str, Any]]]:
             trials = [None] * len(opts)
 
             def one(i: int) -> None:
-                trials[i] = opts[i].ask()
+                trials[i] = opts[i].ask()  # noqa: B023 - runs within this round
 
             ths = [threading.Thread(target=one, args=(i,)) for i in range(len(opts))]
             for th in ths:

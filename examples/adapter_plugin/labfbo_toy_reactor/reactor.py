@@ -18,8 +18,8 @@ import math
 
 from labfbo import Real, SearchSpace
 from labfbo.adapters import Adapter, AdapterContext, Measurement
-from labfbo.exceptions import ConfigurationError
-from labfbo.trial import Trial
+from labfbo.core.exceptions import ConfigurationError
+from labfbo.core.trial import Trial
 
 
 class ToyReactorAdapter(Adapter):
