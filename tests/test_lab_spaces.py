@@ -114,8 +114,9 @@ def test_feature_map_uses_scaled_descriptors_or_one_hot() -> None:
 
 
 def test_descriptors_let_the_gp_transfer_between_similar_choices() -> None:
-    """Trained on K2CO3 only, the GP predicts Cs2CO3 (the same pKa) closer to K2CO3 than DBU."""
-    from labfbo.models.gp import fit_local_gp, predict
+    """Trained on K2CO3 and DBU, a GP that reads the descriptors (``descriptors="use"``; the default
+    ignores them) predicts Cs2CO3 (the same pKa) closer to K2CO3 than to DBU."""
+    from labfbo.models.gp import SurrogateOptions, fit_local_gp, predict
 
     space = SearchSpace([Categorical("base", ["K2CO3", "Cs2CO3", "DBU"],
                                      descriptors={"K2CO3": [10.3], "Cs2CO3": [10.4], "DBU": [20.0]}),
@@ -123,7 +124,7 @@ def test_descriptors_let_the_gp_transfer_between_similar_choices() -> None:
     T = np.linspace(0, 1, 8)
     X = space.encode([{"base": "K2CO3", "T": t} for t in T] + [{"base": "DBU", "T": t} for t in T])
     y = np.concatenate([np.sin(3 * T) + 2.0, -np.sin(3 * T)])
-    model = fit_local_gp(X, y, space=space)
+    model = fit_local_gp(X, y, space=space, options=SurrogateOptions(descriptors="use"))
     q = space.encode([{"base": b, "T": 0.5} for b in ("K2CO3", "Cs2CO3", "DBU")])
     mean, _ = predict(model, q[:, None, :])
     assert abs(mean[1] - mean[0]) < abs(mean[1] - mean[2])
