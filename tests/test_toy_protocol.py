@@ -164,7 +164,10 @@ def _run_case(toy: Path, module: str) -> tuple[int, dict[str, str]]:
     test_file = toy / f"{module}.py"
     test_file.write_text(textwrap.dedent(CONFORMANCE_MODULE))
     outcomes = _Outcomes()
-    code = pytest.main([str(test_file), "-q", "-p", "no:cacheprovider", "--rootdir", str(toy)], plugins=[outcomes])
+    # -s and no logging plugin: the inner session leaves sys.stderr and the loggers as they are (a server
+    # it starts configures its loggers on the stream it finds, which must outlive the inner session)
+    args = [str(test_file), "-q", "-s", "-p", "no:cacheprovider", "-p", "no:logging", "--rootdir", str(toy)]
+    code = pytest.main(args, plugins=[outcomes])
     sys.modules.pop(module, None)
     return int(code), outcomes.outcomes
 
