@@ -119,16 +119,9 @@ def _campaign(tmp: Path) -> None:
             assert len(told) == 2 + BUDGET and told == finished  # every measurement told, once
             assert set(starts) == set(told)
             # the journal replays to the state the site ended with
-            with labfbo.Optimizer(
-                SPACE,
-                protocol="distribution",
-                site=s,
-                seed=3,
-                n_init=2,
-                storage=str(tmp / f"{s}.jsonl"),
-                coordinator=HTTPCoordinator(c.url, c.tokens[s][0]),
-                **OPTIONS,
-            ) as again:
+            with labfbo.Optimizer(SPACE, protocol="distribution", site=s, seed=3, n_init=2,
+                                  storage=str(tmp / f"{s}.jsonl"), coordinator=HTTPCoordinator(c.url, c.tokens[s][0]),
+                                  **OPTIONS) as again:
                 assert [o.model_dump() for o in again.observations] == final["observations"]
                 assert [t.model_dump() for t in again.trials] == final["trials"]
                 used = [t.metadata["round"] for t in again.trials if t.metadata["source"] == "model"]

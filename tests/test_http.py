@@ -456,20 +456,10 @@ def _campaign(opts, rounds: range, log: list) -> None:
 
 
 def _sites(url: str, tokens: dict, tmp_path, tag: str) -> list:
-    opts = [
-        labfbo.Optimizer(
-            SPACE,
-            protocol="distribution",
-            site=s,
-            seed=2,
-            n_init=3,
-            storage=str(tmp_path / f"{tag}-{s}.jsonl"),
-            coordinator=HTTPCoordinator(url, tokens[s][0], retries=10, backoff=0.2),
-            **FAST,
-            **EXTRA["distribution"],
-        )
-        for s in ("a", "b", "c")
-    ]
+    opts = [labfbo.Optimizer(SPACE, protocol="distribution", site=s, seed=2, n_init=3,
+                             storage=str(tmp_path / f"{tag}-{s}.jsonl"),
+                             coordinator=HTTPCoordinator(url, tokens[s][0], retries=10, backoff=0.2), **FAST,
+                             **EXTRA["distribution"]) for s in ("a", "b", "c")]
     for i, o in enumerate(opts):
         for t in o.ask(n=3):
             o.tell(t, (t.params["x"] - 0.2 * i) ** 2 + (t.params["y"] + 0.1) ** 2)
@@ -613,17 +603,9 @@ def test_a_site_restarted_from_its_journal_rejoins(study, tmp_path) -> None:
     srv, tokens, _, _ = study
 
     def site(s: str):
-        return labfbo.Optimizer(
-            SPACE,
-            protocol="distribution",
-            site=s,
-            seed=0,
-            n_init=2,
-            storage=str(tmp_path / f"{s}.jsonl"),
-            coordinator=HTTPCoordinator(srv.url, tokens[s]),
-            **FAST,
-            **EXTRA["distribution"],
-        )
+        return labfbo.Optimizer(SPACE, protocol="distribution", site=s, seed=0, n_init=2,
+                                storage=str(tmp_path / f"{s}.jsonl"), coordinator=HTTPCoordinator(srv.url, tokens[s]),
+                                **FAST, **EXTRA["distribution"])
 
     opts = [site(s) for s in ("a", "b", "c")]
     for o in opts:
